@@ -1,0 +1,158 @@
+package intent
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors that callers branch on. They are wrapped with context; use errors.Is.
+var (
+	// ErrNotFound means no such row exists for the tenant.
+	ErrNotFound = errors.New("intent: not found")
+
+	// ErrConflict means a compare-and-set found the charge in another state
+	// than expected: someone else moved it first. It is never overwritten.
+	ErrConflict = errors.New("intent: charge was moved by someone else")
+
+	// ErrFenced means the charge is still in the expected state but the
+	// caller's lease token is stale: its lease expired and another lease was
+	// taken. The caller must drop its result.
+	ErrFenced = errors.New("intent: lease token is stale")
+
+	// ErrIllegalMove means the move is not in the state machine. In Go it is
+	// refused before any SQL; the database refuses it too (SQLSTATE CF001).
+	ErrIllegalMove = errors.New("intent: illegal state move")
+)
+
+// ConflictError says what the charge looked like when a move lost its
+// compare-and-set. It matches ErrConflict or ErrFenced with errors.Is.
+type ConflictError struct {
+	ChargeID   string
+	Current    State
+	LeaseToken int64
+	fenced     bool
+}
+
+func (e *ConflictError) Error() string {
+	if e.fenced {
+		return fmt.Sprintf("charge %s: lease token is stale (now %d)", e.ChargeID, e.LeaseToken)
+	}
+	return fmt.Sprintf("charge %s was moved by someone else (now %s)", e.ChargeID, e.Current)
+}
+
+// Is makes errors.Is(err, ErrConflict) and errors.Is(err, ErrFenced) work.
+func (e *ConflictError) Is(target error) bool {
+	if e.fenced {
+		return target == ErrFenced
+	}
+	return target == ErrConflict
+}
+
+// Charge is one charge intent as stored.
+type Charge struct {
+	TenantID string
+	ID       string
+	State    State
+
+	Amount        int64
+	Currency      string
+	PaymentMethod string
+	Description   *string
+	Metadata      map[string]string
+
+	// Provider names the provider the charge goes to; ProviderKey is the
+	// idempotency key it is always sent with, fixed at creation.
+	Provider         string
+	ProviderKey      string
+	ProviderChargeID string
+	FailureCode      string
+	ReviewReason     string
+
+	Attempts       int
+	FirstAttemptAt *time.Time
+	LastAttemptAt  *time.Time
+	UnknownSince   *time.Time
+	LookupFailures int
+	NextCheckAt    *time.Time
+
+	LeaseOwner     string
+	LeaseToken     int64
+	LeaseExpiresAt *time.Time
+
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Event is one row of a charge's audit trail: a move, who made it and why.
+type Event struct {
+	ID        int64
+	TenantID  string
+	ChargeID  string
+	From      State // "" for the creation event
+	To        State
+	Actor     string
+	Reason    string
+	Attempt   int
+	Evidence  string
+	CreatedAt time.Time
+}
+
+// SubmitArgs is the charge.submit River job: carry one charge to its
+// provider. It holds identifiers only; the charge row is the truth, so a job
+// that runs twice, or late, reads the row and acts on what it finds.
+type SubmitArgs struct {
+	TenantID string `json:"tenant_id"`
+	ChargeID string `json:"charge_id"`
+}
+
+// Kind is the River job kind.
+func (SubmitArgs) Kind() string { return "charge.submit" }
+
+// ProviderKeyFor derives the provider idempotency key from a charge id. It
+// never involves the client's idempotency key, and it is the same on every
+// attempt, so the provider can deduplicate whatever we resend.
+func ProviderKeyFor(chargeID string) string { return "cf_" + chargeID }
+
+// crockford is the lowercase Crockford base32 alphabet: no i, l, o, u.
+const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
+
+// NewID returns prefix + "_" + 26 characters: 48 bits of milliseconds since
+// the epoch and 80 random bits, in Crockford base32 (the ULID layout,
+// lowercase). IDs sort by creation time to the millisecond, which keeps the
+// newest-first listing and its cursor on the primary key.
+func NewID(prefix string, now time.Time) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
+	_, _ = rand.Read(b[6:]) // crypto/rand.Read never fails (Go 1.24+).
+	out := make([]byte, len(prefix)+1+26)
+	n := copy(out, prefix)
+	out[n] = '_'
+	n++
+	// 128 bits into 26 base32 digits: the first digit carries 3 bits.
+	hi := binary.BigEndian.Uint64(b[:8])
+	lo := binary.BigEndian.Uint64(b[8:])
+	for i := 25; i >= 0; i-- {
+		out[n+i] = crockford[lo&31]
+		lo = lo>>5 | hi<<59
+		hi >>= 5
+	}
+	return string(out)
+}
+
+// ValidID reports whether s looks like an id NewID(prefix, …) made. Handlers
+// use it to answer 404 or 400 without a query.
+func ValidID(prefix, s string) bool {
+	if len(s) != len(prefix)+1+26 || s[:len(prefix)] != prefix || s[len(prefix)] != '_' {
+		return false
+	}
+	for i := len(prefix) + 1; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z') || c == 'i' || c == 'l' || c == 'o' || c == 'u' {
+			return false
+		}
+	}
+	return s[len(prefix)+1] <= '7' // the first digit holds 3 bits
+}

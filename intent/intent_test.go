@@ -1,0 +1,402 @@
+package intent_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"chargeflow/intent"
+	"chargeflow/internal/dbtest"
+)
+
+type testBundle struct {
+	pool     *pgxpool.Pool
+	tenantID string
+}
+
+func setup(t *testing.T) (context.Context, *testBundle) {
+	t.Helper()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	tenantID := intent.NewID("tn", time.Now())
+	_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'intent test')`, tenantID)
+	require.NoError(t, err)
+	return ctx, &testBundle{pool: pool, tenantID: tenantID}
+}
+
+// accept creates a pending charge the way the API does.
+func (b *testBundle) accept(ctx context.Context, t *testing.T, key string) intent.Charge {
+	t.Helper()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	id := intent.NewID("ch", now)
+	c := intent.Charge{
+		TenantID: b.tenantID, ID: id, State: intent.StatePending,
+		Amount: 1000, Currency: "USD", PaymentMethod: "pm_card_visa",
+		Metadata: map[string]string{"order": "A-1"},
+		Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id),
+		CreatedAt: now, UpdatedAt: now,
+	}
+	keyHash := sha256.Sum256([]byte(key))
+	inserted, err := intent.Accept(ctx, b.pool, intent.Acceptance{
+		Charge: c, Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:],
+		StatusCode: 201, ResponseBody: []byte(`{"id":"` + id + `"}`), ExpiresAt: now.Add(time.Hour),
+	})
+	require.NoError(t, err)
+	require.True(t, inserted)
+	return c
+}
+
+func TestAccept(t *testing.T) {
+	t.Parallel()
+
+	t.Run("WritesChargeEventAndRecordOnce", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+
+		c := b.accept(ctx, t, "key-0000000000000001")
+
+		got, err := intent.Get(ctx, b.pool, b.tenantID, c.ID)
+		require.NoError(t, err)
+		require.Equal(t, intent.StatePending, got.State)
+		require.Equal(t, c.Metadata, got.Metadata)
+		require.Equal(t, "cf_"+c.ID, got.ProviderKey)
+		require.True(t, c.CreatedAt.Equal(got.CreatedAt))
+
+		events, err := intent.Events(ctx, b.pool, b.tenantID, c.ID)
+		require.NoError(t, err)
+		require.Len(t, events, 1)
+		require.Equal(t, intent.State(""), events[0].From)
+		require.Equal(t, intent.StatePending, events[0].To)
+
+		keyHash := sha256.Sum256([]byte("key-0000000000000001"))
+		rec, err := intent.Idempotency(ctx, b.pool, b.tenantID, keyHash[:])
+		require.NoError(t, err)
+		require.Equal(t, c.ID, rec.ChargeID)
+		require.Equal(t, 201, rec.StatusCode)
+
+		// The same key again writes nothing.
+		again := c
+		again.ID = intent.NewID("ch", time.Now())
+		again.ProviderKey = intent.ProviderKeyFor(again.ID)
+		inserted, err := intent.Accept(ctx, b.pool, intent.Acceptance{
+			Charge: again, Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:],
+			StatusCode: 201, ResponseBody: []byte(`{}`), ExpiresAt: time.Now().Add(time.Hour),
+		})
+		require.NoError(t, err)
+		require.False(t, inserted)
+		_, err = intent.Get(ctx, b.pool, b.tenantID, again.ID)
+		require.ErrorIs(t, err, intent.ErrNotFound)
+	})
+
+	t.Run("RefusesNonPending", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+
+		_, err := intent.Accept(ctx, b.pool, intent.Acceptance{Charge: intent.Charge{State: intent.StateSucceeded}})
+		require.ErrorIs(t, err, intent.ErrIllegalMove)
+	})
+
+	t.Run("UnknownIdempotencyKeyIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+
+		_, err := intent.Idempotency(ctx, b.pool, b.tenantID, make([]byte, 32))
+		require.ErrorIs(t, err, intent.ErrNotFound)
+	})
+}
+
+func TestDatabaseEnforcesStateMachine(t *testing.T) {
+	t.Parallel()
+
+	t.Run("TransitionsTableMatchesGo", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+
+		rows, err := b.pool.Query(ctx, `SELECT from_state, to_state FROM charge_transitions`)
+		require.NoError(t, err)
+		inDB, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (intent.Transition, error) {
+			var tr intent.Transition
+			return tr, row.Scan(&tr.From, &tr.To)
+		})
+		require.NoError(t, err)
+		less := func(a, b intent.Transition) int { return strings.Compare(string(a.From)+">"+string(a.To), string(b.From)+">"+string(b.To)) }
+		inGo := intent.Transitions()
+		slices.SortFunc(inDB, less)
+		slices.SortFunc(inGo, less)
+		require.Equal(t, inGo, inDB)
+	})
+
+	// Every pair of states that is not a legal move is refused by the
+	// database itself, even when SQL bypasses MoveCharge.
+	t.Run("IllegalMoveRefusedInSQL", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+
+		for _, from := range intent.States() {
+			for _, to := range intent.States() {
+				if from == to || intent.CanMove(from, to) {
+					continue
+				}
+				c := b.accept(ctx, t, fmt.Sprintf("illegal-%s-%s-0001", from, to))
+				// Put the row in `from` without the trigger's blessing, then
+				// try the illegal move with plain SQL.
+				tx, err := b.pool.Begin(ctx)
+				require.NoError(t, err)
+				_, err = tx.Exec(ctx, `ALTER TABLE charges DISABLE TRIGGER charges_guard`)
+				require.NoError(t, err)
+				_, err = tx.Exec(ctx, `UPDATE charges SET state = $1, provider_charge_id = 'py_x', failure_code = 'x',
+					review_reason = 'x', next_check_at = now(), unknown_since = now() WHERE id = $2`, string(from), c.ID)
+				require.NoError(t, err)
+				_, err = tx.Exec(ctx, `ALTER TABLE charges ENABLE TRIGGER charges_guard`)
+				require.NoError(t, err)
+				_, err = tx.Exec(ctx, `UPDATE charges SET state = $1 WHERE id = $2`, string(to), c.ID)
+				var pgErr *pgconn.PgError
+				require.ErrorAs(t, err, &pgErr, "%s -> %s", from, to)
+				require.Equal(t, "CF001", pgErr.Code, "%s -> %s", from, to)
+				require.NoError(t, tx.Rollback(ctx))
+			}
+		}
+	})
+
+	t.Run("ChargeBornPending", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+
+		id := intent.NewID("ch", time.Now())
+		_, err := b.pool.Exec(ctx, `INSERT INTO charges (tenant_id, id, state, amount, currency, payment_method, provider,
+			provider_key, provider_charge_id, created_at, updated_at)
+			VALUES ($1, $2, 'succeeded', 1, 'USD', 'pm', 'p', 'k', 'py', now(), now())`, b.tenantID, id)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "CF001", pgErr.Code)
+	})
+
+	t.Run("MoneyAndKeyImmutable", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+
+		c := b.accept(ctx, t, "immutable-000000001")
+		for _, set := range []string{"amount = 2", "currency = 'EUR'", "provider_key = 'other'", "payment_method = 'pm_x'"} {
+			_, err := b.pool.Exec(ctx, `UPDATE charges SET `+set+` WHERE id = $1`, c.ID)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr, set)
+			require.Equal(t, "CF002", pgErr.Code, set)
+		}
+	})
+
+	t.Run("EventsAppendOnly", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+
+		c := b.accept(ctx, t, "append-only-0000001")
+		for _, stmt := range []string{`UPDATE charge_events SET reason = 'edited' WHERE charge_id = $1`, `DELETE FROM charge_events WHERE charge_id = $1`} {
+			_, err := b.pool.Exec(ctx, stmt, c.ID)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr, stmt)
+			require.Equal(t, "CF003", pgErr.Code, stmt)
+		}
+	})
+
+	t.Run("TerminalStatesNeedTheirFacts", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+
+		c := b.accept(ctx, t, "facts-000000000001")
+		_, err := b.pool.Exec(ctx, `UPDATE charges SET state = 'submitting' WHERE id = $1`, c.ID)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `UPDATE charges SET state = 'succeeded' WHERE id = $1`, c.ID)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "charges_succeeded_has_provider_charge", pgErr.ConstraintName)
+	})
+}
+
+func TestMoveCharge(t *testing.T) {
+	t.Parallel()
+
+	t.Run("MovesAndAppendsEvent", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		c := b.accept(ctx, t, "move-0000000000001")
+
+		got, err := intent.MoveCharge(ctx, b.pool, intent.Move{
+			TenantID: b.tenantID, ChargeID: c.ID, From: intent.StatePending, To: intent.StateSubmitting,
+			Actor: "worker", Reason: "submit", CountAttempt: true,
+		})
+		require.NoError(t, err)
+		require.Equal(t, intent.StateSubmitting, got.State)
+		require.Equal(t, 1, got.Attempts)
+		require.NotNil(t, got.FirstAttemptAt)
+		require.NotNil(t, got.LastAttemptAt)
+
+		got, err = intent.MoveCharge(ctx, b.pool, intent.Move{
+			TenantID: b.tenantID, ChargeID: c.ID, From: intent.StateSubmitting, To: intent.StateUnknown,
+			Actor: "worker", Reason: "timeout", CheckAfter: 90 * time.Second,
+		})
+		require.NoError(t, err)
+		require.Equal(t, intent.StateUnknown, got.State)
+		require.NotNil(t, got.NextCheckAt)
+		require.NotNil(t, got.UnknownSince)
+		require.InDelta(t, 90, got.NextCheckAt.Sub(*got.UnknownSince).Seconds(), 0.001)
+
+		got, err = intent.MoveCharge(ctx, b.pool, intent.Move{
+			TenantID: b.tenantID, ChargeID: c.ID, From: intent.StateUnknown, To: intent.StateSucceeded,
+			Actor: "reconciler:r1", Reason: "lookup_found", ProviderChargeID: "py_123",
+		})
+		require.NoError(t, err)
+		require.Equal(t, "py_123", got.ProviderChargeID)
+		require.Nil(t, got.NextCheckAt)
+
+		events, err := intent.Events(ctx, b.pool, b.tenantID, c.ID)
+		require.NoError(t, err)
+		var moves []string
+		for _, e := range events {
+			moves = append(moves, fmt.Sprintf("%s>%s:%s:%d", e.From, e.To, e.Reason, e.Attempt))
+		}
+		require.Equal(t, []string{">pending:accepted:0", "pending>submitting:submit:1", "submitting>unknown:timeout:1", "unknown>succeeded:lookup_found:1"}, moves)
+	})
+
+	t.Run("CompareAndSetNeverOverwrites", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		c := b.accept(ctx, t, "cas-00000000000001")
+
+		move := intent.Move{TenantID: b.tenantID, ChargeID: c.ID, From: intent.StatePending, To: intent.StateSubmitting, Actor: "worker", Reason: "submit"}
+		_, err := intent.MoveCharge(ctx, b.pool, move)
+		require.NoError(t, err)
+		_, err = intent.MoveCharge(ctx, b.pool, move)
+		require.ErrorIs(t, err, intent.ErrConflict)
+		var conflict *intent.ConflictError
+		require.ErrorAs(t, err, &conflict)
+		require.Equal(t, intent.StateSubmitting, conflict.Current)
+
+		events, err := intent.Events(ctx, b.pool, b.tenantID, c.ID)
+		require.NoError(t, err)
+		require.Len(t, events, 2, "a lost compare-and-set appends no event")
+	})
+
+	t.Run("StaleLeaseTokenIsFenced", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		c := b.accept(ctx, t, "fence-000000000001")
+		_, err := b.pool.Exec(ctx, `UPDATE charges SET lease_token = 7 WHERE id = $1`, c.ID)
+		require.NoError(t, err)
+
+		move := intent.Move{TenantID: b.tenantID, ChargeID: c.ID, From: intent.StatePending, To: intent.StateFailed,
+			Actor: "reconciler:r1", Reason: "test", FailureCode: "x", LeaseToken: 6}
+		_, err = intent.MoveCharge(ctx, b.pool, move)
+		require.ErrorIs(t, err, intent.ErrFenced)
+		require.NotErrorIs(t, err, intent.ErrConflict)
+
+		move.LeaseToken = 7
+		got, err := intent.MoveCharge(ctx, b.pool, move)
+		require.NoError(t, err)
+		require.Equal(t, intent.StateFailed, got.State)
+		require.Equal(t, int64(7), got.LeaseToken, "moves never lower the token")
+	})
+
+	t.Run("IllegalMoveRefusedInGo", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		c := b.accept(ctx, t, "illegal-go-0000001")
+
+		_, err := intent.MoveCharge(ctx, b.pool, intent.Move{TenantID: b.tenantID, ChargeID: c.ID,
+			From: intent.StatePending, To: intent.StateSucceeded, Actor: "x", Reason: "x", ProviderChargeID: "py"})
+		require.ErrorIs(t, err, intent.ErrIllegalMove)
+	})
+
+	t.Run("MissingChargeIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+
+		_, err := intent.MoveCharge(ctx, b.pool, intent.Move{TenantID: b.tenantID, ChargeID: intent.NewID("ch", time.Now()),
+			From: intent.StatePending, To: intent.StateSubmitting, Actor: "x", Reason: "x"})
+		require.ErrorIs(t, err, intent.ErrNotFound)
+	})
+}
+
+func TestList(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, b.accept(ctx, t, fmt.Sprintf("list-%014d", i)).ID)
+		time.Sleep(2 * time.Millisecond) // ids order by millisecond
+	}
+	slices.Reverse(ids)
+
+	page, more, err := intent.List(ctx, b.pool, intent.ListParams{TenantID: b.tenantID, Limit: 2})
+	require.NoError(t, err)
+	require.True(t, more)
+	require.Equal(t, ids[:2], chargeIDs(page))
+
+	page, more, err = intent.List(ctx, b.pool, intent.ListParams{TenantID: b.tenantID, Limit: 2, StartingAfter: ids[1]})
+	require.NoError(t, err)
+	require.True(t, more)
+	require.Equal(t, ids[2:4], chargeIDs(page))
+
+	page, more, err = intent.List(ctx, b.pool, intent.ListParams{TenantID: b.tenantID, Limit: 2, StartingAfter: ids[3]})
+	require.NoError(t, err)
+	require.False(t, more)
+	require.Equal(t, ids[4:], chargeIDs(page))
+
+	page, _, err = intent.List(ctx, b.pool, intent.ListParams{TenantID: b.tenantID, Limit: 10, State: intent.StateFailed})
+	require.NoError(t, err)
+	require.Empty(t, page)
+
+	page, _, err = intent.List(ctx, b.pool, intent.ListParams{TenantID: "tn_00000000000000000000000000", Limit: 10})
+	require.NoError(t, err)
+	require.Empty(t, page, "another tenant sees nothing")
+}
+
+func chargeIDs(cs []intent.Charge) []string {
+	var ids []string
+	for _, c := range cs {
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
+
+func TestNewID(t *testing.T) {
+	t.Parallel()
+
+	now := time.Now()
+	a := intent.NewID("ch", now)
+	b := intent.NewID("ch", now.Add(time.Millisecond))
+	require.True(t, intent.ValidID("ch", a), a)
+	require.Less(t, a, b, "ids sort by time")
+	require.NotEqual(t, intent.NewID("ch", now), intent.NewID("ch", now))
+	require.False(t, intent.ValidID("tn", a))
+	require.False(t, intent.ValidID("ch", a[:len(a)-1]))
+	require.False(t, intent.ValidID("ch", strings.ToUpper(a)))
+	require.False(t, intent.ValidID("ch", "ch_"+strings.Repeat("z", 26)), "first digit overflows 128 bits")
+	require.False(t, intent.ValidID("ch", "ch_0000000000000000000000000u"[:29]))
+}
+
+func TestCanMove(t *testing.T) {
+	t.Parallel()
+
+	require.True(t, intent.CanMove(intent.StateUnknown, intent.StatePending))
+	require.False(t, intent.CanMove(intent.StateSucceeded, intent.StateFailed))
+	for _, s := range intent.States() {
+		require.True(t, s.Valid())
+		if s.Terminal() {
+			for _, to := range intent.States() {
+				require.False(t, intent.CanMove(s, to), "%s is terminal", s)
+			}
+		}
+	}
+	require.False(t, intent.State("done").Valid())
+	require.False(t, errors.Is(nil, intent.ErrConflict))
+}

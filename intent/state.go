@@ -1,0 +1,88 @@
+package intent
+
+// State is where a charge is in its life. The zero value is not a state.
+type State string
+
+const (
+	// StatePending means accepted and durable: a charge.submit job exists and
+	// the provider has not been called for the current attempt.
+	StatePending State = "pending"
+
+	// StateSubmitting is committed before the provider call. From here on a
+	// provider charge may exist, so a rerun never sends again blindly.
+	StateSubmitting State = "submitting"
+
+	// StateUnknown means the outcome of a call is not known: a timeout, a
+	// reset after sending, a 5xx, or a crash while submitting. Only the
+	// reconciler moves a charge out of it, with proof.
+	StateUnknown State = "unknown"
+
+	// StateSucceeded means the provider confirmed the charge. Terminal.
+	StateSucceeded State = "succeeded"
+
+	// StateFailed means the provider declined, or it is proven that no
+	// provider charge exists and none will be attempted. Terminal.
+	StateFailed State = "failed"
+
+	// StateNeedsReview means automation could not prove the outcome within
+	// policy. An operator resolves it, with written evidence.
+	StateNeedsReview State = "needs_review"
+)
+
+// States lists every state, in the order of the state machine.
+func States() []State {
+	return []State{StatePending, StateSubmitting, StateUnknown, StateSucceeded, StateFailed, StateNeedsReview}
+}
+
+// Valid reports whether s is one of the states.
+func (s State) Valid() bool {
+	switch s {
+	case StatePending, StateSubmitting, StateUnknown, StateSucceeded, StateFailed, StateNeedsReview:
+		return true
+	}
+	return false
+}
+
+// Terminal reports whether nothing may move a charge out of s.
+func (s State) Terminal() bool {
+	return s == StateSucceeded || s == StateFailed
+}
+
+// Transition is one legal move of the state machine.
+type Transition struct {
+	From State
+	To   State
+}
+
+// transitions is the state machine of DESIGN §2, the only copy in Go. The
+// charge_transitions table holds the same rows and the database enforces them.
+var transitions = [...]Transition{
+	{StatePending, StateSubmitting},
+	{StatePending, StateFailed},
+	{StateSubmitting, StateSucceeded},
+	{StateSubmitting, StateFailed},
+	{StateSubmitting, StateUnknown},
+	{StateSubmitting, StatePending},
+	{StateUnknown, StateSucceeded},
+	{StateUnknown, StateFailed},
+	{StateUnknown, StatePending},
+	{StateUnknown, StateNeedsReview},
+	{StateNeedsReview, StateSucceeded},
+	{StateNeedsReview, StateFailed},
+	{StateNeedsReview, StatePending},
+}
+
+// Transitions returns every legal move.
+func Transitions() []Transition {
+	return append([]Transition(nil), transitions[:]...)
+}
+
+// CanMove reports whether from → to is a legal move.
+func CanMove(from, to State) bool {
+	for _, t := range transitions {
+		if t.From == from && t.To == to {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,209 @@
+package intent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what the store needs from a handle: a *pgxpool.Pool, a *pgx.Conn or
+// a pgx.Tx. Passing a transaction makes the call part of it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+const chargeColumns = `tenant_id, id, state, amount, currency, payment_method, description, metadata,
+	provider, provider_key, coalesce(provider_charge_id, ''), coalesce(failure_code, ''), coalesce(review_reason, ''),
+	attempts, first_attempt_at, last_attempt_at, unknown_since, lookup_failures, next_check_at,
+	coalesce(lease_owner, ''), lease_token, lease_expires_at, created_at, updated_at`
+
+func scanCharge(row pgx.Row) (Charge, error) {
+	var c Charge
+	var metadata []byte
+	err := row.Scan(&c.TenantID, &c.ID, &c.State, &c.Amount, &c.Currency, &c.PaymentMethod, &c.Description, &metadata,
+		&c.Provider, &c.ProviderKey, &c.ProviderChargeID, &c.FailureCode, &c.ReviewReason,
+		&c.Attempts, &c.FirstAttemptAt, &c.LastAttemptAt, &c.UnknownSince, &c.LookupFailures, &c.NextCheckAt,
+		&c.LeaseOwner, &c.LeaseToken, &c.LeaseExpiresAt, &c.CreatedAt, &c.UpdatedAt)
+	if err != nil {
+		return Charge{}, err
+	}
+	if err := json.Unmarshal(metadata, &c.Metadata); err != nil {
+		return Charge{}, fmt.Errorf("charge %s: decode metadata: %w", c.ID, err)
+	}
+	return c, nil
+}
+
+// Acceptance is everything written when a charge is accepted.
+type Acceptance struct {
+	// Charge is the new charge; its State must be pending.
+	Charge Charge
+	// Actor is recorded on the creation event.
+	Actor string
+	// KeyHash is sha256 of the client's idempotency key; the key itself is
+	// never stored.
+	KeyHash     []byte
+	Fingerprint []byte
+	// StatusCode and ResponseBody are what the client got, replayed byte for
+	// byte to every retry with the same key.
+	StatusCode   int
+	ResponseBody []byte
+	ExpiresAt    time.Time
+}
+
+// Accept writes the idempotency record, the charge and its creation event in
+// one statement. It reports false, and writes nothing, when the tenant
+// already used the key; the caller then reads that record with Idempotency.
+//
+// If another transaction is inserting the same key, Postgres makes this one
+// wait for it to end: after its commit Accept reports false, after its
+// rollback Accept inserts. With a lock_timeout on the session the wait ends in
+// an error instead (SQLSTATE 55P03).
+func Accept(ctx context.Context, db DB, a Acceptance) (bool, error) {
+	c := a.Charge
+	if c.State != StatePending {
+		return false, fmt.Errorf("%w: a charge is accepted pending, not %q", ErrIllegalMove, c.State)
+	}
+	metadata, err := json.Marshal(c.Metadata)
+	if err != nil {
+		return false, fmt.Errorf("encode metadata: %w", err)
+	}
+	if c.Metadata == nil {
+		metadata = []byte("{}")
+	}
+	var inserted int
+	err = db.QueryRow(ctx, `
+WITH idem AS (
+	INSERT INTO idempotency_keys (tenant_id, key_hash, fingerprint, charge_id, status_code, response_body, created_at, expires_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+	ON CONFLICT (tenant_id, key_hash) DO NOTHING
+	RETURNING tenant_id, charge_id
+), charge AS (
+	INSERT INTO charges (tenant_id, id, state, amount, currency, payment_method, description, metadata,
+		provider, provider_key, created_at, updated_at)
+	SELECT tenant_id, charge_id, 'pending', $9, $10, $11, $12, $13, $14, $15, $7, $7 FROM idem
+	RETURNING tenant_id, id
+), event AS (
+	INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt)
+	SELECT tenant_id, id, NULL, 'pending', $16, 'accepted', 0 FROM charge
+)
+SELECT count(*) FROM idem`,
+		c.TenantID, a.KeyHash, a.Fingerprint, c.ID, a.StatusCode, a.ResponseBody, c.CreatedAt, a.ExpiresAt,
+		c.Amount, c.Currency, c.PaymentMethod, c.Description, metadata, c.Provider, c.ProviderKey, a.Actor,
+	).Scan(&inserted)
+	if err != nil {
+		return false, fmt.Errorf("accept charge: %w", err)
+	}
+	return inserted == 1, nil
+}
+
+// IdempotencyRecord is what a finished request stored under its key.
+type IdempotencyRecord struct {
+	Fingerprint  []byte
+	ChargeID     string
+	StatusCode   int
+	ResponseBody []byte
+	CreatedAt    time.Time
+	ExpiresAt    time.Time
+}
+
+// Idempotency reads the record a tenant stored under a key hash: one
+// primary-key read. It returns ErrNotFound when the key is new.
+//
+// A record past its expiry is still returned until the retention job deletes
+// it: remembering a key longer than promised never charges twice.
+func Idempotency(ctx context.Context, db DB, tenantID string, keyHash []byte) (IdempotencyRecord, error) {
+	var r IdempotencyRecord
+	err := db.QueryRow(ctx, `SELECT fingerprint, charge_id, status_code, response_body, created_at, expires_at
+		FROM idempotency_keys WHERE tenant_id = $1 AND key_hash = $2`, tenantID, keyHash).
+		Scan(&r.Fingerprint, &r.ChargeID, &r.StatusCode, &r.ResponseBody, &r.CreatedAt, &r.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return IdempotencyRecord{}, ErrNotFound
+	}
+	if err != nil {
+		return IdempotencyRecord{}, fmt.Errorf("read idempotency record: %w", err)
+	}
+	return r, nil
+}
+
+// DeleteExpiredIdempotency deletes at most limit idempotency records that
+// expired before now, oldest first, and reports how many it deleted.
+func DeleteExpiredIdempotency(ctx context.Context, db DB, now time.Time, limit int) (int, error) {
+	tag, err := db.Exec(ctx, `DELETE FROM idempotency_keys WHERE (tenant_id, key_hash) IN (
+		SELECT tenant_id, key_hash FROM idempotency_keys WHERE expires_at < $1
+		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, now, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete expired idempotency records: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Get reads one charge of a tenant. Another tenant's id is ErrNotFound.
+func Get(ctx context.Context, db DB, tenantID, id string) (Charge, error) {
+	c, err := scanCharge(db.QueryRow(ctx, `SELECT `+chargeColumns+` FROM charges WHERE tenant_id = $1 AND id = $2`, tenantID, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Charge{}, fmt.Errorf("charge %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Charge{}, fmt.Errorf("read charge %s: %w", id, err)
+	}
+	return c, nil
+}
+
+// ListParams selects a page of a tenant's charges, newest first.
+type ListParams struct {
+	TenantID string
+	// State filters by state; "" lists every state.
+	State State
+	// Limit is the page size.
+	Limit int
+	// StartingAfter is the id of the last charge of the previous page.
+	StartingAfter string
+}
+
+// List returns a page of charges and whether more follow it.
+func List(ctx context.Context, db DB, p ListParams) ([]Charge, bool, error) {
+	rows, err := db.Query(ctx, `SELECT `+chargeColumns+` FROM charges
+		WHERE tenant_id = $1 AND ($2 = '' OR state = $2) AND ($3 = '' OR id < $3)
+		ORDER BY id DESC LIMIT $4`, p.TenantID, string(p.State), p.StartingAfter, p.Limit+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("list charges: %w", err)
+	}
+	charges, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Charge, error) { return scanCharge(row) })
+	if err != nil {
+		return nil, false, fmt.Errorf("list charges: %w", err)
+	}
+	if len(charges) > p.Limit {
+		return charges[:p.Limit], true, nil
+	}
+	return charges, false, nil
+}
+
+// Events returns a charge's audit trail, oldest first. Every charge has at
+// least its creation event, so none means the charge is not the tenant's.
+func Events(ctx context.Context, db DB, tenantID, chargeID string) ([]Event, error) {
+	rows, err := db.Query(ctx, `SELECT id, tenant_id, charge_id, coalesce(from_state, ''), to_state, actor, reason,
+		attempt, coalesce(evidence, ''), created_at
+		FROM charge_events WHERE tenant_id = $1 AND charge_id = $2 ORDER BY id`, tenantID, chargeID)
+	if err != nil {
+		return nil, fmt.Errorf("list events of %s: %w", chargeID, err)
+	}
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
+		var e Event
+		err := row.Scan(&e.ID, &e.TenantID, &e.ChargeID, &e.From, &e.To, &e.Actor, &e.Reason, &e.Attempt, &e.Evidence, &e.CreatedAt)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list events of %s: %w", chargeID, err)
+	}
+	if len(events) == 0 {
+		return nil, fmt.Errorf("charge %s: %w", chargeID, ErrNotFound)
+	}
+	return events, nil
+}

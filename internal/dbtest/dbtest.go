@@ -1,0 +1,137 @@
+// Package dbtest gives each test its own freshly migrated Postgres database.
+//
+// Migrations run once into a template database keyed by a hash of the
+// migration files (pgtestdb); each test then gets CREATE DATABASE … TEMPLATE,
+// which takes tens of milliseconds. A failed test's database is kept and its
+// URL is in the test log, so it can be inspected with psql.
+//
+// The server comes from DATABASE_URL (its database name is ignored), or the
+// local default postgres://postgres@127.0.0.1:5432.
+package dbtest
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver pgtestdb connects with
+	"github.com/peterldowns/pgtestdb"
+
+	"chargeflow/migrations"
+)
+
+// DefaultServer is the Postgres server tests use when DATABASE_URL is unset.
+const DefaultServer = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// migrator adapts the migrations package to pgtestdb.
+type migrator struct{}
+
+func (migrator) Hash() (string, error) { return migrations.Hash() }
+
+func (migrator) Migrate(ctx context.Context, _ *sql.DB, conf pgtestdb.Config) error {
+	pool, err := pgxpool.New(ctx, conf.URL())
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return migrations.Apply(ctx, pool, slog.New(slog.DiscardHandler))
+}
+
+// serverConfig turns DATABASE_URL into pgtestdb's config.
+func serverConfig(t testing.TB) pgtestdb.Config {
+	t.Helper()
+	raw := os.Getenv("DATABASE_URL")
+	if raw == "" {
+		raw = DefaultServer
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatalf("dbtest: parse DATABASE_URL: %v", err)
+	}
+	password, _ := u.User.Password()
+	port := u.Port()
+	if port == "" {
+		port = "5432"
+	}
+	options := u.Query()
+	if options.Get("sslmode") == "" {
+		options.Set("sslmode", "disable")
+	}
+	return pgtestdb.Config{
+		DriverName:                "pgx",
+		Host:                      u.Hostname(),
+		Port:                      port,
+		User:                      cmp.Or(u.User.Username(), "postgres"),
+		Password:                  password,
+		Database:                  "postgres",
+		Options:                   options.Encode(),
+		ForceTerminateConnections: true,
+	}
+}
+
+// URL creates a fresh migrated database for the test and returns its URL.
+func URL(t testing.TB) string {
+	t.Helper()
+	conf := pgtestdb.Custom(t, serverConfig(t), migrator{})
+	return conf.URL()
+}
+
+// Pool creates a fresh migrated database and returns a pool on it, closed
+// when the test ends.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return NewPool(t, URL(t), 8)
+}
+
+// NewPool opens a pool of at most maxConns connections on url, closed when
+// the test ends.
+func NewPool(t testing.TB, url string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("dbtest: parse url: %v", err)
+	}
+	cfg.MaxConns = maxConns
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("dbtest: open pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Admin opens a superuser connection to the server (the postgres database),
+// for tests that must act on a test database from outside: refuse its
+// connections, terminate its sessions.
+func Admin(t testing.TB) *pgx.Conn {
+	t.Helper()
+	conf := serverConfig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, conf.URL())
+	if err != nil {
+		t.Fatalf("dbtest: admin connect: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// DatabaseName returns the database a URL names.
+func DatabaseName(t testing.TB, rawURL string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatalf("dbtest: parse url: %v", err)
+	}
+	return strings.TrimPrefix(u.Path, "/")
+}

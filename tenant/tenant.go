@@ -1,0 +1,146 @@
+// Package tenant holds the merchants that use chargeflow and their API keys.
+//
+// An API key is "cfk_" + the tenant's id without its "tn_" prefix + "_" + a
+// 256-bit secret in base32. The tenant id in the key lets the key be checked
+// against that tenant's keys only (so every lookup is scoped by tenant, and
+// tenants could later live in different databases); only sha256 of the
+// secret is stored, and it is compared in constant time.
+package tenant
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"chargeflow/intent"
+)
+
+// ErrUnauthenticated means the key is malformed, unknown, or revoked. Callers
+// never learn which.
+var ErrUnauthenticated = errors.New("tenant: invalid api key")
+
+// ErrNameTaken means another tenant already has the name.
+var ErrNameTaken = errors.New("tenant: name already taken")
+
+// DB is what this package needs from a handle (pool, conn or transaction).
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Tenant is one merchant.
+type Tenant struct {
+	ID   string
+	Name string
+	// RateLimit is requests per second; 0 means the server's default.
+	RateLimit int
+}
+
+const keyPrefix = "cfk_"
+
+var secretEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// Create makes a tenant and its first API key, and returns the key. The key
+// is shown once; only its hash is kept.
+func Create(ctx context.Context, db DB, name string) (Tenant, string, error) {
+	t := Tenant{ID: intent.NewID("tn", time.Now()), Name: name}
+	_, err := db.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, $2)`, t.ID, t.Name)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return Tenant{}, "", fmt.Errorf("%w: %q", ErrNameTaken, name)
+	}
+	if err != nil {
+		return Tenant{}, "", fmt.Errorf("create tenant: %w", err)
+	}
+	key, err := NewKey(ctx, db, t.ID)
+	if err != nil {
+		return Tenant{}, "", err
+	}
+	return t, key, nil
+}
+
+// ByName finds a tenant by its name; ErrNotFound-like absence is reported as
+// a nil error with ok false.
+func ByName(ctx context.Context, db DB, name string) (Tenant, bool, error) {
+	var t Tenant
+	err := db.QueryRow(ctx, `SELECT id, name, coalesce(rate_limit, 0) FROM tenants WHERE name = $1`, name).
+		Scan(&t.ID, &t.Name, &t.RateLimit)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Tenant{}, false, nil
+	}
+	if err != nil {
+		return Tenant{}, false, fmt.Errorf("find tenant %q: %w", name, err)
+	}
+	return t, true, nil
+}
+
+// NewKey adds an API key to a tenant and returns it.
+func NewKey(ctx context.Context, db DB, tenantID string) (string, error) {
+	var secret [32]byte
+	_, _ = rand.Read(secret[:]) // crypto/rand.Read never fails (Go 1.24+).
+	encoded := strings.ToLower(secretEncoding.EncodeToString(secret[:]))
+	hash := sha256.Sum256([]byte(encoded))
+	_, err := db.Exec(ctx, `INSERT INTO api_keys (tenant_id, id, secret_hash) VALUES ($1, $2, $3)`,
+		tenantID, intent.NewID("key", time.Now()), hash[:])
+	if err != nil {
+		return "", fmt.Errorf("create api key: %w", err)
+	}
+	return keyPrefix + strings.TrimPrefix(tenantID, "tn_") + "_" + encoded, nil
+}
+
+// Authenticate returns the tenant a key belongs to. Every active key of that
+// tenant is compared, in constant time, so the time taken does not depend on
+// how much of the secret matched.
+func Authenticate(ctx context.Context, db DB, apiKey string) (Tenant, error) {
+	tenantID, secret, ok := parseKey(apiKey)
+	if !ok {
+		return Tenant{}, ErrUnauthenticated
+	}
+	presented := sha256.Sum256([]byte(secret))
+	rows, err := db.Query(ctx, `SELECT t.name, coalesce(t.rate_limit, 0), k.secret_hash
+		FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+		WHERE k.tenant_id = $1 AND k.revoked_at IS NULL`, tenantID)
+	if err != nil {
+		return Tenant{}, fmt.Errorf("authenticate: %w", err)
+	}
+	defer rows.Close()
+	t := Tenant{ID: tenantID}
+	match := 0
+	for rows.Next() {
+		var hash []byte
+		if err := rows.Scan(&t.Name, &t.RateLimit, &hash); err != nil {
+			return Tenant{}, fmt.Errorf("authenticate: %w", err)
+		}
+		match |= subtle.ConstantTimeCompare(hash, presented[:])
+	}
+	if err := rows.Err(); err != nil {
+		return Tenant{}, fmt.Errorf("authenticate: %w", err)
+	}
+	if match != 1 {
+		return Tenant{}, ErrUnauthenticated
+	}
+	return t, nil
+}
+
+// parseKey splits a key into the tenant id it names and its secret.
+func parseKey(apiKey string) (tenantID, secret string, ok bool) {
+	rest, found := strings.CutPrefix(apiKey, keyPrefix)
+	if !found {
+		return "", "", false
+	}
+	ulid, secret, found := strings.Cut(rest, "_")
+	if !found || !intent.ValidID("tn", "tn_"+ulid) || len(secret) != secretEncoding.EncodedLen(32) {
+		return "", "", false
+	}
+	return "tn_" + ulid, secret, true
+}
