@@ -1,0 +1,30 @@
+# The two commands of the README: `make run` and `make test`. Both make sure
+# a PostgreSQL answers at DATABASE_URL first, starting a private one from the
+# system's binaries when nothing does (scripts/ensure-postgres).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/chargeflow?sslmode=disable
+
+GO ?= go
+# How long `make test` fuzzes the canonical-JSON parser.
+FUZZTIME ?= 20s
+
+.PHONY: run test db
+
+## db: make sure PostgreSQL answers at DATABASE_URL (start a private cluster if not)
+db:
+	@scripts/ensure-postgres
+
+## run: the whole system on this machine, with a demo tenant and a ready curl
+run: db
+	$(GO) run ./cmd/chargeflow all
+
+## test: formatting, vet, every test with -race, a short fuzz run, the bootstrap script's own test
+test: db
+	@unformatted=$$(gofmt -l .); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+	$(GO) test -run='^$$' -fuzz=FuzzCanonical -fuzztime=$(FUZZTIME) ./api/jsoncanon/
+	scripts/ensure-postgres_test.sh

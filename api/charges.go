@@ -1,0 +1,293 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"chargeflow/crashpoint"
+	"chargeflow/intent"
+)
+
+const chargesRoute = "/v1/charges"
+
+// chargeView is the API's charge object. Its field order is the order of the
+// JSON, and stored 201 bodies are replayed as they were written, so fields
+// are only ever added at the end.
+type chargeView struct {
+	ID               string            `json:"id"`
+	Status           intent.State      `json:"status"`
+	Amount           int64             `json:"amount"`
+	Currency         string            `json:"currency"`
+	PaymentMethod    string            `json:"payment_method"`
+	Description      *string           `json:"description"`
+	Metadata         map[string]string `json:"metadata"`
+	ProviderChargeID *string           `json:"provider_charge_id"`
+	FailureCode      *string           `json:"failure_code"`
+	Attempts         int               `json:"attempts"`
+	CreatedAt        time.Time         `json:"created_at"`
+	UpdatedAt        time.Time         `json:"updated_at"`
+}
+
+func viewOf(c intent.Charge) chargeView {
+	metadata := c.Metadata
+	if metadata == nil {
+		metadata = map[string]string{}
+	}
+	return chargeView{
+		ID:               c.ID,
+		Status:           c.State,
+		Amount:           c.Amount,
+		Currency:         c.Currency,
+		PaymentMethod:    c.PaymentMethod,
+		Description:      c.Description,
+		Metadata:         metadata,
+		ProviderChargeID: nonEmpty(c.ProviderChargeID),
+		FailureCode:      nonEmpty(c.FailureCode),
+		Attempts:         c.Attempts,
+		CreatedAt:        c.CreatedAt.UTC(),
+		UpdatedAt:        c.UpdatedAt.UTC(),
+	}
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// createCharge accepts a charge once per idempotency key. The order of work
+// is DESIGN §3: (authenticate, rate-limit: middleware) → key header → body →
+// strict parse and validate → fingerprint → replay check → one transaction.
+func (s *Server) createCharge(c echo.Context) error {
+	t := tenantOf(c)
+	key, err := idempotencyKey(c.Request().Header)
+	if err != nil {
+		return err
+	}
+	body, err := readBody(c, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	req, canonical, err := parseChargeRequest(body, s.cfg.MaxAmount)
+	if err != nil {
+		return err
+	}
+	fp := fingerprint(http.MethodPost, chargesRoute, canonical)
+	keyHash := sha256.Sum256([]byte(key))
+
+	ctx, cancel := s.dbContext(c)
+	defer cancel()
+
+	// A retry of a finished request costs one primary-key read.
+	rec, err := intent.Idempotency(ctx, s.cfg.DB, t.ID, keyHash[:])
+	if err == nil {
+		return s.replay(c, rec, fp)
+	}
+	if !errors.Is(err, intent.ErrNotFound) {
+		return err
+	}
+
+	now := s.cfg.Now().UTC().Truncate(time.Microsecond) // Postgres keeps microseconds
+	id := intent.NewID("ch", now)
+	charge := intent.Charge{
+		TenantID:      t.ID,
+		ID:            id,
+		State:         intent.StatePending,
+		Amount:        req.Amount,
+		Currency:      req.Currency,
+		PaymentMethod: req.PaymentMethod,
+		Description:   req.Description,
+		Metadata:      req.Metadata,
+		Provider:      s.cfg.Provider,
+		ProviderKey:   intent.ProviderKeyFor(id),
+		CreatedAt:     now,
+		UpdatedAt:     now,
+	}
+	response, err := encodeJSON(viewOf(charge))
+	if err != nil {
+		return fmt.Errorf("encode charge: %w", err)
+	}
+	acceptance := intent.Acceptance{
+		Charge:       charge,
+		Actor:        "api",
+		KeyHash:      keyHash[:],
+		Fingerprint:  fp,
+		StatusCode:   http.StatusCreated,
+		ResponseBody: response,
+		ExpiresAt:    now.Add(s.cfg.IdempotencyTTL),
+	}
+	rec, inserted, err := s.accept(ctx, acceptance, intent.SubmitArgs{TenantID: t.ID, ChargeID: id})
+	if err != nil {
+		return err
+	}
+	if !inserted {
+		return s.replay(c, rec, fp)
+	}
+	c.Set(logChargeKey, id)
+	if err := s.cfg.CrashPoints.Hit(ctx, crashpoint.APIAfterCommitBeforeResponse); err != nil {
+		return err
+	}
+	c.Response().Header().Set(echo.HeaderLocation, chargesRoute+"/"+id)
+	return c.Blob(http.StatusCreated, echo.MIMEApplicationJSON, response)
+}
+
+// accept runs the one transaction of an accepted charge: the idempotency
+// record, the charge and its event (one statement), then the River job, then
+// the commit. If the key was taken meanwhile it returns that request's record
+// instead, having written nothing.
+func (s *Server) accept(ctx context.Context, a intent.Acceptance, job intent.SubmitArgs) (intent.IdempotencyRecord, bool, error) {
+	tx, err := s.cfg.DB.Begin(ctx)
+	if err != nil {
+		return intent.IdempotencyRecord{}, false, fmt.Errorf("begin accept: %w", err)
+	}
+	// Rollback after Commit is a no-op; after a failure it must still run
+	// even if ctx is done, or the connection goes back to the pool mid-tx.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	inserted, err := intent.Accept(ctx, tx, a)
+	if err != nil {
+		return intent.IdempotencyRecord{}, false, err
+	}
+	if !inserted {
+		rec, err := intent.Idempotency(ctx, tx, a.Charge.TenantID, a.KeyHash)
+		return rec, false, err
+	}
+	if _, err := s.cfg.River.InsertTx(ctx, tx, job, nil); err != nil {
+		return intent.IdempotencyRecord{}, false, fmt.Errorf("insert charge.submit job: %w", err)
+	}
+	if err := s.cfg.CrashPoints.Hit(ctx, crashpoint.APIAfterInsertBeforeCommit); err != nil {
+		return intent.IdempotencyRecord{}, false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return intent.IdempotencyRecord{}, false, fmt.Errorf("commit accept: %w", err)
+	}
+	return intent.IdempotencyRecord{}, true, nil
+}
+
+// replay answers a retry with the stored response, byte for byte, or refuses
+// a different request that reuses the key.
+func (s *Server) replay(c echo.Context, rec intent.IdempotencyRecord, fp []byte) error {
+	if subtle.ConstantTimeCompare(rec.Fingerprint, fp) != 1 {
+		return problem(CodeIdempotencyKeyReused, "this Idempotency-Key was used with a different request; use a new key for a new charge")
+	}
+	c.Set(logChargeKey, rec.ChargeID)
+	c.Set(logReplayKey, true)
+	h := c.Response().Header()
+	h.Set("Idempotent-Replayed", "true")
+	h.Set(echo.HeaderLocation, chargesRoute+"/"+rec.ChargeID)
+	return c.Blob(rec.StatusCode, echo.MIMEApplicationJSON, rec.ResponseBody)
+}
+
+// getCharge answers one charge; another tenant's id is 404, never 403.
+func (s *Server) getCharge(c echo.Context) error {
+	id := c.Param("id")
+	if !intent.ValidID("ch", id) {
+		return problem(CodeNotFound, "no such charge")
+	}
+	ctx, cancel := s.dbContext(c)
+	defer cancel()
+	charge, err := intent.Get(ctx, s.cfg.DB, tenantOf(c).ID, id)
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(c, http.StatusOK, viewOf(charge))
+}
+
+type listView struct {
+	Data    []chargeView `json:"data"`
+	HasMore bool         `json:"has_more"`
+}
+
+// listCharges answers a page of charges, newest first.
+func (s *Server) listCharges(c echo.Context) error {
+	params := intent.ListParams{TenantID: tenantOf(c).ID, Limit: 10}
+	for name, values := range c.QueryParams() {
+		if len(values) != 1 {
+			return fieldProblem(CodeInvalidParameter, name, "give each query parameter once")
+		}
+		value := values[0]
+		switch name {
+		case "status":
+			params.State = intent.State(value)
+			if !params.State.Valid() {
+				return fieldProblem(CodeInvalidParameter, name, "status must be one of pending, submitting, unknown, succeeded, failed, needs_review")
+			}
+		case "limit":
+			n, err := strconv.Atoi(value)
+			if err != nil || n < 1 || n > 100 {
+				return fieldProblem(CodeInvalidParameter, name, "limit must be an integer from 1 to 100")
+			}
+			params.Limit = n
+		case "starting_after":
+			if !intent.ValidID("ch", value) {
+				return fieldProblem(CodeInvalidParameter, name, "starting_after must be a charge id")
+			}
+			params.StartingAfter = value
+		default:
+			return fieldProblem(CodeInvalidParameter, safeFieldName(name), "unknown query parameter")
+		}
+	}
+	ctx, cancel := s.dbContext(c)
+	defer cancel()
+	charges, more, err := intent.List(ctx, s.cfg.DB, params)
+	if err != nil {
+		return err
+	}
+	page := listView{Data: make([]chargeView, 0, len(charges)), HasMore: more}
+	for _, ch := range charges {
+		page.Data = append(page.Data, viewOf(ch))
+	}
+	return s.writeJSON(c, http.StatusOK, page)
+}
+
+type eventView struct {
+	ID        int64        `json:"id"`
+	From      *string      `json:"from"`
+	To        intent.State `json:"to"`
+	Actor     string       `json:"actor"`
+	Reason    string       `json:"reason"`
+	Attempt   int          `json:"attempt"`
+	Evidence  *string      `json:"evidence"`
+	CreatedAt time.Time    `json:"created_at"`
+}
+
+// listEvents answers a charge's audit trail, oldest first.
+func (s *Server) listEvents(c echo.Context) error {
+	id := c.Param("id")
+	if !intent.ValidID("ch", id) {
+		return problem(CodeNotFound, "no such charge")
+	}
+	ctx, cancel := s.dbContext(c)
+	defer cancel()
+	events, err := intent.Events(ctx, s.cfg.DB, tenantOf(c).ID, id)
+	if err != nil {
+		return err
+	}
+	views := make([]eventView, 0, len(events))
+	for _, e := range events {
+		views = append(views, eventView{
+			ID: e.ID, From: nonEmpty(string(e.From)), To: e.To, Actor: e.Actor, Reason: e.Reason,
+			Attempt: e.Attempt, Evidence: nonEmpty(e.Evidence), CreatedAt: e.CreatedAt.UTC(),
+		})
+	}
+	return s.writeJSON(c, http.StatusOK, struct {
+		Data []eventView `json:"data"`
+	}{views})
+}
+
+func (s *Server) writeJSON(c echo.Context, status int, v any) error {
+	body, err := encodeJSON(v)
+	if err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
+	return c.Blob(status, echo.MIMEApplicationJSON, body)
+}

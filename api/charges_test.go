@@ -1,0 +1,525 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"chargeflow/api"
+	"chargeflow/crashpoint"
+	"chargeflow/internal/dbtest"
+)
+
+func TestCreateCharge(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AcceptsOnceInOneTransaction", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+
+		resp := b.post(t, b.tenantA, "order-A-1-attempt-0001", validBody)
+		require.Equal(t, http.StatusCreated, resp.status, "body: %s", resp.body)
+		require.Equal(t, "application/json", resp.header.Get("Content-Type"))
+		require.Empty(t, resp.header.Get("Idempotent-Replayed"))
+
+		var charge map[string]any
+		require.NoError(t, json.Unmarshal(resp.body, &charge))
+		id := charge["id"].(string)
+		require.Equal(t, "/v1/charges/"+id, resp.header.Get("Location"))
+		require.Equal(t, "pending", charge["status"])
+		require.EqualValues(t, 1000, charge["amount"])
+		require.Equal(t, "USD", charge["currency"])
+		require.Equal(t, "pm_card_visa", charge["payment_method"])
+		require.Equal(t, "Order A-1", charge["description"])
+		require.Equal(t, map[string]any{"order": "A-1"}, charge["metadata"])
+		require.Nil(t, charge["provider_charge_id"])
+		require.Nil(t, charge["failure_code"])
+		require.EqualValues(t, 0, charge["attempts"])
+
+		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.stored(t))
+		require.Equal(t, 1, b.jobsFor(t, id))
+
+		// The stored charge reads back as the same object.
+		got := b.get(t, b.tenantA, "/v1/charges/"+id)
+		require.Equal(t, http.StatusOK, got.status)
+		require.JSONEq(t, string(resp.body), string(got.body))
+
+		events := b.get(t, b.tenantA, "/v1/charges/"+id+"/events")
+		require.Equal(t, http.StatusOK, events.status)
+		var trail struct {
+			Data []map[string]any `json:"data"`
+		}
+		require.NoError(t, json.Unmarshal(events.body, &trail))
+		require.Len(t, trail.Data, 1)
+		require.Nil(t, trail.Data[0]["from"])
+		require.Equal(t, "pending", trail.Data[0]["to"])
+		require.Equal(t, "api", trail.Data[0]["actor"])
+	})
+
+	t.Run("ReplaysByteForByte", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+
+		first := b.post(t, b.tenantA, "order-A-1-attempt-0001", validBody)
+		require.Equal(t, http.StatusCreated, first.status)
+		again := b.post(t, b.tenantA, "order-A-1-attempt-0001", validBody)
+		require.Equal(t, http.StatusCreated, again.status)
+		require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+		require.Equal(t, first.body, again.body)
+		require.Equal(t, first.header.Get("Location"), again.header.Get("Location"))
+		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.stored(t))
+	})
+
+	// Equivalent JSON replays: member order, whitespace, escapes, and the
+	// structured-field form of the key do not change the request.
+	t.Run("EquivalentRequestsReplay", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+
+		first := b.post(t, b.tenantA, "equivalent-key-00001", validBody)
+		require.Equal(t, http.StatusCreated, first.status)
+		for _, body := range []string{
+			`{"metadata":{"order":"A-1"},"description":"Order A-1","payment_method":"pm_card_visa","currency":"USD","amount":1000}`,
+			"{\n  \"amount\" : 1000 ,\t\"currency\":\"USD\",\r\n \"payment_method\":\"pm_card_visa\",\"description\":\"Order A-1\",\"metadata\":{\"order\":\"A-1\"}}  ",
+			`{"amount":1000,"currency":"\u0055SD","payment_method":"pm_card_visa","description":"Order\u0020A-1","metadata":{"order":"A-1"}}`,
+		} {
+			resp := b.post(t, b.tenantA, "equivalent-key-00001", body)
+			require.Equal(t, http.StatusCreated, resp.status, "body %s: %s", body, resp.body)
+			require.Equal(t, "true", resp.header.Get("Idempotent-Replayed"))
+			require.Equal(t, first.body, resp.body)
+		}
+		resp := b.post(t, b.tenantA, `"equivalent-key-00001"`, validBody)
+		require.Equal(t, http.StatusCreated, resp.status)
+		require.Equal(t, "true", resp.header.Get("Idempotent-Replayed"), "the sf-string form names the same key")
+		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.stored(t))
+	})
+
+	t.Run("ChangedValueIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+
+		first := b.post(t, b.tenantA, "changed-value-key-01", validBody)
+		require.Equal(t, http.StatusCreated, first.status)
+		for _, body := range []string{
+			`{"amount": 1001, "currency": "USD", "payment_method": "pm_card_visa", "description": "Order A-1", "metadata": {"order": "A-1"}}`,
+			`{"amount": 1000, "currency": "EUR", "payment_method": "pm_card_visa", "description": "Order A-1", "metadata": {"order": "A-1"}}`,
+			`{"amount": 1000, "currency": "USD", "payment_method": "pm_card_mastercard", "description": "Order A-1", "metadata": {"order": "A-1"}}`,
+			`{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": "Order A-2", "metadata": {"order": "A-1"}}`,
+			`{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": "Order A-1", "metadata": {"order": "A-2"}}`,
+			`{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": "Order A-1", "metadata": {"order": "A-1", "x": "y"}}`,
+			`{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": "Order A-1"}`,
+			`{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": null, "metadata": {"order": "A-1"}}`,
+		} {
+			resp := b.post(t, b.tenantA, "changed-value-key-01", body)
+			requireProblem(t, resp, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+		}
+		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.stored(t))
+	})
+
+	t.Run("KeysAreScopedByTenant", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+
+		a := b.post(t, b.tenantA, "shared-key-000000001", validBody)
+		require.Equal(t, http.StatusCreated, a.status)
+		other := b.post(t, b.tenantB, "shared-key-000000001", validBody)
+		require.Equal(t, http.StatusCreated, other.status)
+		require.Empty(t, other.header.Get("Idempotent-Replayed"), "another tenant's key is a new request")
+		require.NotEqual(t, a.header.Get("Location"), other.header.Get("Location"))
+
+		// Replays stay within their tenant.
+		againA := b.post(t, b.tenantA, "shared-key-000000001", validBody)
+		againB := b.post(t, b.tenantB, "shared-key-000000001", validBody)
+		require.Equal(t, a.body, againA.body)
+		require.Equal(t, other.body, againB.body)
+		require.Equal(t, stored{Charges: 2, IdempotencyKeys: 2, Events: 2, Jobs: 2}, b.stored(t))
+
+		// A changed body from tenant B does not disturb tenant A's record.
+		changed := b.post(t, b.tenantB, "shared-key-000000001", strings.Replace(validBody, "1000", "5", 1))
+		requireProblem(t, changed, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	})
+
+	// 200 concurrent POSTs with one key and one body: exactly one charge and
+	// one job; every answer is the 201 body (first or replayed) or a 409.
+	t.Run("ConcurrentDuplicates", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+
+		const n = 200
+		var wg sync.WaitGroup
+		responses := make([]response, n)
+		start := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				responses[i] = b.post(t, b.tenantA, "storm-key-0000000001", validBody)
+			})
+		}
+		close(start)
+		wg.Wait()
+
+		var created []byte
+		var fresh, replayed, conflicts int
+		for _, resp := range responses {
+			switch resp.status {
+			case http.StatusCreated:
+				if created == nil {
+					created = resp.body
+				}
+				require.Equal(t, created, resp.body, "every 201 carries the same bytes")
+				if resp.header.Get("Idempotent-Replayed") == "true" {
+					replayed++
+				} else {
+					fresh++
+				}
+			case http.StatusConflict:
+				requireProblem(t, resp, http.StatusConflict, api.CodeRequestInProgress)
+				require.Equal(t, "1", resp.header.Get("Retry-After"))
+				conflicts++
+			default:
+				t.Fatalf("unexpected status %d: %s", resp.status, resp.body)
+			}
+		}
+		require.Equal(t, 1, fresh, "exactly one request created the charge")
+		require.Equal(t, n, fresh+replayed+conflicts)
+		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.stored(t))
+		t.Logf("%d created, %d replayed, %d conflicts", fresh, replayed, conflicts)
+	})
+
+	// While the first request holds the key inside its transaction, a second
+	// one waits on the unique index; with a short lock_timeout it gets 409 +
+	// Retry-After, and after the first commits it gets the replay.
+	t.Run("InProgressIsConflict", func(t *testing.T) {
+		t.Parallel()
+		var crashLog syncBuffer
+		points, err := crashpoint.Parse(crashpoint.APIAfterInsertBeforeCommit+"=pause:1500ms", 1,
+			slogJSON(&crashLog))
+		require.NoError(t, err)
+		b := setup(t, func(o *setupOpts) {
+			o.lockTimeout = "100ms"
+			o.config = func(c *api.Config) { c.CrashPoints = points }
+		})
+
+		first := make(chan response, 1)
+		go func() { first <- b.post(t, b.tenantA, "in-progress-key-0001", validBody) }()
+		require.Eventually(t, func() bool { return strings.Contains(crashLog.String(), "crashpoint fired") },
+			10*time.Second, 5*time.Millisecond)
+
+		second := b.post(t, b.tenantA, "in-progress-key-0001", validBody)
+		requireProblem(t, second, http.StatusConflict, api.CodeRequestInProgress)
+		require.Equal(t, "1", second.header.Get("Retry-After"))
+
+		firstResp := <-first
+		require.Equal(t, http.StatusCreated, firstResp.status)
+		third := b.post(t, b.tenantA, "in-progress-key-0001", validBody)
+		require.Equal(t, http.StatusCreated, third.status)
+		require.Equal(t, "true", third.header.Get("Idempotent-Replayed"))
+		require.Equal(t, firstResp.body, third.body)
+		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.stored(t))
+	})
+
+	// An error between the insert and the commit rolls everything back; the
+	// retry with the same key then succeeds.
+	t.Run("FailureBeforeCommitLeavesNothing", func(t *testing.T) {
+		t.Parallel()
+		points, err := crashpoint.Parse(crashpoint.APIAfterInsertBeforeCommit+"=error", 1, slogJSON(&syncBuffer{}))
+		require.NoError(t, err)
+		b := setup(t, func(o *setupOpts) {
+			o.config = func(c *api.Config) { c.CrashPoints = points }
+		})
+
+		resp := b.post(t, b.tenantA, "rollback-key-0000001", validBody)
+		requireProblem(t, resp, http.StatusInternalServerError, api.CodeInternal)
+		require.Equal(t, stored{}, b.stored(t))
+	})
+}
+
+func TestCreateChargeRejections(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	const key = "rejection-key-000001"
+	auth := "Bearer " + b.tenantA.Key
+	json := "application/json"
+	tests := []struct {
+		name    string
+		body    string
+		headers []string // replaces the default headers when set
+		status  int
+		code    api.Code
+		field   string
+	}{
+		{name: "NoAPIKey", body: validBody, headers: []string{"Idempotency-Key", key}, status: 401, code: api.CodeUnauthorized},
+		{name: "WrongAPIKey", body: validBody, headers: []string{"Authorization", "Bearer " + b.tenantA.Key[:len(b.tenantA.Key)-4] + "aaaa", "Idempotency-Key", key}, status: 401, code: api.CodeUnauthorized},
+		{name: "MalformedAPIKey", body: validBody, headers: []string{"Authorization", "Bearer cfk_nope", "Idempotency-Key", key}, status: 401, code: api.CodeUnauthorized},
+		{name: "BasicAuth", body: validBody, headers: []string{"Authorization", "Basic " + b.tenantA.Key, "Idempotency-Key", key}, status: 401, code: api.CodeUnauthorized},
+		{name: "TwoAuthorizationHeaders", body: validBody, headers: []string{"Authorization", auth, "Authorization", auth, "Idempotency-Key", key}, status: 401, code: api.CodeUnauthorized},
+		{name: "KeyMissing", body: validBody, headers: []string{"Authorization", auth}, status: 400, code: api.CodeIdempotencyKeyMissing},
+		{name: "KeyTooShort", body: validBody, headers: []string{"Authorization", auth, "Idempotency-Key", "fifteen-chars-x"}, status: 400, code: api.CodeIdempotencyKeyInvalid},
+		{name: "KeyTooLong", body: validBody, headers: []string{"Authorization", auth, "Idempotency-Key", strings.Repeat("k", 256)}, status: 400, code: api.CodeIdempotencyKeyInvalid},
+		{name: "KeyNotASCII", body: validBody, headers: []string{"Authorization", auth, "Idempotency-Key", "order-\xc3\xa9-0000000001"}, status: 400, code: api.CodeIdempotencyKeyInvalid},
+		{name: "KeyRepeated", body: validBody, headers: []string{"Authorization", auth, "Idempotency-Key", key, "Idempotency-Key", key}, status: 400, code: api.CodeIdempotencyKeyInvalid},
+		{name: "KeyBadStructuredField", body: validBody, headers: []string{"Authorization", auth, "Idempotency-Key", `"unterminated-key-0001`}, status: 400, code: api.CodeIdempotencyKeyInvalid},
+		{name: "NotJSON", body: `amount=1000`, status: 400, code: api.CodeInvalidJSON},
+		{name: "Empty", body: ``, status: 400, code: api.CodeInvalidJSON},
+		{name: "NotAnObject", body: `[1000]`, status: 400, code: api.CodeInvalidJSON},
+		{name: "TrailingData", body: validBody + `{}`, status: 400, code: api.CodeInvalidJSON},
+		{name: "DuplicateMember", body: `{"amount": 1000, "amount": 1, "currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeDuplicateMember, field: "amount"},
+		{name: "DuplicateMemberEscaped", body: `{"amount": 1000, "\u0061mount": 1, "currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeDuplicateMember, field: "amount"},
+		{name: "InvalidUTF8", body: "{\"amount\": 1000, \"currency\": \"USD\", \"payment_method\": \"pm_card_visa\", \"description\": \"caf\xe9\"}", status: 400, code: api.CodeInvalidUTF8},
+		{name: "LoneSurrogate", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": "\ud800"}`, status: 400, code: api.CodeInvalidUTF8, field: "description"},
+		{name: "UnknownField", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "customer": "c_1"}`, status: 400, code: api.CodeUnknownField, field: "customer"},
+		{name: "AmountMissing", body: `{"currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeMissingField, field: "amount"},
+		{name: "CurrencyMissing", body: `{"amount": 1000, "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeMissingField, field: "currency"},
+		{name: "PaymentMethodMissing", body: `{"amount": 1000, "currency": "USD"}`, status: 400, code: api.CodeMissingField, field: "payment_method"},
+		{name: "AmountFloat", body: `{"amount": 10.5, "currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeInvalidField, field: "amount"},
+		{name: "AmountFloatIntegral", body: `{"amount": 1000.0, "currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeInvalidField, field: "amount"},
+		{name: "AmountString", body: `{"amount": "1000", "currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeInvalidField, field: "amount"},
+		{name: "AmountExponent", body: `{"amount": 1e3, "currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeInvalidField, field: "amount"},
+		{name: "AmountZero", body: `{"amount": 0, "currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeInvalidField, field: "amount"},
+		{name: "AmountNegative", body: `{"amount": -5, "currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeInvalidField, field: "amount"},
+		{name: "AmountOverMax", body: `{"amount": 100000000, "currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeInvalidField, field: "amount"},
+		{name: "AmountOverInt64", body: `{"amount": 99999999999999999999999, "currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeInvalidField, field: "amount"},
+		{name: "AmountNull", body: `{"amount": null, "currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeInvalidField, field: "amount"},
+		{name: "CurrencyLowercase", body: `{"amount": 1000, "currency": "usd", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeInvalidField, field: "currency"},
+		{name: "CurrencyUnknown", body: `{"amount": 1000, "currency": "ABC", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeInvalidField, field: "currency"},
+		{name: "CurrencyMetal", body: `{"amount": 1000, "currency": "XAU", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeInvalidField, field: "currency"},
+		{name: "CurrencyNumber", body: `{"amount": 1000, "currency": 840, "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeInvalidField, field: "currency"},
+		{name: "PaymentMethodEmpty", body: `{"amount": 1000, "currency": "USD", "payment_method": ""}`, status: 400, code: api.CodeInvalidField, field: "payment_method"},
+		{name: "PaymentMethodSpaces", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm card"}`, status: 400, code: api.CodeInvalidField, field: "payment_method"},
+		{name: "CardNumberAsPaymentMethod", body: `{"amount": 1000, "currency": "USD", "payment_method": "4242424242424242"}`, status: 400, code: api.CodeCardNumberDetected, field: "payment_method"},
+		{name: "CardNumberInDescription", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": "card 4111 1111 1111 1111 thanks"}`, status: 400, code: api.CodeCardNumberDetected, field: "description"},
+		{name: "CardNumberDashedInMetadata", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "metadata": {"note": "5555-5555-5555-4444"}}`, status: 400, code: api.CodeCardNumberDetected, field: "metadata.note"},
+		{name: "CardNumberInUnknownField", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "card": {"number": "378282246310005"}}`, status: 400, code: api.CodeCardNumberDetected, field: "card.number"},
+		{name: "CardNumberAsNumber", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "pan": 4000056655665556}`, status: 400, code: api.CodeCardNumberDetected, field: "pan"},
+		{name: "DescriptionNotString", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": 5}`, status: 400, code: api.CodeInvalidField, field: "description"},
+		{name: "DescriptionTooLong", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": "` + strings.Repeat("é", 1001) + `"}`, status: 400, code: api.CodeInvalidField, field: "description"},
+		{name: "MetadataNotObject", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "metadata": ["a"]}`, status: 400, code: api.CodeInvalidField, field: "metadata"},
+		{name: "MetadataNumberValue", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "metadata": {"n": 5}}`, status: 400, code: api.CodeInvalidField, field: "metadata.n"},
+		{name: "MetadataTooManyKeys", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "metadata": {` + manyKeys(51) + `}}`, status: 400, code: api.CodeInvalidField, field: "metadata"},
+		{name: "MetadataValueTooLong", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "metadata": {"k": "` + strings.Repeat("v", 501) + `"}}`, status: 400, code: api.CodeInvalidField, field: "metadata.k"},
+		{name: "TooDeep", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "x": ` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`, status: 400, code: api.CodeInvalidJSON},
+		{name: "BodyTooLarge", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": "` + strings.Repeat("x", 70<<10) + `"}`, status: 413, code: api.CodeBodyTooLarge},
+		{name: "FormEncoded", body: `amount=1000`, headers: []string{"Authorization", auth, "Idempotency-Key", key, "Content-Type", "application/x-www-form-urlencoded"}, status: 415, code: api.CodeUnsupportedMediaType},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Not parallel: every row must leave the shared database empty,
+			// checked after each one.
+			headers := tt.headers
+			if headers == nil {
+				headers = []string{"Authorization", auth, "Idempotency-Key", key, "Content-Type", json}
+			}
+			resp := b.request(t, http.MethodPost, "/v1/charges", tt.body, headers...)
+			p := requireProblem(t, resp, tt.status, tt.code)
+			if tt.field != "" {
+				require.Equal(t, tt.field, p["field"])
+			}
+			if tt.status == http.StatusUnauthorized {
+				require.NotEmpty(t, resp.header.Get("WWW-Authenticate"))
+			}
+			require.NotContains(t, string(resp.body), "4242424242424242", "problems never echo card numbers")
+			require.Equal(t, stored{}, b.stored(t), "a rejected request stores nothing")
+		})
+	}
+
+	// The same key then works: nothing about the rejections was remembered.
+	resp := b.post(t, b.tenantA, key, validBody)
+	require.Equal(t, http.StatusCreated, resp.status)
+	require.Empty(t, resp.header.Get("Idempotent-Replayed"))
+}
+
+func manyKeys(n int) string {
+	var parts []string
+	for i := range n {
+		parts = append(parts, fmt.Sprintf(`"k%d": "v"`, i))
+	}
+	return strings.Join(parts, ",")
+}
+
+// The rate limit refuses without storing, and a refused key is not
+// remembered: once the bucket refills the same key creates the charge.
+func TestRateLimit(t *testing.T) {
+	t.Parallel()
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	b := setup(t, func(o *setupOpts) {
+		o.config = func(c *api.Config) {
+			c.RateLimit, c.RateBurst = 1, 1
+			c.Now = func() time.Time { return time.Unix(0, now.Load()) }
+		}
+	})
+
+	first := b.post(t, b.tenantA, "rate-limit-key-00001", validBody)
+	require.Equal(t, http.StatusCreated, first.status)
+
+	limited := b.post(t, b.tenantA, "rate-limit-key-00002", validBody)
+	requireProblem(t, limited, http.StatusTooManyRequests, api.CodeRateLimited)
+	require.Equal(t, "1", limited.header.Get("Retry-After"))
+	require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.stored(t))
+
+	// Another tenant has its own bucket.
+	other := b.post(t, b.tenantB, "rate-limit-key-00002", validBody)
+	require.Equal(t, http.StatusCreated, other.status)
+
+	now.Add(int64(time.Second))
+	retried := b.post(t, b.tenantA, "rate-limit-key-00002", validBody)
+	require.Equal(t, http.StatusCreated, retried.status, "a 429 is never replayed")
+	require.Empty(t, retried.header.Get("Idempotent-Replayed"))
+	require.Equal(t, stored{Charges: 3, IdempotencyKeys: 3, Events: 3, Jobs: 3}, b.stored(t))
+}
+
+// With the database refusing connections the API answers 503 +
+// Retry-After, stores nothing, and the retry runs again once it is back.
+func TestDatabaseUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	admin := dbtest.Admin(t)
+	dbName := dbtest.DatabaseName(t, b.dbURL)
+
+	// Warm the authentication cache so the failure is the accept path's own.
+	require.Equal(t, http.StatusOK, b.get(t, b.tenantA, "/v1/charges").status)
+
+	_, err := admin.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %q WITH ALLOW_CONNECTIONS false`, dbName))
+	require.NoError(t, err)
+	restore := func() {
+		_, err := admin.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %q WITH ALLOW_CONNECTIONS true`, dbName))
+		require.NoError(t, err)
+	}
+	t.Cleanup(restore)
+	_, err = admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, dbName)
+	require.NoError(t, err)
+
+	resp := b.post(t, b.tenantA, "db-down-key-00000001", validBody)
+	requireProblem(t, resp, http.StatusServiceUnavailable, api.CodeDatabaseUnavailable)
+	require.Equal(t, "1", resp.header.Get("Retry-After"))
+	ready := b.request(t, http.MethodGet, "/readyz", "")
+	requireProblem(t, ready, http.StatusServiceUnavailable, api.CodeNotReady)
+
+	restore()
+	require.Equal(t, stored{}, b.stored(t))
+	retried := b.post(t, b.tenantA, "db-down-key-00000001", validBody)
+	require.Equal(t, http.StatusCreated, retried.status, "body: %s", retried.body)
+	require.Empty(t, retried.header.Get("Idempotent-Replayed"))
+	require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.stored(t))
+}
+
+func TestReadCharges(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AnotherTenantsChargeIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		created := b.post(t, b.tenantA, "read-key-0000000001", validBody)
+		require.Equal(t, http.StatusCreated, created.status)
+		location := created.header.Get("Location")
+
+		requireProblem(t, b.get(t, b.tenantB, location), http.StatusNotFound, api.CodeNotFound)
+		requireProblem(t, b.get(t, b.tenantB, location+"/events"), http.StatusNotFound, api.CodeNotFound)
+		requireProblem(t, b.get(t, b.tenantA, "/v1/charges/ch_nope"), http.StatusNotFound, api.CodeNotFound)
+		requireProblem(t, b.get(t, b.tenantA, "/v1/charges/ch_00000000000000000000000000/events"), http.StatusNotFound, api.CodeNotFound)
+		requireProblem(t, b.request(t, http.MethodGet, location, ""), http.StatusUnauthorized, api.CodeUnauthorized)
+
+		var page struct {
+			Data []map[string]any `json:"data"`
+		}
+		list := b.get(t, b.tenantB, "/v1/charges")
+		require.NoError(t, json.Unmarshal(list.body, &page))
+		require.Empty(t, page.Data)
+	})
+
+	t.Run("ListPagesNewestFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var ids []string
+		for i := range 5 {
+			resp := b.post(t, b.tenantA, fmt.Sprintf("list-key-%011d", i), validBody)
+			require.Equal(t, http.StatusCreated, resp.status)
+			ids = append([]string{strings.TrimPrefix(resp.header.Get("Location"), "/v1/charges/")}, ids...)
+			time.Sleep(2 * time.Millisecond) // ids order by millisecond
+		}
+		type page struct {
+			Data    []struct{ ID, Status string } `json:"data"`
+			HasMore bool                          `json:"has_more"`
+		}
+		read := func(query string) page {
+			resp := b.get(t, b.tenantA, "/v1/charges"+query)
+			require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
+			var p page
+			require.NoError(t, json.Unmarshal(resp.body, &p))
+			return p
+		}
+		first := read("?limit=2")
+		require.True(t, first.HasMore)
+		require.Equal(t, ids[0], first.Data[0].ID)
+		require.Equal(t, ids[1], first.Data[1].ID)
+		second := read("?limit=3&starting_after=" + first.Data[1].ID)
+		require.False(t, second.HasMore)
+		require.Len(t, second.Data, 3)
+		require.Equal(t, ids[4], second.Data[2].ID)
+		require.Len(t, read("?status=pending").Data, 5)
+		require.Empty(t, read("?status=succeeded").Data)
+
+		for _, query := range []string{"?status=done", "?limit=0", "?limit=101", "?limit=x", "?starting_after=nope", "?colour=red", "?limit=1&limit=2"} {
+			requireProblem(t, b.get(t, b.tenantA, "/v1/charges"+query), http.StatusBadRequest, api.CodeInvalidParameter)
+		}
+	})
+}
+
+func TestHealth(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	require.Equal(t, http.StatusOK, b.request(t, http.MethodGet, "/healthz", "").status)
+	require.Equal(t, http.StatusOK, b.request(t, http.MethodGet, "/readyz", "").status)
+	requireProblem(t, b.request(t, http.MethodGet, "/nope", ""), http.StatusNotFound, api.CodeNotFound)
+	requireProblem(t, b.request(t, http.MethodDelete, "/healthz", ""), http.StatusMethodNotAllowed, api.CodeMethodNotAllowed)
+
+	notReady := setup(t, func(o *setupOpts) {
+		o.config = func(c *api.Config) {
+			c.Ready = func(context.Context) error { return fmt.Errorf("migration 0002 is not applied") }
+		}
+	})
+	requireProblem(t, notReady.request(t, http.MethodGet, "/readyz", ""), http.StatusServiceUnavailable, api.CodeNotReady)
+}
+
+// Logs carry ids and outcomes, never the secrets and personal data that pass
+// through a request.
+func TestLogsKeepSecretsOut(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	const (
+		idempotencyKey = "canary-idem-key-7f3a9c"
+		description    = "canary-description-51d2"
+		metadataKey    = "canary-meta-key-e81b"
+		metadataValue  = "canary-meta-value-0c4d"
+		paymentMethod  = "pm_canary_payment_method_9a7e"
+		card           = "4111111111111111"
+	)
+	body := fmt.Sprintf(`{"amount": 1000, "currency": "USD", "payment_method": %q, "description": %q, "metadata": {%q: %q}}`,
+		paymentMethod, description, metadataKey, metadataValue)
+	require.Equal(t, http.StatusCreated, b.post(t, b.tenantA, idempotencyKey, body).status)
+	require.Equal(t, http.StatusCreated, b.post(t, b.tenantA, idempotencyKey, body).status)
+	requireProblem(t, b.post(t, b.tenantA, idempotencyKey, strings.Replace(body, "1000", "7", 1)), 422, api.CodeIdempotencyKeyReused)
+	bad := fmt.Sprintf(`{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "metadata": {%q: 5}}`, metadataKey)
+	requireProblem(t, b.post(t, b.tenantA, "canary-idem-key-2-0000", bad), 400, api.CodeInvalidField)
+	cardBody := fmt.Sprintf(`{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": %q}`, card)
+	requireProblem(t, b.post(t, b.tenantA, "canary-idem-key-3-0000", cardBody), 400, api.CodeCardNumberDetected)
+	requireProblem(t, b.request(t, http.MethodGet, "/v1/charges", "", "Authorization", "Bearer "+b.tenantA.Key+"x"), 401, api.CodeUnauthorized)
+
+	logs := b.logs.String()
+	require.Contains(t, logs, `"route":"/v1/charges"`, "the requests were logged")
+	for _, secret := range []string{b.tenantA.Key, idempotencyKey, "canary-idem-key-2", description, metadataKey, metadataValue, paymentMethod, card} {
+		require.NotContains(t, logs, secret)
+	}
+}

@@ -1,0 +1,69 @@
+package api_test
+
+import (
+	"context"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+
+	"chargeflow/api"
+)
+
+// The OpenAPI document describes exactly the routes that are served, and
+// every problem code the API can send.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	t.Parallel()
+
+	var doc struct {
+		Paths      map[string]map[string]any `yaml:"paths"`
+		Components struct {
+			Schemas struct {
+				Problem struct {
+					Properties struct {
+						Code struct {
+							Enum []string `yaml:"enum"`
+						} `yaml:"code"`
+					} `yaml:"properties"`
+				} `yaml:"Problem"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	require.NoError(t, yaml.Unmarshal(api.OpenAPI(), &doc))
+
+	var documented []string
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			documented = append(documented, strings.ToUpper(method)+" "+path)
+		}
+	}
+	// The pool connects lazily: building the routes needs no database.
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none")
+	require.NoError(t, err)
+	defer pool.Close()
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	server, err := api.New(api.Config{DB: pool, River: riverClient})
+	require.NoError(t, err)
+	param := regexp.MustCompile(`:([a-z_]+)`)
+	var served []string
+	for _, route := range server.Routes() {
+		served = append(served, param.ReplaceAllString(route, "{$1}"))
+	}
+	slices.Sort(documented)
+	slices.Sort(served)
+	require.Equal(t, served, documented)
+
+	var codes []string
+	for _, c := range api.Codes() {
+		codes = append(codes, string(c))
+	}
+	slices.Sort(codes)
+	require.Equal(t, codes, doc.Components.Schemas.Problem.Properties.Code.Enum)
+}

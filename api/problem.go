@@ -1,0 +1,222 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/labstack/echo/v4"
+
+	"chargeflow/intent"
+)
+
+// Code is the stable, machine-readable name of a problem. Clients branch on
+// it; titles and details are for people and may change.
+type Code string
+
+// The problem codes. docs/api.md and api/openapi.yaml list them too, and a
+// test keeps the three in step.
+const (
+	CodeBodyTooLarge          Code = "body_too_large"
+	CodeCardNumberDetected    Code = "card_number_detected"
+	CodeDatabaseUnavailable   Code = "database_unavailable"
+	CodeDuplicateMember       Code = "duplicate_member"
+	CodeIdempotencyKeyInvalid Code = "idempotency_key_invalid"
+	CodeIdempotencyKeyMissing Code = "idempotency_key_missing"
+	CodeIdempotencyKeyReused  Code = "idempotency_key_reused"
+	CodeInternal              Code = "internal_error"
+	CodeInvalidField          Code = "invalid_field"
+	CodeInvalidJSON           Code = "invalid_json"
+	CodeInvalidParameter      Code = "invalid_parameter"
+	CodeInvalidUTF8           Code = "invalid_utf8"
+	CodeMethodNotAllowed      Code = "method_not_allowed"
+	CodeMissingField          Code = "missing_field"
+	CodeNotFound              Code = "not_found"
+	CodeNotReady              Code = "not_ready"
+	CodeRateLimited           Code = "rate_limited"
+	CodeRequestInProgress     Code = "request_in_progress"
+	CodeUnauthorized          Code = "unauthorized"
+	CodeUnknownField          Code = "unknown_field"
+	CodeUnsupportedMediaType  Code = "unsupported_media_type"
+)
+
+// codeInfo is the one table that maps a code to its HTTP status and title.
+var codeInfo = map[Code]struct {
+	status int
+	title  string
+}{
+	CodeBodyTooLarge:          {http.StatusRequestEntityTooLarge, "Request body too large"},
+	CodeCardNumberDetected:    {http.StatusBadRequest, "Raw card number in request"},
+	CodeDatabaseUnavailable:   {http.StatusServiceUnavailable, "Database unavailable"},
+	CodeDuplicateMember:       {http.StatusBadRequest, "Duplicate JSON member"},
+	CodeIdempotencyKeyInvalid: {http.StatusBadRequest, "Invalid Idempotency-Key"},
+	CodeIdempotencyKeyMissing: {http.StatusBadRequest, "Missing Idempotency-Key"},
+	CodeIdempotencyKeyReused:  {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
+	CodeInternal:              {http.StatusInternalServerError, "Internal error"},
+	CodeInvalidField:          {http.StatusBadRequest, "Invalid field"},
+	CodeInvalidJSON:           {http.StatusBadRequest, "Invalid JSON"},
+	CodeInvalidParameter:      {http.StatusBadRequest, "Invalid query parameter"},
+	CodeInvalidUTF8:           {http.StatusBadRequest, "Invalid UTF-8"},
+	CodeMethodNotAllowed:      {http.StatusMethodNotAllowed, "Method not allowed"},
+	CodeMissingField:          {http.StatusBadRequest, "Missing field"},
+	CodeNotFound:              {http.StatusNotFound, "Not found"},
+	CodeNotReady:              {http.StatusServiceUnavailable, "Not ready"},
+	CodeRateLimited:           {http.StatusTooManyRequests, "Rate limit exceeded"},
+	CodeRequestInProgress:     {http.StatusConflict, "Request in progress"},
+	CodeUnauthorized:          {http.StatusUnauthorized, "Unauthorized"},
+	CodeUnknownField:          {http.StatusBadRequest, "Unknown field"},
+	CodeUnsupportedMediaType:  {http.StatusUnsupportedMediaType, "Unsupported media type"},
+}
+
+// Codes lists every problem code.
+func Codes() []Code {
+	codes := make([]Code, 0, len(codeInfo))
+	for c := range codeInfo {
+		codes = append(codes, c)
+	}
+	return codes
+}
+
+// Problem is an RFC 9457 problem document, and the one error type handlers
+// return for anything the client should see.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Code   Code   `json:"code"`
+	Detail string `json:"detail,omitempty"`
+	// Field names the offending body member or query parameter, as a path
+	// such as "metadata.order".
+	Field string `json:"field,omitempty"`
+
+	// RetryAfter, in seconds, is sent as the Retry-After header when > 0.
+	RetryAfter int `json:"-"`
+	// cause is the underlying error, logged but never sent.
+	cause error
+}
+
+func (p *Problem) Error() string {
+	if p.Detail != "" {
+		return string(p.Code) + ": " + p.Detail
+	}
+	return string(p.Code)
+}
+
+// Unwrap returns the underlying cause, for logs and errors.Is.
+func (p *Problem) Unwrap() error { return p.cause }
+
+// problem builds a Problem for a code.
+func problem(code Code, detail string) *Problem {
+	info, ok := codeInfo[code]
+	if !ok {
+		info = codeInfo[CodeInternal]
+		code = CodeInternal
+	}
+	return &Problem{
+		Type:   "https://chargeflow.dev/problems/" + string(code),
+		Title:  info.title,
+		Status: info.status,
+		Code:   code,
+		Detail: detail,
+	}
+}
+
+func fieldProblem(code Code, field, detail string) *Problem {
+	p := problem(code, detail)
+	p.Field = field
+	return p
+}
+
+// problemFor maps any error a handler returns to the problem the client
+// gets. It is the only place errors become HTTP statuses.
+func problemFor(err error) *Problem {
+	var p *Problem
+	if errors.As(err, &p) {
+		return p
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		switch he.Code {
+		case http.StatusNotFound:
+			return problem(CodeNotFound, "no such route")
+		case http.StatusMethodNotAllowed:
+			return problem(CodeMethodNotAllowed, "")
+		case http.StatusRequestEntityTooLarge:
+			return problem(CodeBodyTooLarge, "")
+		}
+	}
+	switch {
+	case errors.Is(err, intent.ErrNotFound):
+		return problem(CodeNotFound, "no such charge")
+	case lockTimeout(err):
+		p := problem(CodeRequestInProgress, "a request with this Idempotency-Key is still being processed; retry shortly")
+		p.RetryAfter = 1
+		p.cause = err
+		return p
+	case databaseUnavailable(err):
+		p := problem(CodeDatabaseUnavailable, "the database is unavailable; nothing was stored, retry with the same Idempotency-Key")
+		p.RetryAfter = 1
+		p.cause = err
+		return p
+	}
+	p = problem(CodeInternal, "")
+	p.cause = err
+	return p
+}
+
+// lockTimeout reports whether a statement gave up waiting for a lock: for
+// the accept path, another transaction still holds the same idempotency key.
+func lockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
+}
+
+// databaseUnavailable reports whether err means Postgres could not be reached
+// or could not serve the request (rather than refusing it). Nothing was
+// stored, or the commit's outcome is unknown; either way the client's retry
+// with the same key is safe.
+func databaseUnavailable(err error) bool {
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
+			pgErr.Code == "57P01", // admin_shutdown
+			pgErr.Code == "57P02", // crash_shutdown
+			pgErr.Code == "57P03", // cannot_connect_now
+			pgErr.Code == "53300", // too_many_connections
+			pgErr.Code == "57014", // query_canceled (our statement timeout)
+			pgErr.Code == "55000": // database does not allow connections
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed)
+}
+
+// writeProblem sends p as application/problem+json.
+func writeProblem(c echo.Context, p *Problem) error {
+	h := c.Response().Header()
+	if p.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(p.RetryAfter))
+	}
+	if p.Status == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="chargeflow"`)
+	}
+	body, err := encodeJSON(p)
+	if err != nil {
+		return err
+	}
+	return c.Blob(p.Status, "application/problem+json", body)
+}

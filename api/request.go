@@ -1,0 +1,379 @@
+package api
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/bojanz/currency"
+	"github.com/labstack/echo/v4"
+
+	"chargeflow/api/jsoncanon"
+)
+
+// idempotencyKey reads the Idempotency-Key header: exactly one, 16–255
+// printable ASCII characters, either bare or as a structured-field string
+// ("…", RFC 8941) as the IETF draft allows. Both forms name the same key.
+func idempotencyKey(h http.Header) (string, error) {
+	values := h.Values("Idempotency-Key")
+	if len(values) == 0 {
+		return "", problem(CodeIdempotencyKeyMissing, "POST /v1/charges needs an Idempotency-Key header")
+	}
+	if len(values) > 1 {
+		return "", problem(CodeIdempotencyKeyInvalid, "send exactly one Idempotency-Key header")
+	}
+	key := strings.TrimSpace(values[0])
+	if strings.HasPrefix(key, `"`) {
+		unquoted, ok := unquoteSFString(key)
+		if !ok {
+			return "", problem(CodeIdempotencyKeyInvalid, "the quoted Idempotency-Key is not a valid structured-field string")
+		}
+		key = unquoted
+	}
+	if len(key) < 16 || len(key) > 255 {
+		return "", problem(CodeIdempotencyKeyInvalid, "the Idempotency-Key must be 16 to 255 characters long")
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return "", problem(CodeIdempotencyKeyInvalid, "the Idempotency-Key must be printable ASCII")
+		}
+	}
+	return key, nil
+}
+
+// unquoteSFString decodes an RFC 8941 sf-string: DQUOTE *chr DQUOTE, where
+// only \" and \\ are escapes.
+func unquoteSFString(s string) (string, bool) {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return "", false
+	}
+	var b strings.Builder
+	for i := 1; i < len(s)-1; i++ {
+		c := s[i]
+		switch {
+		case c == '\\':
+			i++
+			if i == len(s)-1 || (s[i] != '"' && s[i] != '\\') {
+				return "", false
+			}
+			b.WriteByte(s[i])
+		case c == '"' || c < 0x20 || c > 0x7e:
+			return "", false
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), true
+}
+
+// readBody reads a JSON body of at most limit bytes.
+func readBody(c echo.Context, limit int64) ([]byte, error) {
+	r := c.Request()
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mediaType, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mediaType != "application/json" && !strings.HasSuffix(mediaType, "+json")) {
+			return nil, problem(CodeUnsupportedMediaType, "send Content-Type: application/json")
+		}
+	}
+	if r.ContentLength > limit {
+		return nil, problem(CodeBodyTooLarge, fmt.Sprintf("the body may be at most %d bytes", limit))
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, problem(CodeBodyTooLarge, fmt.Sprintf("the body may be at most %d bytes", limit))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read body: %w", err)
+	}
+	return body, nil
+}
+
+// chargeRequest is a validated POST /v1/charges body.
+type chargeRequest struct {
+	Amount        int64
+	Currency      string
+	PaymentMethod string
+	Description   *string
+	Metadata      map[string]string
+}
+
+const (
+	maxDescription   = 1000
+	maxMetadataKeys  = 50
+	maxMetadataKey   = 40
+	maxMetadataValue = 500
+)
+
+var paymentMethodPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,254}$`)
+
+// parseChargeRequest parses and validates a body and returns it with its RFC
+// 8785 canonical form. It refuses, naming the field: anything that is not
+// strict JSON, a raw card number anywhere, unknown fields, and bad values.
+func parseChargeRequest(body []byte, maxAmount int64) (chargeRequest, []byte, error) {
+	v, err := jsoncanon.Parse(body)
+	if err != nil {
+		return chargeRequest{}, nil, jsonProblem(err)
+	}
+	if field, found := findCardNumber(v, ""); found {
+		return chargeRequest{}, nil, fieldProblem(CodeCardNumberDetected, field,
+			"the body contains what looks like a card number; send a payment method token instead")
+	}
+	if v.Kind != jsoncanon.Object {
+		return chargeRequest{}, nil, problem(CodeInvalidJSON, "the body must be a JSON object")
+	}
+	var req chargeRequest
+	seen := map[string]bool{}
+	for _, m := range v.Members {
+		seen[m.Name] = true
+		var err error
+		switch m.Name {
+		case "amount":
+			req.Amount, err = parseAmount(m.Value, maxAmount)
+		case "currency":
+			req.Currency, err = parseCurrency(m.Value)
+		case "payment_method":
+			req.PaymentMethod, err = parsePaymentMethod(m.Value)
+		case "description":
+			req.Description, err = parseDescription(m.Value)
+		case "metadata":
+			req.Metadata, err = parseMetadata(m.Value)
+		default:
+			err = fieldProblem(CodeUnknownField, safeFieldName(m.Name), "this field is not part of a charge request")
+		}
+		if err != nil {
+			return chargeRequest{}, nil, err
+		}
+	}
+	for _, name := range []string{"amount", "currency", "payment_method"} {
+		if !seen[name] {
+			return chargeRequest{}, nil, fieldProblem(CodeMissingField, name, name+" is required")
+		}
+	}
+	canonical, err := jsoncanon.AppendCanonical(nil, v)
+	if err != nil {
+		return chargeRequest{}, nil, jsonProblem(err)
+	}
+	return req, canonical, nil
+}
+
+// jsonProblem maps a strict-parser error to its problem, naming the path.
+func jsonProblem(err error) error {
+	var syntaxErr *jsoncanon.SyntaxError
+	if !errors.As(err, &syntaxErr) {
+		return fmt.Errorf("parse body: %w", err)
+	}
+	code := CodeInvalidJSON
+	switch {
+	case errors.Is(err, jsoncanon.ErrDuplicateMember):
+		code = CodeDuplicateMember
+	case errors.Is(err, jsoncanon.ErrInvalidUTF8), errors.Is(err, jsoncanon.ErrLoneSurrogate):
+		code = CodeInvalidUTF8
+	}
+	return fieldProblem(code, syntaxErr.Path, syntaxErr.Error())
+}
+
+func parseAmount(v jsoncanon.Value, maxAmount int64) (int64, error) {
+	const field = "amount"
+	if v.Kind != jsoncanon.Number {
+		return 0, fieldProblem(CodeInvalidField, field, "amount must be a JSON integer in the currency's minor unit, not a "+v.Kind.String())
+	}
+	if strings.ContainsAny(v.Number, ".eE") {
+		return 0, fieldProblem(CodeInvalidField, field, "amount must be an integer in minor units, without a fraction or exponent")
+	}
+	if strings.HasPrefix(v.Number, "-") || v.Number == "0" {
+		return 0, fieldProblem(CodeInvalidField, field, "amount must be greater than 0")
+	}
+	n, err := strconv.ParseInt(v.Number, 10, 64)
+	if err != nil || n > maxAmount {
+		return 0, fieldProblem(CodeInvalidField, field, fmt.Sprintf("amount may be at most %d", maxAmount))
+	}
+	return n, nil
+}
+
+func parseCurrency(v jsoncanon.Value) (string, error) {
+	const field = "currency"
+	if v.Kind != jsoncanon.String {
+		return "", fieldProblem(CodeInvalidField, field, "currency must be a string such as \"USD\"")
+	}
+	// The table of active ISO 4217 codes and their minor units comes from
+	// CLDR through github.com/bojanz/currency; funds, metals and test codes
+	// (XAU, XTS, XXX) are not in it.
+	if _, ok := currency.GetDigits(v.String); !ok || v.String != strings.ToUpper(v.String) {
+		return "", fieldProblem(CodeInvalidField, field, "currency must be an active ISO 4217 code in upper case, such as \"USD\"")
+	}
+	return v.String, nil
+}
+
+func parsePaymentMethod(v jsoncanon.Value) (string, error) {
+	const field = "payment_method"
+	if v.Kind != jsoncanon.String || !paymentMethodPattern.MatchString(v.String) {
+		return "", fieldProblem(CodeInvalidField, field, "payment_method must be a payment method token such as \"pm_card_visa\" (letters, digits, _ . : -; at most 255)")
+	}
+	return v.String, nil
+}
+
+func parseDescription(v jsoncanon.Value) (*string, error) {
+	switch {
+	case v.Kind == jsoncanon.Null:
+		return nil, nil
+	case v.Kind != jsoncanon.String:
+		return nil, fieldProblem(CodeInvalidField, "description", "description must be a string or null")
+	case utf8.RuneCountInString(v.String) > maxDescription:
+		return nil, fieldProblem(CodeInvalidField, "description", fmt.Sprintf("description may be at most %d characters", maxDescription))
+	}
+	s := v.String
+	return &s, nil
+}
+
+func parseMetadata(v jsoncanon.Value) (map[string]string, error) {
+	const field = "metadata"
+	switch {
+	case v.Kind == jsoncanon.Null:
+		return nil, nil
+	case v.Kind != jsoncanon.Object:
+		return nil, fieldProblem(CodeInvalidField, field, "metadata must be an object of strings, or null")
+	case len(v.Members) > maxMetadataKeys:
+		return nil, fieldProblem(CodeInvalidField, field, fmt.Sprintf("metadata may have at most %d keys", maxMetadataKeys))
+	}
+	metadata := make(map[string]string, len(v.Members))
+	for _, m := range v.Members {
+		name := safeFieldName(m.Name)
+		if m.Name == "" || utf8.RuneCountInString(m.Name) > maxMetadataKey {
+			return nil, fieldProblem(CodeInvalidField, field, fmt.Sprintf("metadata keys must be 1 to %d characters", maxMetadataKey))
+		}
+		if m.Value.Kind != jsoncanon.String {
+			return nil, fieldProblem(CodeInvalidField, field+"."+name, "metadata values must be strings")
+		}
+		if utf8.RuneCountInString(m.Value.String) > maxMetadataValue {
+			return nil, fieldProblem(CodeInvalidField, field+"."+name, fmt.Sprintf("metadata values may be at most %d characters", maxMetadataValue))
+		}
+		metadata[m.Name] = m.Value.String
+	}
+	return metadata, nil
+}
+
+// safeFieldName is a member name fit to echo back in a problem: short
+// printable ASCII, or a placeholder.
+func safeFieldName(name string) string {
+	if len(name) == 0 || len(name) > 64 {
+		return "(member)"
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] < 0x20 || name[i] > 0x7e {
+			return "(member)"
+		}
+	}
+	return name
+}
+
+// findCardNumber looks through every member name, string and number for a
+// primary account number: 13 to 19 digits, optionally grouped by single
+// spaces or dashes, that pass the Luhn check. It returns where it found one.
+// Cards must reach chargeflow as payment method tokens only; a PAN in a
+// request (or in our database or logs) would put the system in PCI scope.
+func findCardNumber(v jsoncanon.Value, path string) (string, bool) {
+	switch v.Kind {
+	case jsoncanon.String:
+		return path, containsPAN(v.String)
+	case jsoncanon.Number:
+		return path, containsPAN(v.Number)
+	case jsoncanon.Array:
+		for i, e := range v.Elems {
+			if p, ok := findCardNumber(e, path+"["+strconv.Itoa(i)+"]"); ok {
+				return p, true
+			}
+		}
+	case jsoncanon.Object:
+		for _, m := range v.Members {
+			child := m.Name
+			if path != "" {
+				child = path + "." + m.Name
+			}
+			if containsPAN(m.Name) {
+				return cmpPath(path, "(member name)"), true
+			}
+			if p, ok := findCardNumber(m.Value, safeFieldName(child)); ok {
+				return p, true
+			}
+		}
+	}
+	return "", false
+}
+
+func cmpPath(path, fallback string) string {
+	if path == "" {
+		return fallback
+	}
+	return path
+}
+
+// containsPAN reports whether s holds a run of 13–19 digits (single spaces
+// or dashes may separate groups) that passes the Luhn check. A run is taken
+// whole: digits inside a longer run are not a card number on their own.
+func containsPAN(s string) bool {
+	var digits [19]byte
+	n := 0
+	flush := func() bool {
+		ok := n >= 13 && n <= 19 && luhn(digits[:n])
+		n = 0
+		return ok
+	}
+	tooLong := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9':
+			if n == len(digits) {
+				tooLong = true
+				continue
+			}
+			if !tooLong {
+				digits[n] = c - '0'
+				n++
+			}
+		case (c == ' ' || c == '-') && n > 0 && i+1 < len(s) && s[i+1] >= '0' && s[i+1] <= '9' && s[i-1] >= '0' && s[i-1] <= '9':
+			// a single separator between digit groups
+		default:
+			if !tooLong && flush() {
+				return true
+			}
+			n, tooLong = 0, false
+		}
+	}
+	return !tooLong && flush()
+}
+
+// luhn reports whether the digits pass the Luhn (mod 10) check.
+func luhn(digits []byte) bool {
+	sum := 0
+	double := false
+	for i := len(digits) - 1; i >= 0; i-- {
+		d := int(digits[i])
+		if double {
+			d *= 2
+			if d > 9 {
+				d -= 9
+			}
+		}
+		sum += d
+		double = !double
+	}
+	return sum%10 == 0
+}
+
+// fingerprint identifies a request for its idempotency key:
+// sha256(method "\n" route "\n" canonical body). Headers never take part.
+func fingerprint(method, route string, canonical []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte(method + "\n" + route + "\n"))
+	h.Write(canonical)
+	return h.Sum(nil)
+}

@@ -1,0 +1,20 @@
+package api
+
+import (
+	"github.com/labstack/echo/v4"
+)
+
+// routes is the whole API surface.
+func (s *Server) routes(e *echo.Echo) {
+	e.Use(s.logRequests)
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/openapi.yaml", serveOpenAPI)
+
+	v1 := e.Group("/v1", s.authenticate)
+	v1.POST("/charges", s.createCharge)
+	v1.GET("/charges", s.listCharges)
+	v1.GET("/charges/:id", s.getCharge)
+	v1.GET("/charges/:id/events", s.listEvents)
+}

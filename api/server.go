@@ -1,0 +1,164 @@
+// Package api is chargeflow's HTTP API: it authenticates and rate-limits
+// merchants, parses charge requests strictly, and accepts each charge exactly
+// once per idempotency key, writing the charge, its idempotency record, its
+// first event and its charge.submit River job in one Postgres transaction.
+//
+// routes.go shows the whole surface on one screen; problem.go is the one
+// place errors become HTTP statuses; openapi.yaml describes what is served,
+// and a test keeps it honest.
+package api
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/riverqueue/river"
+
+	"chargeflow/crashpoint"
+)
+
+// Config is everything the API needs. Zero values take the defaults.
+type Config struct {
+	// DB is the pool the API works on. Its sessions should set a short
+	// lock_timeout: a request that waits longer than that for another
+	// request holding the same idempotency key gets 409 + Retry-After.
+	DB *pgxpool.Pool
+	// River inserts the charge.submit job inside the accept transaction. An
+	// insert-only client (no queues) is enough.
+	River *river.Client[pgx.Tx]
+	// Logger receives structured request logs. It never gets API keys,
+	// idempotency keys, payment methods, descriptions or metadata.
+	Logger *slog.Logger
+	// CrashPoints are armed in tests and scenarios only; nil is disarmed.
+	CrashPoints *crashpoint.Set
+	// Ready reports whether the database is reachable and migrated; /readyz
+	// calls it.
+	Ready func(context.Context) error
+	// Now is the clock for charge timestamps; defaults to time.Now.
+	Now func() time.Time
+
+	// Provider names the provider new charges go to. Default "fakepsp".
+	Provider string
+	// MaxBodyBytes caps a request body. Default 64 KiB.
+	MaxBodyBytes int64
+	// MaxAmount caps a charge's amount, in minor units. Default 99,999,999.
+	MaxAmount int64
+	// IdempotencyTTL is how long a key is remembered: 1 h to 7 d, default
+	// 24 h. Records are deleted in batches after that by a periodic job.
+	IdempotencyTTL time.Duration
+	// RateLimit is each tenant's sustained requests per second, unless the
+	// tenant has its own; RateBurst is the bucket size. Defaults 5,000/s and
+	// twice the rate. The limit is per API process.
+	RateLimit float64
+	RateBurst int
+	// AuthCacheTTL is how long a verified API key is trusted without asking
+	// the database again (so a revoked key works for at most this long).
+	// Default 10 s.
+	AuthCacheTTL time.Duration
+	// DBTimeout bounds the database work of one request. Default 5 s.
+	DBTimeout time.Duration
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg     Config
+	echo    *echo.Echo
+	auth    *authenticator
+	limiter *tenantLimiter
+}
+
+// New checks the configuration, fills in defaults and builds the handler.
+func New(cfg Config) (*Server, error) {
+	if cfg.DB == nil || cfg.River == nil {
+		return nil, errors.New("api: DB and River are required")
+	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func(ctx context.Context) error { return cfg.DB.Ping(ctx) }
+	}
+	cfg.Provider = cmp.Or(cfg.Provider, "fakepsp")
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, 64<<10)
+	cfg.MaxAmount = cmp.Or(cfg.MaxAmount, 99_999_999)
+	cfg.IdempotencyTTL = cmp.Or(cfg.IdempotencyTTL, 24*time.Hour)
+	if cfg.IdempotencyTTL < time.Hour || cfg.IdempotencyTTL > 7*24*time.Hour {
+		return nil, fmt.Errorf("api: idempotency TTL %s is outside 1h–168h", cfg.IdempotencyTTL)
+	}
+	cfg.RateLimit = cmp.Or(cfg.RateLimit, 5000)
+	cfg.RateBurst = cmp.Or(cfg.RateBurst, int(2*cfg.RateLimit)+1)
+	cfg.AuthCacheTTL = cmp.Or(cfg.AuthCacheTTL, 10*time.Second)
+	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, 5*time.Second)
+
+	s := &Server{
+		cfg:     cfg,
+		auth:    newAuthenticator(cfg.DB, cfg.AuthCacheTTL),
+		limiter: newTenantLimiter(cfg.RateLimit, cfg.RateBurst),
+	}
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = s.handleError
+	s.echo = e
+	s.routes(e)
+	return s, nil
+}
+
+// Handler is the API as an http.Handler.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Routes lists every "METHOD path" the API serves; the OpenAPI test compares
+// it with openapi.yaml.
+func (s *Server) Routes() []string {
+	var routes []string
+	for _, r := range s.echo.Routes() {
+		if strings.HasPrefix(r.Method, "echo_") {
+			continue // Echo's own not-found catch-alls for groups
+		}
+		routes = append(routes, r.Method+" "+r.Path)
+	}
+	return routes
+}
+
+// handleError is Echo's error handler: every error leaves as problem+json.
+func (s *Server) handleError(err error, c echo.Context) {
+	p := problemFor(err)
+	c.Set(logProblemKey, p)
+	if c.Response().Committed {
+		return
+	}
+	if werr := writeProblem(c, p); werr != nil {
+		s.cfg.Logger.WarnContext(c.Request().Context(), "write problem response", "err", werr)
+	}
+}
+
+// dbContext detaches database work from the client's connection (a client
+// that hangs up must not turn a commit into a rollback halfway) and bounds it.
+func (s *Server) dbContext(c echo.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(c.Request().Context()), s.cfg.DBTimeout)
+}
+
+// encodeJSON is how every body is encoded: HTML escaping off (bodies are for
+// programs), one trailing newline. Stored bodies are replayed as they are, so
+// this must stay stable across versions.
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"chargeflow/internal/dbtest"
+)
+
+const crashBody = `{"amount": 2500, "currency": "EUR", "payment_method": "pm_card_visa", "description": "crash test"}`
+
+type postResult struct {
+	status   int
+	replayed string
+	body     string
+	err      error
+}
+
+func postCharge(baseURL, apiKey, key, body string) postResult {
+	req, err := http.NewRequest(http.MethodPost, baseURL+"/v1/charges", strings.NewReader(body))
+	if err != nil {
+		return postResult{err: err}
+	}
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	if err != nil {
+		return postResult{err: err}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return postResult{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed"), body: string(data), err: err}
+}
+
+// rowCounts is what the accept transaction writes.
+func rowCounts(t *testing.T, dbURL string) [4]int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var n [4]int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM charges), (SELECT count(*) FROM idempotency_keys),
+		(SELECT count(*) FROM charge_events), (SELECT count(*) FROM river_job)`).Scan(&n[0], &n[1], &n[2], &n[3]))
+	return n
+}
+
+// Killing the API process inside the accept transaction leaves nothing
+// behind, and the client's retry with the same key then succeeds.
+func TestCrashInsideAcceptTransaction(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	_, apiKey := createTenant(t, dbURL, "crash-inside")
+
+	api := start(t, []string{"DATABASE_URL=" + dbURL, "CHARGEFLOW_CRASHPOINTS=api.after_insert_before_commit=pause:60s"},
+		"api", "--addr", "127.0.0.1:0")
+	baseURL := api.listenAddr()
+
+	result := make(chan postResult, 1)
+	go func() { result <- postCharge(baseURL, apiKey, "crash-inside-key-0001", crashBody) }()
+	api.waitLog(`"msg":"crashpoint fired","role":"api","point":"api.after_insert_before_commit"`)
+	api.kill()
+	got := <-result
+	require.Error(t, got.err, "the client saw the connection die, not an answer")
+	require.Equal(t, [4]int{}, rowCounts(t, dbURL), "nothing of the killed transaction is visible")
+
+	restarted := start(t, []string{"DATABASE_URL=" + dbURL}, "api", "--addr", "127.0.0.1:0")
+	baseURL = restarted.listenAddr()
+	var retry postResult
+	// Postgres may take a moment to notice the dead session and release the
+	// key's lock; until then the retry is told 409 + Retry-After.
+	require.Eventually(t, func() bool {
+		retry = postCharge(baseURL, apiKey, "crash-inside-key-0001", crashBody)
+		return retry.err == nil && retry.status != http.StatusConflict
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Equal(t, http.StatusCreated, retry.status, retry.body)
+	require.Empty(t, retry.replayed, "the retry is the first request that committed")
+	require.Equal(t, [4]int{1, 1, 1, 1}, rowCounts(t, dbURL))
+}
+
+// Killing the API after the commit but before the answer: the client saw
+// nothing, and its retry gets the committed charge as a replay.
+func TestCrashAfterCommitBeforeResponse(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	_, apiKey := createTenant(t, dbURL, "crash-after-commit")
+
+	api := start(t, []string{"DATABASE_URL=" + dbURL, "CHARGEFLOW_CRASHPOINTS=api.after_commit_before_response=exit"},
+		"api", "--addr", "127.0.0.1:0")
+	got := postCharge(api.listenAddr(), apiKey, "crash-after-key-00001", crashBody)
+	require.Error(t, got.err)
+	<-api.done
+	require.Contains(t, api.stderr.String(), `"point":"api.after_commit_before_response"`)
+
+	restarted := start(t, []string{"DATABASE_URL=" + dbURL}, "api", "--addr", "127.0.0.1:0")
+	retry := postCharge(restarted.listenAddr(), apiKey, "crash-after-key-00001", crashBody)
+	require.NoError(t, retry.err)
+	require.Equal(t, http.StatusCreated, retry.status, retry.body)
+	require.Equal(t, "true", retry.replayed)
+	require.Equal(t, [4]int{1, 1, 1, 1}, rowCounts(t, dbURL))
+}
+
+// Two `chargeflow migrate` processes at once on an empty database: both
+// succeed and every migration is applied exactly once.
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin := dbtest.Admin(t)
+	name := fmt.Sprintf("chargeflow_migrate_test_%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), fmt.Sprintf(`DROP DATABASE IF EXISTS %q WITH (FORCE)`, name))
+	})
+	dbURL := strings.Replace(admin.Config().ConnString(), "/postgres?", "/"+name+"?", 1)
+	require.Contains(t, dbURL, name, "the admin URL names the postgres database")
+
+	var wg sync.WaitGroup
+	procs := make([]*process, 2)
+	for i := range procs {
+		wg.Go(func() {
+			procs[i] = start(t, []string{"DATABASE_URL=" + dbURL}, "migrate")
+			<-procs[i].done
+		})
+	}
+	wg.Wait()
+	for _, p := range procs {
+		require.NoError(t, p.err, p.stderr.String())
+	}
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var ours, river int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM chargeflow_migrations), (SELECT count(*) FROM river_migration)`).Scan(&ours, &river))
+	require.Equal(t, 1, ours)
+	require.Positive(t, river)
+
+	// And a third run on the migrated database changes nothing.
+	runInProcess(t, map[string]string{"DATABASE_URL": dbURL}, "migrate")
+}
+
+// `chargeflow all` prints a curl that works as printed.
+func TestAllPrintsWorkingCurl(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+
+	all := start(t, []string{"DATABASE_URL=" + dbURL}, "all", "--addr", "127.0.0.1:0")
+	all.listenAddr()
+	require.Eventually(t, func() bool { return strings.Contains(all.stdout.String(), "Then follow it") }, 30*time.Second, 10*time.Millisecond)
+	printed := all.stdout.String()
+
+	curl := regexp.MustCompile(`curl -sS -i (\S+) \\\s+-H 'Authorization: Bearer (\S+)' \\\s+-H 'Idempotency-Key: (\S+)' \\\s+-H 'Content-Type: application/json' \\\s+-d '([^']+)'`)
+	m := curl.FindStringSubmatch(printed)
+	require.NotNil(t, m, "no curl in:\n%s", printed)
+	url, apiKey, key, body := m[1], m[2], m[3], m[4]
+
+	first := postCharge(strings.TrimSuffix(url, "/v1/charges"), apiKey, key, body)
+	require.NoError(t, first.err)
+	require.Equal(t, http.StatusCreated, first.status, first.body)
+	second := postCharge(strings.TrimSuffix(url, "/v1/charges"), apiKey, key, body)
+	require.Equal(t, "true", second.replayed, "running it twice replays, as the banner says")
+	require.Equal(t, first.body, second.body)
+	require.NotContains(t, all.stderr.String(), apiKey, "the key is printed for the user, never logged")
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"chargeflow/migrations"
+	"chargeflow/tenant"
+)
+
+// runMigrate applies every migration, River's included.
+func runMigrate(ctx context.Context, e env, args []string) error {
+	var c common
+	fs := newFlagSet("migrate", e)
+	c.bind(fs, e)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	logger, err := c.logger(e, "migrate")
+	if err != nil {
+		return err
+	}
+	pool, err := c.openPool(ctx, poolOptions{role: "migrate", maxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := migrations.Apply(ctx, pool, logger); err != nil {
+		return err
+	}
+	logger.Info("database is up to date")
+	return nil
+}
+
+// runTenant manages tenants: `tenant create --name NAME`.
+func runTenant(ctx context.Context, e env, args []string) error {
+	if len(args) == 0 || args[0] != "create" {
+		return errors.New("usage: chargeflow tenant create --name NAME")
+	}
+	var c common
+	var name string
+	fs := newFlagSet("tenant create", e)
+	c.bind(fs, e)
+	fs.StringVar(&name, "name", "", "the tenant's name (unique)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if name == "" {
+		return errors.New("tenant create: --name is required")
+	}
+	pool, err := c.openPool(ctx, poolOptions{role: "tenant", maxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	t, key, err := tenant.Create(ctx, pool, name)
+	if err != nil {
+		return err
+	}
+	out, err := json.Marshal(map[string]string{"tenant_id": t.ID, "api_key": key})
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(e.stdout, "%s\n", out)
+	return err
+}
