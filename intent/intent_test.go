@@ -129,7 +129,9 @@ func TestDatabaseEnforcesStateMachine(t *testing.T) {
 			return tr, row.Scan(&tr.From, &tr.To)
 		})
 		require.NoError(t, err)
-		less := func(a, b intent.Transition) int { return strings.Compare(string(a.From)+">"+string(a.To), string(b.From)+">"+string(b.To)) }
+		less := func(a, b intent.Transition) int {
+			return strings.Compare(string(a.From)+">"+string(a.To), string(b.From)+">"+string(b.To))
+		}
 		inGo := intent.Transitions()
 		slices.SortFunc(inDB, less)
 		slices.SortFunc(inGo, less)

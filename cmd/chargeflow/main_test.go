@@ -145,4 +145,3 @@ func createTenant(t *testing.T, dbURL, name string) (tenantID, apiKey string) {
 	require.Equal(t, 1, strings.Count(out, "\n"), "one JSON object on one line")
 	return created.TenantID, created.APIKey
 }
-
