@@ -1,0 +1,207 @@
+package fakepsp
+
+import (
+	"cmp"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"chargeflow/psp"
+)
+
+// maxScheduleBytes bounds a POST /_admin/faults body.
+const maxScheduleBytes = 1 << 20
+
+// LedgerResponse is the body of GET /_admin/ledger.
+type LedgerResponse struct {
+	// Charges are in the order they were applied; never nil.
+	Charges []LedgerEntry `json:"charges"`
+}
+
+// Audit is the body of GET /_admin/audit: what an auditor checks an
+// orchestrator against. Only charges that moved money (status succeeded)
+// count.
+type Audit struct {
+	// Charges is the number of charges that moved money.
+	Charges int `json:"charges"`
+
+	// Declines is the number of declined charges, which moved nothing.
+	Declines int `json:"declines"`
+
+	// Keys is the number of idempotency keys with at least one charge that
+	// moved money.
+	Keys int `json:"keys"`
+
+	// ChargesPerKey maps a number of money-moving charges ("1", "2", …) to
+	// how many keys have that many. Anything beyond "1" is a double charge.
+	ChargesPerKey map[string]int `json:"charges_per_key"`
+
+	// Duplicates lists every key with more than one money-moving charge, in
+	// the order the keys were first charged; never nil.
+	Duplicates []DuplicateKey `json:"duplicates"`
+
+	// Totals sums money-moving charges per tenant tag and currency, sorted by
+	// tag then currency; never nil.
+	Totals []Total `json:"totals"`
+}
+
+// DuplicateKey is an idempotency key that moved money more than once.
+type DuplicateKey struct {
+	// IdempotencyKey is the provider key.
+	IdempotencyKey string `json:"idempotency_key"`
+
+	// Charges are the key's money-moving charges, in order.
+	Charges []LedgerEntry `json:"charges"`
+}
+
+// Total is the money moved for one tenant tag in one currency.
+type Total struct {
+	// TenantTag is the X-Tenant-Tag header of the charges, "" when absent.
+	TenantTag string `json:"tenant_tag"`
+
+	// Currency is the ISO 4217 code.
+	Currency string `json:"currency"`
+
+	// Charges is the number of money-moving charges.
+	Charges int `json:"charges"`
+
+	// Amount is their sum in the currency's minor unit.
+	Amount int64 `json:"amount"`
+}
+
+// Ledger returns the charges on disk, in order: only those that moved money,
+// or with includeDeclines the declined ones too. A charge whose ledger line
+// is not yet fsynced is not listed.
+func (s *Server) Ledger(includeDeclines bool) []LedgerEntry {
+	s.mu.Lock()
+	charges := slices.Clone(s.charges)
+	s.mu.Unlock()
+
+	entries := make([]LedgerEntry, 0, len(charges))
+	for _, c := range charges {
+		if !c.committed.durable() {
+			continue
+		}
+		if c.Status != psp.StatusSucceeded && !includeDeclines {
+			continue
+		}
+		entries = append(entries, c.LedgerEntry)
+	}
+	return entries
+}
+
+// Audit summarises the ledger per key and per tenant tag and currency.
+func (s *Server) Audit() Audit {
+	audit := Audit{ChargesPerKey: make(map[string]int), Duplicates: []DuplicateKey{}, Totals: []Total{}}
+
+	type totalKey struct{ tag, currency string }
+	perKey := make(map[string][]LedgerEntry)
+	var keyOrder []string
+	totals := make(map[totalKey]*Total)
+
+	for _, entry := range s.Ledger(true) {
+		if entry.Status != psp.StatusSucceeded {
+			audit.Declines++
+			continue
+		}
+		audit.Charges++
+		if _, seen := perKey[entry.IdempotencyKey]; !seen {
+			keyOrder = append(keyOrder, entry.IdempotencyKey)
+		}
+		perKey[entry.IdempotencyKey] = append(perKey[entry.IdempotencyKey], entry)
+
+		tk := totalKey{entry.TenantTag, entry.Currency}
+		total := totals[tk]
+		if total == nil {
+			total = &Total{TenantTag: entry.TenantTag, Currency: entry.Currency}
+			totals[tk] = total
+		}
+		total.Charges++
+		total.Amount += entry.Amount
+	}
+
+	audit.Keys = len(keyOrder)
+	for _, key := range keyOrder {
+		charges := perKey[key]
+		audit.ChargesPerKey[strconv.Itoa(len(charges))]++
+		if len(charges) > 1 {
+			audit.Duplicates = append(audit.Duplicates, DuplicateKey{IdempotencyKey: key, Charges: charges})
+		}
+	}
+	for _, total := range totals {
+		audit.Totals = append(audit.Totals, *total)
+	}
+	slices.SortFunc(audit.Totals, func(a, b Total) int {
+		return cmp.Or(cmp.Compare(a.TenantTag, b.TenantTag), cmp.Compare(a.Currency, b.Currency))
+	})
+	return audit
+}
+
+// Faults returns the fault configuration in force and how often each fault
+// fired since it was set.
+func (s *Server) Faults() FaultState {
+	return s.faults.state()
+}
+
+// SetFaults replaces the fault schedule, reseeds the random source and resets
+// the fired counters. A schedule without Dedupe restores Config.Dedupe.
+func (s *Server) SetFaults(schedule Schedule) error {
+	if err := schedule.Validate(); err != nil {
+		return err
+	}
+	s.faults.set(schedule)
+	s.logger.Info("fakepsp: fault schedule replaced", slog.Int64("seed", schedule.Seed), slog.Int("rules", len(schedule.Rules)))
+	return nil
+}
+
+// handleLedger serves GET /_admin/ledger[?all=true].
+func (s *Server) handleLedger(w http.ResponseWriter, r *http.Request) {
+	includeDeclines := false
+	if all := r.URL.Query().Get("all"); all != "" {
+		parsed, err := strconv.ParseBool(all)
+		if err != nil {
+			writeParamError(w, "all", "all must be true or false")
+			return
+		}
+		includeDeclines = parsed
+	}
+	writeJSON(w, http.StatusOK, LedgerResponse{Charges: s.Ledger(includeDeclines)})
+}
+
+// handleAudit serves GET /_admin/audit.
+func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.Audit())
+}
+
+// handleGetFaults serves GET /_admin/faults.
+func (s *Server) handleGetFaults(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.Faults())
+}
+
+// handleSetFaults serves POST /_admin/faults: the body is a Schedule, parsed
+// strictly.
+func (s *Server) handleSetFaults(w http.ResponseWriter, r *http.Request) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxScheduleBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", "the schedule is larger than 1 MiB")
+			return
+		}
+		writeError(w, http.StatusBadRequest, "invalid_request", "the request body could not be read")
+		return
+	}
+	schedule, err := ParseSchedule(data)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_schedule", err.Error())
+		return
+	}
+	if err := s.SetFaults(schedule); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_schedule", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, s.Faults())
+}

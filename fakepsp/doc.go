@@ -1,0 +1,55 @@
+// Package fakepsp is a fake payment service provider that behaves like a real
+// one where it matters for an orchestrator: it de-duplicates by idempotency
+// key, keeps a durable ledger that survives restarts, and fails in every way
+// a network and a provider can fail, on demand and reproducibly.
+//
+// It serves the wire protocol of DESIGN.md §10 (the same one chargeflow/psp
+// speaks):
+//
+//	POST /v1/charges                  create a charge (Idempotency-Key required)
+//	GET  /v1/charges/by-key/{key}     look a charge up by its idempotency key
+//	GET  /_admin/ledger[?all=true]    the ground truth: charges that moved money
+//	GET  /_admin/audit                charges per key, totals per tenant tag and currency
+//	GET  /_admin/faults               the fault schedule and how often each fault fired
+//	POST /_admin/faults               replace the fault schedule
+//
+// # Charges
+//
+// The test payment method decides the outcome: PaymentMethodVisa and
+// PaymentMethodMastercard succeed, the PaymentMethodDeclined family declines
+// with its decline code, and any other method declines with
+// invalid_payment_method. A decline is a 200 with status "failed". A known key
+// answers its original result (with Idempotent-Replayed: true); a known key
+// with different parameters is 409 idempotency_key_reused. Errors are JSON
+// {"error":{"code","message","param"?}}.
+//
+// # Ledger
+//
+// Every processed charge, succeeded or declined, is appended to the ledger
+// file as one JSON line and fsynced before anyone sees it: before the answer,
+// a replay, a lookup or the admin ledger. Concurrent requests share fsyncs
+// (group commit). New replays the file, so charges, keys, key expiries and
+// replayed errors survive a restart; a torn last line left by a crash is cut
+// off and ignored. One Server must own a ledger file at a time.
+//
+// # Faults
+//
+// A Schedule lists rules; for each call the matching rules are checked in
+// order, each draws once from a random source seeded by Schedule.Seed, and the
+// first that fires applies. The Fault constants document what each fault
+// does. The schedule is set with Config.Faults or POST /_admin/faults, and
+// "dedupe": false switches the provider's own key de-duplication off, so that
+// only the orchestrator can prevent a double charge.
+//
+// Faults are drawn before the key is looked at, so a sequential stream of
+// calls fires the same faults whatever the ledger holds. For a key the
+// provider already knows, a fault that applies a charge applies nothing new:
+// the original charge stands and the fault only changes how the answer is
+// delivered (apply_then_timeout holds and drops, apply_then_reset resets,
+// error_after_apply answers 500 this once, key_expiry leaves the key's window
+// as it was). The faults that act before applying (drop_before_apply,
+// error_before_apply, not_processed, delayed_apply) act for a known key too,
+// and apply nothing.
+//
+// Logs name keys, references and faults, never payment methods.
+package fakepsp

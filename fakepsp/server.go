@@ -1,0 +1,231 @@
+package fakepsp
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// ErrLedgerPathRequired is returned by New when Config.LedgerPath is empty.
+var ErrLedgerPathRequired = errors.New("fakepsp: Config.LedgerPath is required")
+
+// Config configures a Server.
+type Config struct {
+	// LedgerPath is the ledger file: every processed charge is appended to
+	// it, and it is read back on New, so charges and keys survive a restart.
+	// Required.
+	LedgerPath string
+
+	// Dedupe switches the provider's own idempotency key de-duplication.
+	// Defaults to true (nil means true). Faults.Dedupe and POST
+	// /_admin/faults can override it at run time.
+	Dedupe *bool
+
+	// Faults is the fault schedule in force at start. The zero value injects
+	// no faults.
+	Faults Schedule
+
+	// Logger receives a few lines per fault and per charge, never a payment
+	// method. Defaults to discarding everything.
+	Logger *slog.Logger
+
+	// Now tells the time for charge timestamps and for the ages that
+	// key_expiry and lookup_lag compare with their durations. Delays and
+	// held connections always use real time. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Server is the fake payment provider. Serve its Handler over HTTP/1.1 (the
+// connection-dropping faults take over the TCP connection) from an
+// http.Server whose WriteTimeout, if any, is longer than the longest fault
+// duration.
+type Server struct {
+	logger    *slog.Logger
+	now       func() time.Time
+	ledger    *ledger
+	faults    *faultEngine
+	handler   http.Handler
+	committed *commitBatch // already durable; shared by records read back on New
+
+	closing    chan struct{}  // closed by Close: held connections and delays end
+	background sync.WaitGroup // delayed applies
+
+	mu       sync.Mutex
+	closed   bool
+	charges  []*charge           // every processed charge, in ledger order
+	byKey    map[string]*charge  // the latest charge per idempotency key
+	inFlight map[string]struct{} // keys of delayed applies not yet applied (with dedupe on)
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens the ledger at cfg.LedgerPath, replays it and returns a Server
+// ready to serve.
+func New(cfg Config) (*Server, error) {
+	if cfg.LedgerPath == "" {
+		return nil, ErrLedgerPathRequired
+	}
+	if err := cfg.Faults.Validate(); err != nil {
+		return nil, fmt.Errorf("fakepsp: Config.Faults: %w", err)
+	}
+
+	logger := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	dedupe := true
+	if cfg.Dedupe != nil {
+		dedupe = *cfg.Dedupe
+	}
+
+	ledger, records, err := openLedger(cfg.LedgerPath, logger)
+	if err != nil {
+		return nil, err
+	}
+
+	committed := newCommitBatch()
+	close(committed.done)
+	s := &Server{
+		logger:    logger,
+		now:       now,
+		ledger:    ledger,
+		faults:    newFaultEngine(cfg.Faults, dedupe),
+		committed: committed,
+		closing:   make(chan struct{}),
+		charges:   make([]*charge, 0, len(records)),
+		byKey:     make(map[string]*charge, len(records)),
+		inFlight:  make(map[string]struct{}),
+	}
+	for _, record := range records {
+		c := &charge{ledgerRecord: record, committed: committed}
+		s.charges = append(s.charges, c)
+		s.byKey[record.IdempotencyKey] = c
+	}
+	s.handler = s.routes()
+	ledger.start()
+
+	logger.Info("fakepsp: ready", slog.String("ledger", cfg.LedgerPath), slog.Int("charges", len(records)),
+		slog.Bool("dedupe", dedupe), slog.Int("fault_rules", len(cfg.Faults.Rules)))
+	return s, nil
+}
+
+// routes is the whole HTTP surface on one screen.
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/charges", s.handleCharge)
+	mux.HandleFunc("GET /v1/charges/by-key/{key}", s.handleLookup)
+	mux.HandleFunc("GET /_admin/ledger", s.handleLedger)
+	mux.HandleFunc("GET /_admin/audit", s.handleAudit)
+	mux.HandleFunc("GET /_admin/faults", s.handleGetFaults)
+	mux.HandleFunc("POST /_admin/faults", s.handleSetFaults)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "route_not_found", "no route for "+r.Method+" "+r.URL.Path)
+	})
+	return mux
+}
+
+// Handler returns the provider's HTTP handler.
+func (s *Server) Handler() http.Handler {
+	return s.handler
+}
+
+// Close stops the provider: held connections are released, delayed applies
+// that have not happened yet are dropped (as a crash would drop them),
+// pending ledger writes are flushed and the ledger file is closed. Charges
+// that arrive afterwards get 503 shutting_down. Close is safe to call more
+// than once; it does not close the HTTP server serving Handler.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+
+		close(s.closing)
+		s.background.Wait()
+		s.closeErr = s.ledger.close()
+		s.logger.Info("fakepsp: closed")
+	})
+	return s.closeErr
+}
+
+// wait blocks for d or until the server closes. It deliberately ignores the
+// client: a provider keeps working on a request its client gave up on.
+func (s *Server) wait(d time.Duration) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-s.closing:
+	}
+}
+
+// hold keeps a connection open for d, or until the client hangs up or the
+// server closes.
+func (s *Server) hold(ctx context.Context, d time.Duration) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	case <-s.closing:
+	}
+}
+
+// dropConnection closes the client's connection without an answer. With
+// reset it sets SO_LINGER to 0 first, so the client gets a TCP RST instead
+// of an orderly close.
+func (s *Server) dropConnection(w http.ResponseWriter, reset bool) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		// HTTP/2 cannot hand a connection over. A 502 keeps the outcome
+		// just as unknown to the client.
+		s.logger.Warn("fakepsp: cannot drop the connection, answering 502 instead", slog.Any("error", err))
+		writeError(w, http.StatusBadGateway, "connection_drop_unsupported", "this server cannot drop connections; serve it over HTTP/1.1")
+		return
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok && reset {
+		_ = tcp.SetLinger(0)
+	}
+	_ = conn.Close()
+}
+
+// apiErrorBody is the provider's error format.
+type apiErrorBody struct {
+	Error apiErrorDetail `json:"error"`
+}
+
+type apiErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Param   string `json:"param,omitempty"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	writeJSON(w, status, apiErrorBody{Error: apiErrorDetail{Code: code, Message: message}})
+}
+
+func writeParamError(w http.ResponseWriter, param, message string) {
+	writeJSON(w, http.StatusBadRequest, apiErrorBody{Error: apiErrorDetail{Code: "parameter_invalid", Message: message, Param: param}})
+}
+
+// writeJSON writes v as the response. A client that hung up is not an error
+// worth reporting.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body = []byte(`{"error":{"code":"internal_error","message":"cannot encode the response"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,41 @@
+// Package psp is the payment service provider as the orchestrator needs it: one
+// charge call that makes exactly one attempt, one lookup by provider idempotency
+// key, and one function, Classify, that turns whatever came back into an answer
+// the orchestrator can act on.
+//
+// Every answer falls into exactly one of four classes:
+//
+//   - A Charge with StatusSucceeded: the provider moved money.
+//   - A Charge with StatusFailed and a DeclineCode: the provider declined. A
+//     decline is a value, not an error; it is as final as a success.
+//   - An *Error whose Kind is ErrNotApplied: it is proven that the provider did
+//     not apply the request (the connection was never established, or the
+//     provider answered with a status that means "refused before processing",
+//     such as 429). Sending again with the same key is safe and cannot double
+//     charge.
+//   - An *Error whose Kind is ErrUnknownOutcome: the request may or may not have
+//     been applied (a timeout once a connection was obtained, a reset after the
+//     request was sent, any 5xx, a malformed success body, ...). Only a lookup
+//     by key can settle it.
+//
+// Lookup adds a fifth answer, ErrNotFound, returned only when the provider
+// itself proved that no charge exists for the key (a 404 carrying the
+// provider's charge_not_found error code). A bare 404, for example from a
+// wrong route or a proxy, proves nothing and is reported as ErrUnknownOutcome.
+// Lookup never returns ErrNotApplied: a lookup that could not be made says
+// nothing about the charge.
+//
+// The client never retries: retries belong to the caller (River in
+// chargeflow), which records the state it is in before each attempt. To keep
+// that promise it also switches off the silent re-send that net/http performs
+// for requests carrying an Idempotency-Key header; see Client.Charge.
+//
+// The wire protocol is the one served by chargeflow/fakepsp and described in
+// DESIGN.md §10:
+//
+//	POST /v1/charges                 Idempotency-Key: <key>, X-Tenant-Tag: <tag>
+//	     {"amount","currency","payment_method","reference"}
+//	  -> 200 {"id","status","amount","currency","reference","decline_code"?}
+//	GET  /v1/charges/by-key/{key}
+//	  -> 200 the same object, or 404 {"error":{"code":"charge_not_found"}}
+package psp
