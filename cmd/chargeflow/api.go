@@ -97,5 +97,5 @@ func runAPI(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	return serveHTTP(ctx, f.addr, server.Handler(), logger, nil)
+	return serveHTTP(ctx, f.addr, server.Handler(), logger, serveOptions{})
 }

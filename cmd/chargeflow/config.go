@@ -102,10 +102,20 @@ func (c *common) openPool(ctx context.Context, o poolOptions) (*pgxpool.Pool, er
 	return pool, nil
 }
 
+// serveOptions adjust serveHTTP.
+type serveOptions struct {
+	// ready, if set, receives the bound address once the listener is open.
+	ready func(net.Addr)
+	// holdsConnections turns off the read and write timeouts: the fake
+	// provider holds connections open on purpose for as long as a fault says.
+	holdsConnections bool
+	// beforeShutdown runs when ctx is done, before in-flight requests drain.
+	beforeShutdown func()
+}
+
 // serveHTTP serves handler on addr until ctx is done, then drains in-flight
-// requests for up to ten seconds. ready, if not nil, receives the bound
-// address once the listener is open.
-func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *slog.Logger, ready func(net.Addr)) error {
+// requests for up to ten seconds.
+func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *slog.Logger, o serveOptions) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
@@ -118,9 +128,12 @@ func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *s
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+	if o.holdsConnections {
+		server.ReadTimeout, server.WriteTimeout = 0, 0
+	}
 	logger.Info("listening", "addr", ln.Addr().String())
-	if ready != nil {
-		ready(ln.Addr())
+	if o.ready != nil {
+		o.ready(ln.Addr())
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- server.Serve(ln) }()
@@ -128,6 +141,9 @@ func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *s
 	case err := <-errc:
 		return fmt.Errorf("serve %s: %w", addr, err)
 	case <-ctx.Done():
+	}
+	if o.beforeShutdown != nil {
+		o.beforeShutdown()
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -153,8 +155,8 @@ func TestAllPrintsWorkingCurl(t *testing.T) {
 	t.Parallel()
 	dbURL := dbtest.URL(t)
 
-	all := start(t, []string{"DATABASE_URL=" + dbURL}, "all", "--addr", "127.0.0.1:0")
-	all.listenAddr()
+	all := start(t, []string{"DATABASE_URL=" + dbURL}, "all", "--addr", "127.0.0.1:0", "--psp-addr", "127.0.0.1:0",
+		"--ledger", filepath.Join(t.TempDir(), "ledger.jsonl"))
 	require.Eventually(t, func() bool { return strings.Contains(all.stdout.String(), "Then follow it") }, 30*time.Second, 10*time.Millisecond)
 	printed := all.stdout.String()
 
@@ -170,4 +172,22 @@ func TestAllPrintsWorkingCurl(t *testing.T) {
 	require.Equal(t, "true", second.replayed, "running it twice replays, as the banner says")
 	require.Equal(t, first.body, second.body)
 	require.NotContains(t, all.stderr.String(), apiKey, "the key is printed for the user, never logged")
+
+	// The worker and the fake provider run in the same process: the charge
+	// reaches succeeded on its own.
+	var charge struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(first.body), &charge))
+	require.Eventually(t, func() bool {
+		req, _ := http.NewRequest(http.MethodGet, strings.TrimSuffix(url, "/v1/charges")+"/v1/charges/"+charge.ID, nil)
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&charge) == nil && charge.Status == "succeeded"
+	}, 30*time.Second, 10*time.Millisecond)
 }

@@ -5,6 +5,8 @@
 //	chargeflow migrate                  apply every migration (River's included)
 //	chargeflow tenant create --name N   create a tenant, print {"tenant_id","api_key"}
 //	chargeflow api                      the HTTP API
+//	chargeflow worker                   the outbox worker (charge.submit jobs)
+//	chargeflow fakepsp                  the bundled fake payment provider
 //	chargeflow all                      every role in one process, with a demo tenant
 //
 // Every command reads DATABASE_URL (default: the local Postgres,
@@ -52,6 +54,8 @@ func commands() []command {
 		{"migrate", "apply every migration, River's included (safe to run twice, or from two processes at once)", runMigrate},
 		{"tenant", "tenant create --name NAME: create a tenant and an API key, print them as JSON", runTenant},
 		{"api", "serve the HTTP API", runAPI},
+		{"worker", "run the outbox worker: carry pending charges to the provider", runWorker},
+		{"fakepsp", "run the bundled fake payment provider (durable ledger, fault injection)", runFakePSP},
 		{"all", "every role in one process against the local Postgres, with a demo tenant and a ready curl", runAll},
 	}
 }
@@ -80,6 +84,6 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nenvironment: DATABASE_URL (default "+defaultDatabaseURL+"), LOG_LEVEL (debug|info|warn|error)")
+	fmt.Fprintln(w, "\nenvironment: DATABASE_URL (default "+defaultDatabaseURL+"), PSP_URL (default http://127.0.0.1:9090), LOG_LEVEL (debug|info|warn|error)")
 	fmt.Fprintln(w, "run 'chargeflow COMMAND -h' for a command's flags")
 }

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+
+	"chargeflow/fakepsp"
+)
+
+// fakepspFlags configure the bundled fake provider.
+type fakepspFlags struct {
+	addr     string
+	noDedupe bool
+	faults   string
+	ledger   string
+}
+
+func (f *fakepspFlags) bind(fs *flag.FlagSet, e env, addrFlag string) {
+	fs.StringVar(&f.addr, addrFlag, "127.0.0.1:9090", "address the fake provider listens on")
+	fs.BoolVar(&f.noDedupe, "no-dedupe", false, "turn the provider's own idempotency-key de-duplication off: every POST applies a new charge")
+	fs.StringVar(&f.faults, "faults", "", `fault schedule at start, e.g. {"seed": 1, "rules": [{"on": "charge", "fault": "apply_then_timeout", "p": 0.3, "ms": 2000}]}`)
+	fs.StringVar(&f.ledger, "ledger", filepath.Join(cmp.Or(e.getenv("CHARGEFLOW_DATA"), ".data"), "fakepsp-ledger.jsonl"),
+		"the durable ledger file (created if missing; replayed on start)")
+}
+
+// newFakePSP opens the fake provider's ledger and applies the flags.
+func newFakePSP(f fakepspFlags, logger *slog.Logger) (*fakepsp.Server, error) {
+	cfg := fakepsp.Config{LedgerPath: f.ledger, Logger: logger}
+	if f.noDedupe {
+		dedupe := false
+		cfg.Dedupe = &dedupe
+	}
+	if f.faults != "" {
+		schedule, err := fakepsp.ParseSchedule([]byte(f.faults))
+		if err != nil {
+			return nil, fmt.Errorf("--faults: %w", err)
+		}
+		cfg.Faults = schedule
+	}
+	if err := os.MkdirAll(filepath.Dir(f.ledger), 0o755); err != nil {
+		return nil, fmt.Errorf("ledger folder: %w", err)
+	}
+	return fakepsp.New(cfg)
+}
+
+// serveFakePSP serves the fake provider until ctx is done. Closing it first
+// releases the connections its faults hold open.
+func serveFakePSP(ctx context.Context, server *fakepsp.Server, addr string, logger *slog.Logger, ready func(net.Addr)) error {
+	err := serveHTTP(ctx, addr, server.Handler(), logger, serveOptions{
+		ready:            ready,
+		holdsConnections: true,
+		beforeShutdown:   func() { _ = server.Close() },
+	})
+	if closeErr := server.Close(); err == nil {
+		err = closeErr
+	}
+	return err
+}
+
+// runFakePSP runs the bundled fake provider until interrupted.
+func runFakePSP(ctx context.Context, e env, args []string) error {
+	var c common
+	var f fakepspFlags
+	fs := newFlagSet("fakepsp", e)
+	fs.StringVar(&c.logLevel, "log-level", cmp.Or(e.getenv("LOG_LEVEL"), "info"), "debug, info, warn or error (env LOG_LEVEL)")
+	f.bind(fs, e, "addr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	logger, err := c.logger(e, "fakepsp")
+	if err != nil {
+		return err
+	}
+	server, err := newFakePSP(f, logger)
+	if err != nil {
+		return err
+	}
+	return serveFakePSP(ctx, server, f.addr, logger, nil)
+}

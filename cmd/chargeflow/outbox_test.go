@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"chargeflow/internal/dbtest"
+	"chargeflow/scenario"
+)
+
+// system is a set of real chargeflow processes on one test database.
+type system struct {
+	t      *testing.T
+	dbURL  string
+	pool   *pgxpool.Pool
+	pspURL string
+	apiURL string
+	apiKey string
+	ledger string
+}
+
+// startSystem starts the fake provider with its de-duplication off (so only
+// chargeflow stands between a retry and a double charge) and the API; tests
+// start their workers.
+func startSystem(t *testing.T) *system {
+	t.Helper()
+	s := &system{t: t, dbURL: dbtest.URL(t), ledger: filepath.Join(t.TempDir(), "ledger.jsonl")}
+	s.pool = dbtest.NewPool(t, s.dbURL, 4)
+	_, s.apiKey = createTenant(t, s.dbURL, "system")
+	s.startFakePSP()
+	api := start(t, []string{"DATABASE_URL=" + s.dbURL}, "api", "--addr", "127.0.0.1:0")
+	s.apiURL = api.listenAddr()
+	return s
+}
+
+func (s *system) startFakePSP() *process {
+	p := start(s.t, nil, "fakepsp", "--addr", "127.0.0.1:0", "--no-dedupe", "--ledger", s.ledger)
+	s.pspURL = p.listenAddr()
+	return p
+}
+
+// startWorker starts a worker with short timings, and extra env.
+func (s *system) startWorker(env ...string) *process {
+	p := start(s.t, append([]string{"DATABASE_URL=" + s.dbURL, "PSP_URL=" + s.pspURL}, env...),
+		"worker", "--call-timeout", "1s", "--rescue-after", "7s", "--retry-base", "50ms", "--retry-cap", "200ms")
+	p.waitLog(`"msg":"worker started"`)
+	return p
+}
+
+// post creates a charge through the real API and returns its id.
+func (s *system) post(key, paymentMethod string, amount int) string {
+	s.t.Helper()
+	body := fmt.Sprintf(`{"amount": %d, "currency": "USD", "payment_method": %q}`, amount, paymentMethod)
+	got := postCharge(s.apiURL, s.apiKey, key, body)
+	require.NoError(s.t, got.err)
+	require.Equal(s.t, http.StatusCreated, got.status, got.body)
+	var charge struct {
+		ID string `json:"id"`
+	}
+	require.NoError(s.t, json.Unmarshal([]byte(got.body), &charge))
+	return charge.ID
+}
+
+// waitStates waits until no charge is in any of the given states.
+func (s *system) waitNoneIn(timeout time.Duration, states ...string) {
+	s.t.Helper()
+	var left int
+	require.Eventually(s.t, func() bool {
+		require.NoError(s.t, s.pool.QueryRow(context.Background(), `SELECT count(*) FROM charges WHERE state = ANY($1)`, states).Scan(&left))
+		return left == 0
+	}, timeout, 20*time.Millisecond, "charges still in %v", states)
+}
+
+func (s *system) state(id string) string {
+	s.t.Helper()
+	var state string
+	require.NoError(s.t, s.pool.QueryRow(context.Background(), `SELECT state FROM charges WHERE id = $1`, id).Scan(&state))
+	return state
+}
+
+func (s *system) ledgerEntries() []scenario.LedgerEntry {
+	s.t.Helper()
+	entries, err := scenario.FetchLedger(context.Background(), s.pspURL)
+	require.NoError(s.t, err)
+	return entries
+}
+
+// violations runs the ledger invariants, leaving out the ones named.
+func (s *system) violations(ignore ...string) []scenario.Violation {
+	s.t.Helper()
+	charges, err := scenario.ReadCharges(context.Background(), s.pool)
+	require.NoError(s.t, err)
+	var out []scenario.Violation
+	for _, v := range scenario.CheckLedger(charges, s.ledgerEntries()) {
+		if !containsString(ignore, v.Invariant) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func containsString(list []string, s string) bool {
+	for _, item := range list {
+		if item == s {
+			return true
+		}
+	}
+	return false
+}
+
+// 1,000 charges with mixed test cards through the real API, worker and fake
+// provider processes, the provider's de-duplication off: every charge ends
+// terminal, every succeeded charge has exactly one ledger entry with its
+// amount and currency, no failed one has any, and no entry lacks a charge.
+func TestThousandChargesThroughProcesses(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t)
+	s.startWorker()
+
+	methods := []string{"pm_card_visa", "pm_card_mastercard", "pm_card_chargeDeclined",
+		"pm_card_chargeDeclinedInsufficientFunds", "pm_card_chargeDeclinedExpiredCard", "pm_card_visa"}
+	const n = 1000
+	wantSucceeded := 0
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		if strings.HasPrefix(methods[i%len(methods)], "pm_card_visa") || methods[i%len(methods)] == "pm_card_mastercard" {
+			wantSucceeded++
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			s.post(fmt.Sprintf("thousand-%012d", i), methods[i%len(methods)], 100+i)
+		})
+	}
+	wg.Wait()
+	s.waitNoneIn(3*time.Minute, "pending", "submitting", "unknown")
+
+	require.Empty(t, s.violations())
+	var succeeded, failed int
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE state = 'succeeded'),
+		count(*) FILTER (WHERE state = 'failed') FROM charges`).Scan(&succeeded, &failed))
+	require.Equal(t, n, succeeded+failed)
+	require.Equal(t, wantSucceeded, succeeded)
+	require.Len(t, s.ledgerEntries(), succeeded)
+}
+
+// The worker dies after the provider applied the charge and before it saved
+// the answer. After a restart River reruns the job, which finds the charge
+// submitting and moves it to unknown instead of sending again: one ledger
+// entry, never two. (The reconciler then proves it succeeded.)
+func TestWorkerCrashAfterProviderResponse(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t)
+	crashed := s.startWorker("CHARGEFLOW_CRASHPOINTS=worker.after_psp_response_before_save=exit")
+
+	id := s.post("crash-after-psp-0000001", "pm_card_visa", 700)
+	<-crashed.done
+	require.Contains(t, crashed.stderr.String(), `"point":"worker.after_psp_response_before_save"`)
+	require.Equal(t, "submitting", s.state(id))
+	require.Len(t, s.ledgerEntries(), 1, "the provider applied it once")
+
+	s.startWorker()
+	require.Eventually(t, func() bool { return s.state(id) == "unknown" }, 90*time.Second, 50*time.Millisecond)
+	require.Len(t, s.ledgerEntries(), 1, "the rerun did not send again")
+	require.Empty(t, s.violations(scenario.InvariantTerminal))
+}
+
+// The worker dies right after committing submitting, before the call: the
+// rerun moves the charge to unknown and sends nothing at all.
+func TestWorkerCrashAfterSubmittingCommit(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t)
+	crashed := s.startWorker("CHARGEFLOW_CRASHPOINTS=worker.after_submitting_commit=exit")
+
+	id := s.post("crash-after-submitting-01", "pm_card_visa", 800)
+	<-crashed.done
+	require.Contains(t, crashed.stderr.String(), `"point":"worker.after_submitting_commit"`)
+	require.Equal(t, "submitting", s.state(id))
+
+	s.startWorker()
+	require.Eventually(t, func() bool { return s.state(id) == "unknown" }, 90*time.Second, 50*time.Millisecond)
+	require.Empty(t, s.ledgerEntries(), "no provider call was ever sent")
+	var events []string
+	rows, err := s.pool.Query(context.Background(), `SELECT reason FROM charge_events WHERE charge_id = $1 ORDER BY id`, id)
+	require.NoError(t, err)
+	for rows.Next() {
+		var reason string
+		require.NoError(t, rows.Scan(&reason))
+		events = append(events, reason)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"accepted", "submit", "rerun_found_submitting"}, events)
+}

@@ -1,0 +1,296 @@
+// Package outbox is the River worker that carries a charge from pending to
+// its provider and back: the charge.submit job written with the charge.
+//
+// A run of the job never holds a transaction across the network. First it
+// compare-and-sets pending → submitting (attempts + 1) and commits, BEFORE the
+// call; a run that finds submitting instead knows an earlier run died (or is
+// still running) mid-call, moves the charge to unknown and stops, so a rerun
+// never sends blindly. Then it makes one provider call with the charge's fixed
+// provider key. Last, in one transaction with River's JobCompleteTx, it
+// applies the move the answer proves:
+//
+//	succeeded, same amount, currency, reference → succeeded
+//	declined (a value, not an error)            → failed, with the decline code
+//	an answer about other money                 → unknown → needs_review (amount_mismatch),
+//	                                              both moves in the one transaction
+//	provably not applied (refused, 429)         → pending, and River retries with
+//	                                              backoff; on the job's last attempt
+//	                                              → failed (provider_unavailable)
+//	anything else (timeout, reset, 5xx, garbage) → unknown: the reconciler proves it
+//
+// River delivers at least once and a rescued job can run at the same time as
+// the original: correctness comes from the charge row and the provider key,
+// never from job state.
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"chargeflow/crashpoint"
+	"chargeflow/intent"
+	"chargeflow/psp"
+)
+
+// Config configures the worker. Zero values take the defaults.
+type Config struct {
+	DB       *pgxpool.Pool
+	Provider *psp.Client
+	Logger   *slog.Logger
+	// CrashPoints are armed in tests and scenarios only; nil is disarmed.
+	CrashPoints *crashpoint.Set
+
+	// CallTimeout is how long one provider call may take; it sizes the job's
+	// own timeout. It should match the psp.Client's. Default 10 s.
+	CallTimeout time.Duration
+	// UnknownCheckAfter is how soon after an unknown outcome the reconciler
+	// first looks the key up. A lookup that finds the charge settles it at
+	// once; one that does not waits for the settle window anyway. Default 1 s.
+	UnknownCheckAfter time.Duration
+
+	// ResendOnRerun is a deliberately broken mode for the scenario runner's
+	// negative control: a run that finds the charge submitting sends again
+	// instead of moving it to unknown. Never set it outside tests.
+	ResendOnRerun bool
+}
+
+// Worker is the charge.submit worker.
+type Worker struct {
+	river.WorkerDefaults[intent.SubmitArgs]
+	cfg Config
+}
+
+// NewWorker checks cfg and fills its defaults.
+func NewWorker(cfg Config) (*Worker, error) {
+	if cfg.DB == nil || cfg.Provider == nil {
+		return nil, errors.New("outbox: DB and Provider are required")
+	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, 10*time.Second)
+	cfg.UnknownCheckAfter = cmp.Or(cfg.UnknownCheckAfter, time.Second)
+	return &Worker{cfg: cfg}, nil
+}
+
+// Timeout bounds one run: the call, plus room for the two short
+// transactions around it. River's RescueStuckJobsAfter must exceed it.
+func (w *Worker) Timeout(*river.Job[intent.SubmitArgs]) time.Duration {
+	return JobTimeout(w.cfg.CallTimeout)
+}
+
+// JobTimeout is how long a charge.submit run may take for a given provider
+// call timeout.
+func JobTimeout(callTimeout time.Duration) time.Duration { return callTimeout + 5*time.Second }
+
+// actor is how the worker signs the events it writes.
+const actor = "worker"
+
+// Work runs one attempt of a charge.submit job.
+func (w *Worker) Work(ctx context.Context, job *river.Job[intent.SubmitArgs]) error {
+	args := job.Args
+	log := w.cfg.Logger.With("charge_id", args.ChargeID, "tenant_id", args.TenantID, "job_id", job.ID, "job_attempt", job.Attempt)
+
+	charge, err := intent.MoveCharge(ctx, w.cfg.DB, intent.Move{
+		TenantID: args.TenantID, ChargeID: args.ChargeID,
+		From: intent.StatePending, To: intent.StateSubmitting,
+		Actor: actor, Reason: "submit", CountAttempt: true,
+	})
+	var conflict *intent.ConflictError
+	switch {
+	case errors.As(err, &conflict) && conflict.Current == intent.StateSubmitting && w.cfg.ResendOnRerun:
+		log.WarnContext(ctx, "broken mode: resending a charge found submitting")
+		charge, err = intent.Get(ctx, w.cfg.DB, args.TenantID, args.ChargeID)
+		if err != nil {
+			return err
+		}
+	case errors.As(err, &conflict) && conflict.Current == intent.StateSubmitting:
+		// An earlier run died (or is still running) after committing
+		// submitting: a provider charge may exist. Never send again blindly.
+		return w.finish(ctx, job, log, intent.Move{
+			TenantID: args.TenantID, ChargeID: args.ChargeID,
+			From: intent.StateSubmitting, To: intent.StateUnknown,
+			Actor: actor, Reason: "rerun_found_submitting", CheckAfter: w.cfg.UnknownCheckAfter,
+		})
+	case errors.As(err, &conflict):
+		// Someone already moved it on: this run is a duplicate or late.
+		log.InfoContext(ctx, "charge is not pending; nothing to do", "state", string(conflict.Current))
+		return nil
+	case errors.Is(err, intent.ErrNotFound):
+		log.ErrorContext(ctx, "charge.submit job for a charge that does not exist")
+		return river.JobCancel(err)
+	case err != nil:
+		return fmt.Errorf("move to submitting: %w", err)
+	}
+	if err := w.cfg.CrashPoints.Hit(ctx, crashpoint.WorkerAfterSubmittingCommit); err != nil {
+		return err
+	}
+
+	answer, callErr := w.cfg.Provider.Charge(ctx, psp.ChargeRequest{
+		Key:           charge.ProviderKey,
+		Amount:        charge.Amount,
+		Currency:      charge.Currency,
+		PaymentMethod: charge.PaymentMethod,
+		Reference:     charge.ID,
+		Tag:           charge.TenantID,
+	})
+	if err := w.cfg.CrashPoints.Hit(ctx, crashpoint.WorkerAfterPSPResponseBeforeSave); err != nil {
+		return err
+	}
+
+	move := intent.Move{TenantID: charge.TenantID, ChargeID: charge.ID, From: intent.StateSubmitting, Actor: actor}
+	switch {
+	case callErr == nil:
+		return w.finish(ctx, job, log, settle(move, charge, answer)...)
+	case errors.Is(callErr, psp.ErrNotApplied):
+		return w.notApplied(ctx, job, log, charge, callErr)
+	default:
+		move.To, move.Reason, move.CheckAfter = intent.StateUnknown, "outcome_unknown:"+reasonOf(callErr), w.cfg.UnknownCheckAfter
+		log.WarnContext(ctx, "provider outcome unknown", "err", callErr.Error())
+		return w.finish(ctx, job, log, move)
+	}
+}
+
+// settle turns a provider answer into the moves it proves: one, or two
+// for an answer about other money, which the state machine routes through
+// unknown (submitting never goes straight to needs_review).
+func settle(move intent.Move, charge intent.Charge, answer psp.Charge) []intent.Move {
+	if answer.Amount != charge.Amount || answer.Currency != charge.Currency || answer.Reference != charge.ID {
+		toUnknown := move
+		toUnknown.To, toUnknown.Reason = intent.StateUnknown, "provider_answer_mismatch"
+		toReview := move
+		toReview.From, toReview.To, toReview.Reason = intent.StateUnknown, intent.StateNeedsReview, "amount_mismatch"
+		toReview.ReviewReason = fmt.Sprintf("provider answered %d %s for reference %q; the charge is %d %s",
+			answer.Amount, answer.Currency, answer.Reference, charge.Amount, charge.Currency)
+		toReview.Evidence = "provider charge " + answer.ID
+		return []intent.Move{toUnknown, toReview}
+	}
+	if answer.Status == psp.StatusSucceeded {
+		move.To, move.Reason, move.ProviderChargeID = intent.StateSucceeded, "provider_succeeded", answer.ID
+		return []intent.Move{move}
+	}
+	move.To, move.Reason = intent.StateFailed, "provider_declined"
+	move.FailureCode = cmp.Or(answer.DeclineCode, "declined")
+	move.Evidence = "provider charge " + answer.ID
+	return []intent.Move{move}
+}
+
+// notApplied handles an answer that proves nothing was charged: back to
+// pending, and River retries the job with backoff. On the job's last attempt
+// the charge fails as provider_unavailable instead — still proven uncharged.
+func (w *Worker) notApplied(ctx context.Context, job *river.Job[intent.SubmitArgs], log *slog.Logger, charge intent.Charge, callErr error) error {
+	back := intent.Move{
+		TenantID: charge.TenantID, ChargeID: charge.ID,
+		From: intent.StateSubmitting, To: intent.StatePending,
+		Actor: actor, Reason: "not_applied:" + reasonOf(callErr),
+	}
+	if job.Attempt < job.MaxAttempts {
+		if _, err := intent.MoveCharge(ctx, w.cfg.DB, back); err != nil {
+			return w.lostRace(ctx, log, err)
+		}
+		log.InfoContext(ctx, "provider did not apply the charge; retrying with backoff", "err", callErr.Error())
+		return fmt.Errorf("provider did not apply the charge: %w", callErr)
+	}
+	log.WarnContext(ctx, "provider never accepted the charge; failing it", "err", callErr.Error())
+	return w.inTx(ctx, job, log, func(tx pgx.Tx) error {
+		if _, err := intent.MoveCharge(ctx, tx, back); err != nil {
+			return err
+		}
+		_, err := intent.MoveCharge(ctx, tx, intent.Move{
+			TenantID: charge.TenantID, ChargeID: charge.ID,
+			From: intent.StatePending, To: intent.StateFailed,
+			Actor: actor, Reason: "attempts_exhausted", FailureCode: "provider_unavailable",
+		})
+		return err
+	})
+}
+
+// finish applies the moves and completes the job in one transaction.
+func (w *Worker) finish(ctx context.Context, job *river.Job[intent.SubmitArgs], log *slog.Logger, moves ...intent.Move) error {
+	apply := func(tx pgx.Tx) error {
+		for _, m := range moves {
+			if _, err := intent.MoveCharge(ctx, tx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	err := w.inTx(ctx, job, log, apply)
+	var conflict *intent.ConflictError
+	if errors.As(err, &conflict) && conflict.Current == intent.StateUnknown && definitive(moves) {
+		// A rerun (or the reconciler) moved the charge to unknown while this
+		// run waited for the provider. This run holds a definitive answer, so
+		// it settles the charge from unknown.
+		moves = fromUnknown(moves)
+		err = w.inTx(ctx, job, log, apply)
+	}
+	if err != nil {
+		return w.lostRace(ctx, log, err)
+	}
+	last := moves[len(moves)-1]
+	log.InfoContext(ctx, "charge moved", "from", string(moves[0].From), "to", string(last.To), "reason", last.Reason)
+	return nil
+}
+
+// definitive reports whether moves settle the charge from submitting on the
+// strength of a provider answer (rather than leave its outcome unknown).
+func definitive(moves []intent.Move) bool {
+	last := moves[len(moves)-1]
+	return moves[0].From == intent.StateSubmitting &&
+		(last.To == intent.StateSucceeded || last.To == intent.StateFailed || last.To == intent.StateNeedsReview)
+}
+
+// fromUnknown rewrites moves that start at submitting to start at unknown.
+func fromUnknown(moves []intent.Move) []intent.Move {
+	var out []intent.Move
+	for _, m := range moves {
+		if m.From == intent.StateSubmitting && m.To == intent.StateUnknown {
+			continue // already there
+		}
+		if m.From == intent.StateSubmitting {
+			m.From = intent.StateUnknown
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// inTx runs fn and River's JobCompleteTx in one transaction.
+func (w *Worker) inTx(ctx context.Context, job *river.Job[intent.SubmitArgs], _ *slog.Logger, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, w.cfg.DB, func(tx pgx.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+			return fmt.Errorf("complete job: %w", err)
+		}
+		return w.cfg.CrashPoints.Hit(ctx, crashpoint.WorkerAfterSaveBeforeCommit)
+	})
+}
+
+// lostRace treats a lost compare-and-set as the end of this run: someone
+// else moved the charge, and their move stands.
+func (w *Worker) lostRace(ctx context.Context, log *slog.Logger, err error) error {
+	var conflict *intent.ConflictError
+	if errors.As(err, &conflict) {
+		log.InfoContext(ctx, "charge was moved by someone else; dropping this run's result", "state", string(conflict.Current))
+		return nil
+	}
+	return err
+}
+
+// reasonOf is the psp error's stable reason word, for events and metrics.
+func reasonOf(err error) string {
+	var pspErr *psp.Error
+	if errors.As(err, &pspErr) && pspErr.Reason != "" {
+		return pspErr.Reason
+	}
+	return "error"
+}

@@ -1,0 +1,6 @@
+// Package scenario checks, against the provider's ledger as ground truth,
+// that chargeflow never charges twice and never loses or guesses an outcome.
+//
+// CheckLedger compares every charge in the database with every charge that
+// moved money at the provider and names each broken invariant of DESIGN §7.
+package scenario

@@ -1,0 +1,56 @@
+package scenario_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"chargeflow/scenario"
+)
+
+func TestCheckLedger(t *testing.T) {
+	t.Parallel()
+
+	charge := func(id, state string) scenario.ChargeRow {
+		c := scenario.ChargeRow{ID: id, State: state, Amount: 100, Currency: "USD", ProviderKey: "cf_" + id}
+		if state == "succeeded" {
+			c.ProviderChargeID = "py_" + id
+		}
+		if state == "needs_review" {
+			c.ReviewReason = "lookup_unavailable"
+		}
+		return c
+	}
+	entry := func(id, ref string) scenario.LedgerEntry {
+		return scenario.LedgerEntry{ID: id, Reference: ref, IdempotencyKey: "cf_" + ref, Amount: 100, Currency: "USD", Status: "succeeded"}
+	}
+
+	t.Run("Clean", func(t *testing.T) {
+		t.Parallel()
+		charges := []scenario.ChargeRow{charge("a", "succeeded"), charge("b", "failed"), charge("c", "needs_review")}
+		ledger := []scenario.LedgerEntry{entry("py_a", "a"), {ID: "py_b", Reference: "b", Status: "failed"}}
+		require.Empty(t, scenario.CheckLedger(charges, ledger))
+	})
+
+	for name, tt := range map[string]struct {
+		charges   []scenario.ChargeRow
+		ledger    []scenario.LedgerEntry
+		invariant string
+	}{
+		"DoubleCharge":        {[]scenario.ChargeRow{charge("a", "succeeded")}, []scenario.LedgerEntry{entry("py_a", "a"), entry("py_a2", "a")}, scenario.InvariantAtMostOnce},
+		"SucceededUncharged":  {[]scenario.ChargeRow{charge("a", "succeeded")}, nil, scenario.InvariantSucceededCharged},
+		"WrongAmount":         {[]scenario.ChargeRow{charge("a", "succeeded")}, []scenario.LedgerEntry{{ID: "py_a", Reference: "a", IdempotencyKey: "cf_a", Amount: 101, Currency: "USD", Status: "succeeded"}}, scenario.InvariantSucceededCharged},
+		"WrongProviderCharge": {[]scenario.ChargeRow{charge("a", "succeeded")}, []scenario.LedgerEntry{entry("py_other", "a")}, scenario.InvariantSucceededCharged},
+		"FalseFailure":        {[]scenario.ChargeRow{charge("a", "failed")}, []scenario.LedgerEntry{entry("py_a", "a")}, scenario.InvariantFailedUncharged},
+		"Orphan":              {nil, []scenario.LedgerEntry{entry("py_z", "z")}, scenario.InvariantNoOrphans},
+		"StillUnknown":        {[]scenario.ChargeRow{charge("a", "unknown")}, nil, scenario.InvariantTerminal},
+		"ReviewWithoutReason": {[]scenario.ChargeRow{{ID: "a", State: "needs_review"}}, nil, scenario.InvariantTerminal},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			violations := scenario.CheckLedger(tt.charges, tt.ledger)
+			require.NotEmpty(t, violations)
+			require.Equal(t, tt.invariant, violations[0].Invariant, "%v", violations)
+		})
+	}
+}
