@@ -18,7 +18,8 @@ db:
 
 ## run: the whole system on this machine, with a demo tenant and a ready curl
 run: db
-	$(GO) run ./cmd/chargeflow all
+	$(GO) build -o bin/chargeflow ./cmd/chargeflow
+	exec bin/chargeflow all
 
 ## test: formatting, vet, every test with -race, a short fuzz run, the bootstrap script's own test
 test: db

@@ -34,6 +34,8 @@ type chargeView struct {
 	Attempts         int               `json:"attempts"`
 	CreatedAt        time.Time         `json:"created_at"`
 	UpdatedAt        time.Time         `json:"updated_at"`
+	// ReviewReason says why automation handed the charge to an operator.
+	ReviewReason *string `json:"review_reason"`
 }
 
 func viewOf(c intent.Charge) chargeView {
@@ -54,6 +56,7 @@ func viewOf(c intent.Charge) chargeView {
 		Attempts:         c.Attempts,
 		CreatedAt:        c.CreatedAt.UTC(),
 		UpdatedAt:        c.UpdatedAt.UTC(),
+		ReviewReason:     nonEmpty(c.ReviewReason),
 	}
 }
 

@@ -24,6 +24,8 @@ type Code string
 const (
 	CodeBodyTooLarge          Code = "body_too_large"
 	CodeCardNumberDetected    Code = "card_number_detected"
+	CodeChargeNotInReview     Code = "charge_not_in_review"
+	CodeChargeNotUnknown      Code = "charge_not_unknown"
 	CodeDatabaseUnavailable   Code = "database_unavailable"
 	CodeDuplicateMember       Code = "duplicate_member"
 	CodeIdempotencyKeyInvalid Code = "idempotency_key_invalid"
@@ -52,6 +54,8 @@ var codeInfo = map[Code]struct {
 }{
 	CodeBodyTooLarge:          {http.StatusRequestEntityTooLarge, "Request body too large"},
 	CodeCardNumberDetected:    {http.StatusBadRequest, "Raw card number in request"},
+	CodeChargeNotInReview:     {http.StatusConflict, "Charge is not in needs_review"},
+	CodeChargeNotUnknown:      {http.StatusConflict, "Charge is not unknown"},
 	CodeDatabaseUnavailable:   {http.StatusServiceUnavailable, "Database unavailable"},
 	CodeDuplicateMember:       {http.StatusBadRequest, "Duplicate JSON member"},
 	CodeIdempotencyKeyInvalid: {http.StatusBadRequest, "Invalid Idempotency-Key"},

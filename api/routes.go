@@ -17,4 +17,8 @@ func (s *Server) routes(e *echo.Echo) {
 	v1.GET("/charges", s.listCharges)
 	v1.GET("/charges/:id", s.getCharge)
 	v1.GET("/charges/:id/events", s.listEvents)
+
+	// Operator actions: audited in the charge's events.
+	v1.POST("/charges/:id/reconcile", s.reconcileCharge)
+	v1.POST("/charges/:id/resolve", s.resolveCharge)
 }

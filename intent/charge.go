@@ -17,9 +17,9 @@ var (
 	// than expected: someone else moved it first. It is never overwritten.
 	ErrConflict = errors.New("intent: charge was moved by someone else")
 
-	// ErrFenced means the charge is still in the expected state but the
-	// caller's lease token is stale: its lease expired and another lease was
-	// taken. The caller must drop its result.
+	// ErrFenced means the caller's lease token is stale: its lease expired
+	// and another lease was taken (the charge may have moved since, too).
+	// The caller must drop its result.
 	ErrFenced = errors.New("intent: lease token is stale")
 
 	// ErrIllegalMove means the move is not in the state machine. In Go it is

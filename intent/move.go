@@ -111,5 +111,8 @@ func explainMiss(ctx context.Context, db DB, m Move) error {
 	if err != nil {
 		return fmt.Errorf("move charge %s: read current state: %w", m.ChargeID, err)
 	}
-	return &ConflictError{ChargeID: m.ChargeID, Current: state, LeaseToken: token, fenced: state == m.From}
+	// A lost lease is reported as such even if the charge has also moved:
+	// the write was refused because the caller no longer held the charge.
+	fenced := m.LeaseToken != 0 && token != m.LeaseToken
+	return &ConflictError{ChargeID: m.ChargeID, Current: state, LeaseToken: token, fenced: fenced}
 }

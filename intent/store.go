@@ -34,10 +34,14 @@ func scanCharge(row pgx.Row) (Charge, error) {
 	if err != nil {
 		return Charge{}, err
 	}
+	return c, decodeMetadata(&c, metadata)
+}
+
+func decodeMetadata(c *Charge, metadata []byte) error {
 	if err := json.Unmarshal(metadata, &c.Metadata); err != nil {
-		return Charge{}, fmt.Errorf("charge %s: decode metadata: %w", c.ID, err)
+		return fmt.Errorf("charge %s: decode metadata: %w", c.ID, err)
 	}
-	return c, nil
+	return nil
 }
 
 // Acceptance is everything written when a charge is accepted.

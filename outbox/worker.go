@@ -152,7 +152,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[intent.SubmitArgs]) er
 	case errors.Is(callErr, psp.ErrNotApplied):
 		return w.notApplied(ctx, job, log, charge, callErr)
 	default:
-		move.To, move.Reason, move.CheckAfter = intent.StateUnknown, "outcome_unknown:"+reasonOf(callErr), w.cfg.UnknownCheckAfter
+		move.To, move.Reason, move.CheckAfter = intent.StateUnknown, "outcome_unknown:"+psp.ReasonOf(callErr), w.cfg.UnknownCheckAfter
 		log.WarnContext(ctx, "provider outcome unknown", "err", callErr.Error())
 		return w.finish(ctx, job, log, move)
 	}
@@ -189,7 +189,7 @@ func (w *Worker) notApplied(ctx context.Context, job *river.Job[intent.SubmitArg
 	back := intent.Move{
 		TenantID: charge.TenantID, ChargeID: charge.ID,
 		From: intent.StateSubmitting, To: intent.StatePending,
-		Actor: actor, Reason: "not_applied:" + reasonOf(callErr),
+		Actor: actor, Reason: "not_applied:" + psp.ReasonOf(callErr),
 	}
 	if job.Attempt < job.MaxAttempts {
 		if _, err := intent.MoveCharge(ctx, w.cfg.DB, back); err != nil {
@@ -284,13 +284,4 @@ func (w *Worker) lostRace(ctx context.Context, log *slog.Logger, err error) erro
 		return nil
 	}
 	return err
-}
-
-// reasonOf is the psp error's stable reason word, for events and metrics.
-func reasonOf(err error) string {
-	var pspErr *psp.Error
-	if errors.As(err, &pspErr) && pspErr.Reason != "" {
-		return pspErr.Reason
-	}
-	return "error"
 }

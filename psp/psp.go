@@ -165,3 +165,13 @@ func (e *Error) Unwrap() []error {
 	}
 	return errs
 }
+
+// ReasonOf returns the stable Reason of a provider error, for events and
+// metrics, or "error" for any other error.
+func ReasonOf(err error) string {
+	var pspErr *Error
+	if errors.As(err, &pspErr) && pspErr.Reason != "" {
+		return pspErr.Reason
+	}
+	return "error"
+}

@@ -17,27 +17,30 @@ import (
 // demoTenant is the tenant `chargeflow all` creates for the quickstart.
 const demoTenant = "demo"
 
-// runAll runs every role in one process against the local Postgres, with
-// the bundled fake provider: it migrates, makes sure the demo tenant exists,
+// runAll runs every role in one process — API, worker, reconciler and the
+// bundled fake provider — against the local Postgres: it migrates, makes sure the demo tenant exists,
 // gives it a fresh API key and prints a curl that works.
 func runAll(ctx context.Context, e env, args []string) error {
 	var c common
 	var a apiFlags
 	var w workerFlags
 	var p fakepspFlags
+	var r reconcilerFlags
 	fs := newFlagSet("all", e)
 	c.bind(fs, e)
 	a.bind(fs)
 	w.bind(fs, e)
 	p.bind(fs, e, "psp-addr")
+	r.bind(fs, e, true)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	logger, err := c.logger(e, "all")
+	// One process, several roles: each component logs with its own role.
+	logger, err := c.logger(e, "")
 	if err != nil {
 		return err
 	}
-	points, err := crashPoints(e, logger)
+	points, err := crashPoints(e, logger.With("role", "all"))
 	if err != nil {
 		return err
 	}
@@ -63,18 +66,26 @@ func runAll(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	if err := migrations.Apply(ctx, pool, logger); err != nil {
+	if err := migrations.Apply(ctx, pool, logger.With("role", "migrate")); err != nil {
 		return err
 	}
 	apiKey, demoID, err := demoKey(ctx, pool)
 	if err != nil {
 		return err
 	}
+	w.insertMaxAttempts = a.submitMaxAttempts
 	workerClient, err := newWorkerClient(pool, w, logger.With("role", "worker"), points)
 	if err != nil {
 		return err
 	}
 	g.Go(func() error { return runRiver(ctx, workerClient, logger.With("role", "worker")) })
+
+	r.provider, r.pspURL, r.callTimeout = a.provider, w.pspURL, w.callTimeout
+	reconcile, err := newReconciler(pool, workerClient, r, logger.With("role", "reconciler"), points)
+	if err != nil {
+		return err
+	}
+	g.Go(func() error { return reconcile.Run(ctx) })
 
 	var once sync.Once
 	g.Go(func() error {

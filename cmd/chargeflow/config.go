@@ -47,7 +47,11 @@ func (c *common) logger(e env, role string) (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
 		return nil, fmt.Errorf("log level %q: %w", c.logLevel, err)
 	}
-	return slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level})).With("role", role), nil
+	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	if role != "" {
+		logger = logger.With("role", role)
+	}
+	return logger, nil
 }
 
 // crashPoints arms what CHARGEFLOW_CRASHPOINTS names (tests and scenarios

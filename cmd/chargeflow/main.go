@@ -6,7 +6,9 @@
 //	chargeflow tenant create --name N   create a tenant, print {"tenant_id","api_key"}
 //	chargeflow api                      the HTTP API
 //	chargeflow worker                   the outbox worker (charge.submit jobs)
+//	chargeflow reconciler               the reconciler (unknown outcomes, with proof)
 //	chargeflow fakepsp                  the bundled fake payment provider
+//	chargeflow charge list|get|events|reconcile|resolve   operator tools over the API
 //	chargeflow all                      every role in one process, with a demo tenant
 //
 // Every command reads DATABASE_URL (default: the local Postgres,
@@ -55,7 +57,9 @@ func commands() []command {
 		{"tenant", "tenant create --name NAME: create a tenant and an API key, print them as JSON", runTenant},
 		{"api", "serve the HTTP API", runAPI},
 		{"worker", "run the outbox worker: carry pending charges to the provider", runWorker},
+		{"reconciler", "run the reconciler: resolve unknown outcomes with proof (any number of them)", runReconciler},
 		{"fakepsp", "run the bundled fake payment provider (durable ledger, fault injection)", runFakePSP},
+		{"charge", "operator tools over the API: charge list|get|events|reconcile|resolve", runCharge},
 		{"all", "every role in one process against the local Postgres, with a demo tenant and a ready curl", runAll},
 	}
 }

@@ -52,9 +52,47 @@ func (s *system) startFakePSP() *process {
 // startWorker starts a worker with short timings, and extra env.
 func (s *system) startWorker(env ...string) *process {
 	p := start(s.t, append([]string{"DATABASE_URL=" + s.dbURL, "PSP_URL=" + s.pspURL}, env...),
-		"worker", "--call-timeout", "1s", "--rescue-after", "7s", "--retry-base", "50ms", "--retry-cap", "200ms")
+		"worker", "--call-timeout", "1s", "--rescue-after", "7s", "--retry-base", "50ms", "--retry-cap", "200ms",
+		"--unknown-check-after", "200ms")
 	p.waitLog(`"msg":"worker started"`)
 	return p
+}
+
+// startReconciler starts a reconciler with short timings that match the
+// workers' (call timeout 1 s), plus extra flags.
+func (s *system) startReconciler(env []string, flags ...string) *process {
+	args := append([]string{"reconciler", "--call-timeout", "1s", "--stale-margin", "1s", "--settle-margin", "500ms",
+		"--interval", "100ms", "--lookup-rate", "2000", "--lookup-backoff-base", "100ms", "--lookup-backoff-cap", "500ms",
+		"--lease-ttl", "10s"}, flags...)
+	p := start(s.t, append([]string{"DATABASE_URL=" + s.dbURL, "PSP_URL=" + s.pspURL}, env...), args...)
+	p.waitLog(`"msg":"reconciler started"`)
+	return p
+}
+
+// faults replaces the fake provider's fault schedule.
+func (s *system) faults(schedule string) {
+	s.t.Helper()
+	resp, err := http.Post(s.pspURL+"/_admin/faults", "application/json", strings.NewReader(schedule))
+	require.NoError(s.t, err)
+	resp.Body.Close()
+	require.Equal(s.t, http.StatusOK, resp.StatusCode)
+}
+
+// reasons counts the events of every charge by reason.
+func (s *system) reasons() map[string]int {
+	s.t.Helper()
+	rows, err := s.pool.Query(context.Background(), `SELECT reason, count(*) FROM charge_events GROUP BY reason`)
+	require.NoError(s.t, err)
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var reason string
+		var n int
+		require.NoError(s.t, rows.Scan(&reason, &n))
+		out[reason] = n
+	}
+	require.NoError(s.t, rows.Err())
+	return out
 }
 
 // post creates a charge through the real API and returns its id.
@@ -158,7 +196,8 @@ func TestThousandChargesThroughProcesses(t *testing.T) {
 // The worker dies after the provider applied the charge and before it saved
 // the answer. After a restart River reruns the job, which finds the charge
 // submitting and moves it to unknown instead of sending again: one ledger
-// entry, never two. (The reconciler then proves it succeeded.)
+// entry, never two. The reconciler then finds the charge at the provider:
+// succeeded, still one ledger entry.
 func TestWorkerCrashAfterProviderResponse(t *testing.T) {
 	t.Parallel()
 	s := startSystem(t)
@@ -174,10 +213,18 @@ func TestWorkerCrashAfterProviderResponse(t *testing.T) {
 	require.Eventually(t, func() bool { return s.state(id) == "unknown" }, 90*time.Second, 50*time.Millisecond)
 	require.Len(t, s.ledgerEntries(), 1, "the rerun did not send again")
 	require.Empty(t, s.violations(scenario.InvariantTerminal))
+
+	s.startReconciler(nil)
+	require.Eventually(t, func() bool { return s.state(id) == "succeeded" }, 30*time.Second, 50*time.Millisecond)
+	require.Len(t, s.ledgerEntries(), 1)
+	require.Empty(t, s.violations())
+	require.Equal(t, 1, s.reasons()["lookup_found_succeeded"])
 }
 
 // The worker dies right after committing submitting, before the call: the
-// rerun moves the charge to unknown and sends nothing at all.
+// rerun moves the charge to unknown and sends nothing at all. The reconciler
+// proves it was never charged and re-attempts it with the same key: one
+// ledger entry.
 func TestWorkerCrashAfterSubmittingCommit(t *testing.T) {
 	t.Parallel()
 	s := startSystem(t)
@@ -201,4 +248,10 @@ func TestWorkerCrashAfterSubmittingCommit(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"accepted", "submit", "rerun_found_submitting"}, events)
+
+	s.startReconciler(nil)
+	require.Eventually(t, func() bool { return s.state(id) == "succeeded" }, 30*time.Second, 50*time.Millisecond)
+	require.Len(t, s.ledgerEntries(), 1)
+	require.Empty(t, s.violations())
+	require.Equal(t, 1, s.reasons()["proven_not_found"])
 }

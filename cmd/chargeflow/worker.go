@@ -16,6 +16,7 @@ import (
 	"chargeflow/crashpoint"
 	"chargeflow/outbox"
 	"chargeflow/psp"
+	"chargeflow/retention"
 )
 
 // workerFlags configure the outbox worker.
@@ -27,6 +28,10 @@ type workerFlags struct {
 	unknownCheckAfter time.Duration
 	retryBase         time.Duration
 	retryCap          time.Duration
+	retentionInterval time.Duration
+	// insertMaxAttempts is the max_attempts of jobs this client inserts
+	// (in `all`, the reconciler's re-attempts); 0 is River's default.
+	insertMaxAttempts int
 	// resendOnRerun is the scenario runner's negative control, set only
 	// through CHARGEFLOW_BROKEN=resend_on_rerun.
 	resendOnRerun bool
@@ -40,6 +45,7 @@ func (f *workerFlags) bind(fs *flag.FlagSet, e env) {
 	fs.DurationVar(&f.unknownCheckAfter, "unknown-check-after", time.Second, "how soon the reconciler first looks up a charge whose outcome is unknown")
 	fs.DurationVar(&f.retryBase, "retry-base", time.Second, "first backoff after the provider provably did not apply a charge")
 	fs.DurationVar(&f.retryCap, "retry-cap", 5*time.Minute, "longest backoff between attempts")
+	fs.DurationVar(&f.retentionInterval, "retention-interval", 10*time.Minute, "how often expired idempotency records are deleted (by one worker: River's leader)")
 }
 
 // newWorkerClient builds the River client that runs the outbox worker.
@@ -60,10 +66,15 @@ func newWorkerClient(pool *pgxpool.Pool, f workerFlags, logger *slog.Logger, poi
 	if err := river.AddWorkerSafely(workers, worker); err != nil {
 		return nil, err
 	}
+	if err := river.AddWorkerSafely(workers, retention.NewWorker(pool, 0, logger)); err != nil {
+		return nil, err
+	}
 	return river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger:               logger,
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: f.concurrency}},
 		Workers:              workers,
+		PeriodicJobs:         []*river.PeriodicJob{retention.PeriodicJob(f.retentionInterval)},
+		MaxAttempts:          f.insertMaxAttempts,
 		RetryPolicy:          outbox.RetryPolicy{Base: f.retryBase, Cap: f.retryCap},
 		JobTimeout:           outbox.JobTimeout(f.callTimeout),
 		RescueStuckJobsAfter: cmp.Or(f.rescueAfter, outbox.JobTimeout(f.callTimeout)+2*time.Minute),

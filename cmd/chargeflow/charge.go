@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// runCharge is the operator's view of the API: the same endpoints, the same
+// authentication and the same audit trail as any client, so there is one
+// implementation of every action.
+//
+//	chargeflow charge list [--status S] [--limit N] [--starting-after ID]
+//	chargeflow charge get ID
+//	chargeflow charge events ID
+//	chargeflow charge reconcile ID
+//	chargeflow charge resolve ID --status succeeded|failed|pending --evidence TEXT --operator NAME
+//	                             [--provider-charge-id PY] [--failure-code CODE]
+func runCharge(ctx context.Context, e env, args []string) error {
+	usage := errors.New("usage: chargeflow charge list|get|events|reconcile|resolve [ID] [flags] (API at --api-url, key from --api-key or CHARGEFLOW_API_KEY)")
+	if len(args) == 0 {
+		return usage
+	}
+	action, args := args[0], args[1:]
+	var apiURL, apiKey string
+	fs := newFlagSet("charge "+action, e)
+	fs.StringVar(&apiURL, "api-url", cmp.Or(e.getenv("CHARGEFLOW_API_URL"), "http://127.0.0.1:8080"), "the API's base URL (env CHARGEFLOW_API_URL)")
+	fs.StringVar(&apiKey, "api-key", e.getenv("CHARGEFLOW_API_KEY"), "the tenant's API key (env CHARGEFLOW_API_KEY)")
+
+	var method, path string
+	var body []byte
+	switch action {
+	case "list":
+		var status, startingAfter string
+		var limit int
+		fs.StringVar(&status, "status", "", "only charges in this state (pending, submitting, unknown, succeeded, failed, needs_review)")
+		fs.IntVar(&limit, "limit", 0, "page size, 1 to 100")
+		fs.StringVar(&startingAfter, "starting-after", "", "the last id of the previous page")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		q := url.Values{}
+		if status != "" {
+			q.Set("status", status)
+		}
+		if limit > 0 {
+			q.Set("limit", strconv.Itoa(limit))
+		}
+		if startingAfter != "" {
+			q.Set("starting_after", startingAfter)
+		}
+		method, path = http.MethodGet, "/v1/charges"
+		if len(q) > 0 {
+			path += "?" + q.Encode()
+		}
+	case "get", "events", "reconcile", "resolve":
+		var r struct{ status, evidence, operator, providerChargeID, failureCode string }
+		if action == "resolve" {
+			fs.StringVar(&r.status, "status", "", "succeeded, failed or pending (a new attempt with the same provider key)")
+			fs.StringVar(&r.evidence, "evidence", "", "what you checked and where (recorded in the charge's events)")
+			fs.StringVar(&r.operator, "operator", "", "who resolves it (recorded in the charge's events)")
+			fs.StringVar(&r.providerChargeID, "provider-charge-id", "", "the provider's charge id (with --status succeeded)")
+			fs.StringVar(&r.failureCode, "failure-code", "", "the failure code (with --status failed)")
+		}
+		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+			return fmt.Errorf("charge %s: the charge id comes first: chargeflow charge %s ch_… [flags]", action, action)
+		}
+		id := args[0]
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		method, path = http.MethodGet, "/v1/charges/"+url.PathEscape(id)
+		switch action {
+		case "events":
+			path += "/events"
+		case "reconcile":
+			method, path = http.MethodPost, path+"/reconcile"
+		case "resolve":
+			method, path = http.MethodPost, path+"/resolve"
+			fields := map[string]string{"status": r.status, "evidence": r.evidence, "operator": r.operator}
+			if r.providerChargeID != "" {
+				fields["provider_charge_id"] = r.providerChargeID
+			}
+			if r.failureCode != "" {
+				fields["failure_code"] = r.failureCode
+			}
+			var err error
+			if body, err = json.Marshal(fields); err != nil {
+				return err
+			}
+		}
+	default:
+		return usage
+	}
+	if apiKey == "" {
+		return errors.New("charge: no API key: pass --api-key or set CHARGEFLOW_API_KEY")
+	}
+	return callAPI(ctx, e, method, strings.TrimRight(apiURL, "/")+path, apiKey, body)
+}
+
+// callAPI makes one call and prints the answer, indented. A problem answer
+// goes to stderr and becomes the command's error.
+func callAPI(ctx context.Context, e env, method, target, apiKey string, body []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, target, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("call the API: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("read the API's answer: %w", err)
+	}
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, data, "", "  ") != nil {
+		pretty.Reset()
+		pretty.Write(data)
+	}
+	if resp.StatusCode >= 300 {
+		fmt.Fprintln(e.stderr, strings.TrimSpace(pretty.String()))
+		return fmt.Errorf("the API answered %s", resp.Status)
+	}
+	_, err = fmt.Fprintln(e.stdout, strings.TrimSpace(pretty.String()))
+	return err
+}

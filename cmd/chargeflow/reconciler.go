@@ -1,0 +1,132 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"chargeflow/crashpoint"
+	"chargeflow/psp"
+	"chargeflow/reconciler"
+)
+
+// reconcilerFlags configure the reconciler.
+type reconcilerFlags struct {
+	pspURL            string
+	provider          string
+	strongLookup      bool
+	maxApplyDelay     time.Duration
+	keyWindow         time.Duration
+	keyWindowMargin   time.Duration
+	lookupRate        float64
+	callTimeout       time.Duration
+	staleMargin       time.Duration
+	settleMargin      time.Duration
+	maxAttempts       int
+	maxUnknownAge     time.Duration
+	leaseTTL          time.Duration
+	batchSize         int
+	interval          time.Duration
+	backoffBase       time.Duration
+	backoffCap        time.Duration
+	id                string
+	submitMaxAttempts int
+}
+
+// bind registers the flags; shared, when true, skips the ones `all` already
+// has from the API and worker flags.
+func (f *reconcilerFlags) bind(fs *flag.FlagSet, e env, shared bool) {
+	if !shared {
+		fs.StringVar(&f.pspURL, "psp-url", cmp.Or(e.getenv("PSP_URL"), psp.DefaultBaseURL), "the provider's base URL (env PSP_URL)")
+		fs.StringVar(&f.provider, "provider", "fakepsp", "the provider whose charges this reconciler resolves")
+		fs.DurationVar(&f.callTimeout, "call-timeout", 10*time.Second, "the worker's provider call timeout (keep them equal); also bounds each lookup")
+		fs.IntVar(&f.submitMaxAttempts, "submit-max-attempts", 10, "attempts of the charge.submit job of a re-attempt")
+	}
+	fs.BoolVar(&f.strongLookup, "strong-lookup", true, "the provider's lookup by key is strongly consistent, so a not-found after the settle window proves no charge exists")
+	fs.DurationVar(&f.maxApplyDelay, "max-apply-delay", 0, "the longest the provider may take to apply a request or show it to lookups (widens the settle window)")
+	fs.DurationVar(&f.keyWindow, "key-window", 24*time.Hour, "how long the provider remembers an idempotency key")
+	fs.DurationVar(&f.keyWindowMargin, "key-window-margin", time.Hour, "how long before the key window ends to stop trusting not-found")
+	fs.Float64Var(&f.lookupRate, "lookup-rate", 50, "lookups per second at the provider, per reconciler process")
+	fs.DurationVar(&f.staleMargin, "stale-margin", 10*time.Second, "how long past the call timeout a charge may sit in submitting before the reconciler takes it")
+	fs.DurationVar(&f.settleMargin, "settle-margin", time.Second, "padding of the settle window")
+	fs.IntVar(&f.maxAttempts, "max-attempts", 5, "provider calls per charge before a proven not-found asks for review instead of another attempt")
+	fs.DurationVar(&f.maxUnknownAge, "max-unknown-age", time.Hour, "how long a charge may stay unknown while lookups fail before it needs review")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a reconciler holds a charge")
+	fs.IntVar(&f.batchSize, "batch-size", 32, "charges leased per tick")
+	fs.DurationVar(&f.interval, "interval", time.Second, "time between ticks")
+	fs.DurationVar(&f.backoffBase, "lookup-backoff-base", time.Second, "first wait after a failed lookup")
+	fs.DurationVar(&f.backoffCap, "lookup-backoff-cap", 5*time.Minute, "longest wait between failed lookups")
+	fs.StringVar(&f.id, "id", "", "this reconciler's name in leases and events (default host-pid-random)")
+}
+
+// newReconciler builds a reconciler on pool; riverClient inserts the jobs
+// of re-attempts.
+func newReconciler(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], f reconcilerFlags, logger *slog.Logger, points *crashpoint.Set) (*reconciler.Reconciler, error) {
+	return reconciler.New(reconciler.Config{
+		DB:    pool,
+		River: riverClient,
+		Provider: reconciler.Provider{
+			Name:            f.provider,
+			Client:          psp.NewClient(psp.Config{BaseURL: f.pspURL, Timeout: f.callTimeout}),
+			StrongLookup:    f.strongLookup,
+			MaxApplyDelay:   f.maxApplyDelay,
+			KeyWindow:       f.keyWindow,
+			KeyWindowMargin: f.keyWindowMargin,
+			LookupRate:      f.lookupRate,
+		},
+		Logger:            logger,
+		CrashPoints:       points,
+		ID:                f.id,
+		Interval:          f.interval,
+		BatchSize:         f.batchSize,
+		LeaseTTL:          f.leaseTTL,
+		CallTimeout:       f.callTimeout,
+		StaleMargin:       f.staleMargin,
+		SettleMargin:      f.settleMargin,
+		MaxAttempts:       f.maxAttempts,
+		MaxUnknownAge:     f.maxUnknownAge,
+		LookupBackoffBase: f.backoffBase,
+		LookupBackoffCap:  f.backoffCap,
+	})
+}
+
+// runReconciler runs the reconciler until interrupted.
+func runReconciler(ctx context.Context, e env, args []string) error {
+	var c common
+	var f reconcilerFlags
+	fs := newFlagSet("reconciler", e)
+	c.bind(fs, e)
+	f.bind(fs, e, false)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	logger, err := c.logger(e, "reconciler")
+	if err != nil {
+		return err
+	}
+	points, err := crashPoints(e, logger)
+	if err != nil {
+		return err
+	}
+	pool, err := c.openPool(ctx, poolOptions{role: "reconciler", maxConns: 12})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger, MaxAttempts: f.submitMaxAttempts})
+	if err != nil {
+		return err
+	}
+	r, err := newReconciler(pool, riverClient, f, logger, points)
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
+}

@@ -1,0 +1,119 @@
+package intent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// LeaseParams selects the charges a reconciler may take.
+type LeaseParams struct {
+	// Owner names the reconciler; it is stored with the lease for operators.
+	Owner string
+	// Provider restricts the lease to charges of one provider.
+	Provider string
+	// TTL is how long the lease lasts, by the database clock.
+	TTL time.Duration
+	// Limit is the most charges leased at once.
+	Limit int
+	// StaleSubmitting is how long a charge may sit in submitting before the
+	// reconciler takes it: the provider call timeout plus a margin, so a live
+	// worker is never overtaken mid-call.
+	StaleSubmitting time.Duration
+}
+
+// Leased is a charge under lease, with the database's clock at lease time:
+// every time comparison the reconciler makes uses it, never the local clock.
+type Leased struct {
+	Charge
+	Now time.Time
+}
+
+// Lease takes up to p.Limit charges that need the reconciler: unknown ones
+// whose next check is due, and ones stuck in submitting. Each gets a new
+// lease_token (one more than before) that fences every later write. Rows
+// another reconciler is leasing right now are skipped, not waited for.
+func Lease(ctx context.Context, db DB, p LeaseParams) ([]Leased, error) {
+	rows, err := db.Query(ctx, `
+WITH due AS (
+	SELECT tenant_id, id FROM charges
+	WHERE provider = $2
+	  AND ((state = 'unknown' AND next_check_at <= now())
+	    OR (state = 'submitting' AND last_attempt_at < now() - $5::interval))
+	  AND (lease_expires_at IS NULL OR lease_expires_at < now())
+	ORDER BY coalesce(next_check_at, last_attempt_at)
+	LIMIT $4
+	FOR UPDATE SKIP LOCKED
+), leased AS (
+	UPDATE charges c SET lease_owner = $1, lease_token = c.lease_token + 1, lease_expires_at = now() + $3::interval
+	FROM due WHERE c.tenant_id = due.tenant_id AND c.id = due.id
+	RETURNING c.*
+)
+SELECT `+chargeColumns+`, now() FROM leased`, p.Owner, p.Provider, p.TTL, p.Limit, p.StaleSubmitting)
+	if err != nil {
+		return nil, fmt.Errorf("lease charges: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Leased, error) {
+		var l Leased
+		var metadata []byte
+		c := &l.Charge
+		err := row.Scan(&c.TenantID, &c.ID, &c.State, &c.Amount, &c.Currency, &c.PaymentMethod, &c.Description, &metadata,
+			&c.Provider, &c.ProviderKey, &c.ProviderChargeID, &c.FailureCode, &c.ReviewReason,
+			&c.Attempts, &c.FirstAttemptAt, &c.LastAttemptAt, &c.UnknownSince, &c.LookupFailures, &c.NextCheckAt,
+			&c.LeaseOwner, &c.LeaseToken, &c.LeaseExpiresAt, &c.CreatedAt, &c.UpdatedAt, &l.Now)
+		if err != nil {
+			return Leased{}, err
+		}
+		return l, decodeMetadata(c, metadata)
+	})
+}
+
+// Recheck is a fenced write that keeps a charge unknown and says when to
+// look again: not a move, so no event. It ends the lease.
+type Recheck struct {
+	TenantID   string
+	ChargeID   string
+	LeaseToken int64
+	// After is how long from now (database clock) to wait.
+	After time.Duration
+	// LookupFailed counts one more failed lookup; otherwise the count resets.
+	LookupFailed bool
+}
+
+// RescheduleCheck applies r. It returns a *ConflictError (ErrFenced when the
+// lease was lost, ErrConflict when the charge left unknown) and writes
+// nothing when the compare-and-set misses.
+func RescheduleCheck(ctx context.Context, db DB, r Recheck) error {
+	tag, err := db.Exec(ctx, `UPDATE charges SET
+		next_check_at = now() + $4::interval,
+		lookup_failures = CASE WHEN $5 THEN lookup_failures + 1 ELSE 0 END,
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND state = 'unknown' AND lease_token = $3`,
+		r.TenantID, r.ChargeID, r.LeaseToken, r.After, r.LookupFailed)
+	if err != nil {
+		return fmt.Errorf("reschedule check of %s: %w", r.ChargeID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return explainMiss(ctx, db, Move{TenantID: r.TenantID, ChargeID: r.ChargeID, From: StateUnknown})
+	}
+	return nil
+}
+
+// RequestCheck asks the reconciler to look at an unknown charge at once
+// (an operator's "reconcile now"). It does not touch a lease: a reconciler
+// holding one finishes first. It returns ErrConflict if the charge is not
+// unknown.
+func RequestCheck(ctx context.Context, db DB, tenantID, chargeID string) (Charge, error) {
+	c, err := scanCharge(db.QueryRow(ctx, `UPDATE charges SET next_check_at = now(), updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND state = 'unknown' RETURNING `+chargeColumns, tenantID, chargeID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Charge{}, explainMiss(ctx, db, Move{TenantID: tenantID, ChargeID: chargeID, From: StateUnknown})
+	}
+	if err != nil {
+		return Charge{}, fmt.Errorf("request check of %s: %w", chargeID, err)
+	}
+	return c, nil
+}

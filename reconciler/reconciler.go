@@ -1,0 +1,450 @@
+// Package reconciler resolves charges whose outcome is unknown, with proof.
+//
+// Any number of reconcilers run against one database. Each tick, one leases
+// a batch of charges — unknown ones whose next check is due, and ones stuck
+// in submitting longer than the provider call timeout plus a margin — with
+// the database's clock, FOR UPDATE SKIP LOCKED, and a lease_token that grows
+// on every lease. It looks each provider key up and writes what the answer
+// proves, every write fenced on its lease token, so a reconciler whose lease
+// expired mid-flight writes nothing (and counts the refusal):
+//
+//	found, succeeded or declined            → succeeded / failed
+//	found, about other money                → needs_review (amount_mismatch)
+//	not found, proven                       → pending + a new charge.submit job, one
+//	                                          transaction, the same provider key
+//	not found, not yet proven               → stays unknown until the settle window ends
+//	lookup error                            → stays unknown, exponential backoff with jitter
+//	too many attempts, unknown too long,    → needs_review, with the reason
+//	or the provider's key window ending
+//
+// Not-found is proof only when the provider's lookup is strongly consistent
+// (a capability of the provider) and the settle window since the last send
+// has passed. The settle window is derived from configuration: the call
+// timeout (a request can reach the provider until then), plus the longest
+// the provider may take to apply a request or show it to lookups, plus a
+// margin. Before that, a not-found may be a charge that is about to appear.
+//
+// Run is a ticker around RunOnce; tests call RunOnce.
+package reconciler
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	mathrand "math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"golang.org/x/time/rate"
+
+	"chargeflow/crashpoint"
+	"chargeflow/intent"
+	"chargeflow/psp"
+)
+
+// Provider is what the reconciler knows about the provider it reconciles.
+type Provider struct {
+	// Name is the provider's name on charges (charges.provider).
+	Name   string
+	Client *psp.Client
+	// StrongLookup says the provider's lookup by key is strongly
+	// consistent: a not-found after the settle window proves no charge
+	// exists. Without it, not-found never proves anything and unresolved
+	// charges end in needs_review.
+	StrongLookup bool
+	// MaxApplyDelay is the longest the provider may take, after receiving
+	// a request, to apply it or to show it to lookups. It widens the settle
+	// window.
+	MaxApplyDelay time.Duration
+	// KeyWindow is how long the provider remembers an idempotency key after
+	// its first use; KeyWindowMargin is how long before its end the
+	// reconciler stops trusting not-found and asks for review instead.
+	// Defaults 24 h and 1 h.
+	KeyWindow       time.Duration
+	KeyWindowMargin time.Duration
+	// LookupRate caps lookups per second at this provider, per reconciler
+	// process; LookupBurst is the bucket. Defaults 50/s and 10.
+	LookupRate  float64
+	LookupBurst int
+}
+
+// Config configures a reconciler. Zero values take the defaults.
+type Config struct {
+	DB *pgxpool.Pool
+	// River inserts the charge.submit job of a re-attempt; an insert-only
+	// client is enough.
+	River       *river.Client[pgx.Tx]
+	Provider    Provider
+	Logger      *slog.Logger
+	CrashPoints *crashpoint.Set
+
+	// ID names this reconciler in leases and events. Default: host-pid-random.
+	ID string
+	// Interval is the tick of Run. Default 1 s.
+	Interval time.Duration
+	// BatchSize is the most charges leased per tick. Default 32.
+	BatchSize int
+	// LeaseTTL is how long a lease lasts. Default 30 s.
+	LeaseTTL time.Duration
+	// Parallelism is how many lookups run at once. Default 8.
+	Parallelism int
+
+	// CallTimeout is the outbox worker's provider call timeout. A charge
+	// in submitting longer than CallTimeout + StaleMargin is taken over.
+	// Defaults 10 s and 10 s.
+	CallTimeout time.Duration
+	StaleMargin time.Duration
+	// SettleMargin pads the settle window. Default 1 s.
+	SettleMargin time.Duration
+
+	// MaxAttempts is how many provider calls a charge may get before a
+	// proven not-found asks for review instead of another attempt.
+	// Default 5.
+	MaxAttempts int
+	// MaxUnknownAge is how long a charge may stay unknown while lookups
+	// fail (or cannot prove anything) before it needs review. Default 1 h.
+	MaxUnknownAge time.Duration
+	// LookupBackoffBase and LookupBackoffCap space lookups that failed:
+	// base·2^(failures-1), at most the cap, with jitter. Defaults 1 s, 5 min.
+	LookupBackoffBase time.Duration
+	LookupBackoffCap  time.Duration
+}
+
+// Reconciler resolves unknown charges. Its methods are safe for concurrent use.
+type Reconciler struct {
+	cfg     Config
+	limiter *rate.Limiter
+	settle  time.Duration
+
+	totals struct {
+		sync.Mutex
+		Result
+	}
+}
+
+// Result counts what one RunOnce (or, from Totals, every run) did.
+type Result struct {
+	Leased          int
+	StaleSubmitting int
+	Succeeded       int
+	Failed          int
+	Requeued        int
+	NotYetProven    int
+	LookupErrors    int
+	NeedsReview     int
+	// Fenced counts writes refused because this reconciler's lease had
+	// expired and another had taken the charge.
+	Fenced int
+	// Conflicts counts writes dropped because someone else (a late worker
+	// answer, an operator) moved the charge first.
+	Conflicts int
+}
+
+func (r *Result) add(o Result) {
+	r.Leased += o.Leased
+	r.StaleSubmitting += o.StaleSubmitting
+	r.Succeeded += o.Succeeded
+	r.Failed += o.Failed
+	r.Requeued += o.Requeued
+	r.NotYetProven += o.NotYetProven
+	r.LookupErrors += o.LookupErrors
+	r.NeedsReview += o.NeedsReview
+	r.Fenced += o.Fenced
+	r.Conflicts += o.Conflicts
+}
+
+// New checks cfg and fills its defaults.
+func New(cfg Config) (*Reconciler, error) {
+	if cfg.DB == nil || cfg.River == nil || cfg.Provider.Client == nil || cfg.Provider.Name == "" {
+		return nil, errors.New("reconciler: DB, River and a Provider with a name and a client are required")
+	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	if cfg.ID == "" {
+		host, _ := os.Hostname()
+		var suffix [3]byte
+		_, _ = rand.Read(suffix[:])
+		cfg.ID = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "host"), os.Getpid(), hex.EncodeToString(suffix[:]))
+	}
+	cfg.Interval = cmp.Or(cfg.Interval, time.Second)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 32)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 30*time.Second)
+	cfg.Parallelism = cmp.Or(cfg.Parallelism, 8)
+	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, 10*time.Second)
+	cfg.StaleMargin = cmp.Or(cfg.StaleMargin, 10*time.Second)
+	cfg.SettleMargin = cmp.Or(cfg.SettleMargin, time.Second)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 5)
+	cfg.MaxUnknownAge = cmp.Or(cfg.MaxUnknownAge, time.Hour)
+	cfg.LookupBackoffBase = cmp.Or(cfg.LookupBackoffBase, time.Second)
+	cfg.LookupBackoffCap = cmp.Or(cfg.LookupBackoffCap, 5*time.Minute)
+	p := &cfg.Provider
+	p.KeyWindow = cmp.Or(p.KeyWindow, 24*time.Hour)
+	p.KeyWindowMargin = cmp.Or(p.KeyWindowMargin, time.Hour)
+	p.LookupRate = cmp.Or(p.LookupRate, 50)
+	p.LookupBurst = cmp.Or(p.LookupBurst, 10)
+	if p.KeyWindowMargin >= p.KeyWindow {
+		return nil, fmt.Errorf("reconciler: key window margin %s must be shorter than the key window %s", p.KeyWindowMargin, p.KeyWindow)
+	}
+	return &Reconciler{
+		cfg:     cfg,
+		limiter: rate.NewLimiter(rate.Limit(p.LookupRate), p.LookupBurst),
+		settle:  SettleWindow(cfg.CallTimeout, p.MaxApplyDelay, cfg.SettleMargin),
+	}, nil
+}
+
+// SettleWindow is how long after the last send a not-found proves that no
+// charge exists: the request may reach the provider until the call times
+// out, the provider may take maxApplyDelay to apply or show it, and margin
+// pads both.
+func SettleWindow(callTimeout, maxApplyDelay, margin time.Duration) time.Duration {
+	return callTimeout + maxApplyDelay + margin
+}
+
+// ID is the name this reconciler leases under.
+func (r *Reconciler) ID() string { return r.cfg.ID }
+
+// Settle is the settle window in force.
+func (r *Reconciler) Settle() time.Duration { return r.settle }
+
+// Totals is the sum of every RunOnce so far.
+func (r *Reconciler) Totals() Result {
+	r.totals.Lock()
+	defer r.totals.Unlock()
+	return r.totals.Result
+}
+
+// Run reconciles every Interval until ctx is done. A full batch is followed
+// at once by another, so a backlog drains at the speed of the lookups.
+func (r *Reconciler) Run(ctx context.Context) error {
+	r.cfg.Logger.InfoContext(ctx, "reconciler started", "id", r.cfg.ID, "provider", r.cfg.Provider.Name,
+		"settle_window", r.settle.String(), "strong_lookup", r.cfg.Provider.StrongLookup)
+	ticker := time.NewTicker(r.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		res, err := r.RunOnce(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			r.cfg.Logger.ErrorContext(ctx, "reconcile", "err", err.Error())
+		case res.Leased == r.cfg.BatchSize:
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// RunOnce leases one batch and reconciles every charge in it.
+func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
+	leased, err := intent.Lease(ctx, r.cfg.DB, intent.LeaseParams{
+		Owner:           r.cfg.ID,
+		Provider:        r.cfg.Provider.Name,
+		TTL:             r.cfg.LeaseTTL,
+		Limit:           r.cfg.BatchSize,
+		StaleSubmitting: r.cfg.CallTimeout + r.cfg.StaleMargin,
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Leased: len(leased)}
+	if len(leased) == 0 {
+		return res, nil
+	}
+	if err := r.cfg.CrashPoints.Hit(ctx, crashpoint.ReconcilerAfterLease); err != nil {
+		return res, err
+	}
+
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, r.cfg.Parallelism)
+	for _, l := range leased {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			one, err := r.reconcile(ctx, l)
+			if err != nil {
+				r.cfg.Logger.ErrorContext(ctx, "reconcile charge", "charge_id", l.ID, "err", err.Error())
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			res.add(one)
+			if firstErr == nil {
+				firstErr = err
+			}
+		})
+	}
+	wg.Wait()
+	r.totals.Lock()
+	r.totals.add(res)
+	r.totals.Unlock()
+	return res, firstErr
+}
+
+// reconcile decides one leased charge and writes the decision, fenced.
+func (r *Reconciler) reconcile(ctx context.Context, l intent.Leased) (Result, error) {
+	c := l.Charge
+	log := r.cfg.Logger.With("charge_id", c.ID, "tenant_id", c.TenantID, "lease_token", c.LeaseToken)
+	actor := "reconciler:" + r.cfg.ID
+
+	if c.State == intent.StateSubmitting {
+		// The worker that committed submitting has been silent for longer
+		// than a call can take: it died mid-call. Whatever it sent may
+		// exist, so the charge's outcome is unknown; look it up next tick.
+		return r.write(ctx, log, Result{StaleSubmitting: 1}, func(tx pgx.Tx) error {
+			_, err := intent.MoveCharge(ctx, tx, intent.Move{TenantID: c.TenantID, ChargeID: c.ID,
+				From: intent.StateSubmitting, To: intent.StateUnknown, Actor: actor, Reason: "stale_submitting",
+				LeaseToken: c.LeaseToken})
+			return err
+		})
+	}
+
+	if err := r.limiter.Wait(ctx); err != nil {
+		return Result{}, err
+	}
+	lookupCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	found, lookupErr := r.cfg.Provider.Client.Lookup(lookupCtx, c.ProviderKey)
+	cancel()
+	if err := r.cfg.CrashPoints.Hit(ctx, crashpoint.ReconcilerAfterLookupBeforeUpdate); err != nil {
+		return Result{}, err
+	}
+
+	d := r.decide(l, found, lookupErr)
+	log.InfoContext(ctx, "reconcile decision", "decision", d.reason, "to", string(d.move.To))
+	if d.requeue {
+		return r.write(ctx, log, d.counts, func(tx pgx.Tx) error {
+			if _, err := intent.MoveCharge(ctx, tx, d.move); err != nil {
+				return err
+			}
+			_, err := r.cfg.River.InsertTx(ctx, tx, intent.SubmitArgs{TenantID: c.TenantID, ChargeID: c.ID}, nil)
+			return err
+		})
+	}
+	if d.move.To == "" {
+		return r.write(ctx, log, d.counts, func(tx pgx.Tx) error {
+			return intent.RescheduleCheck(ctx, tx, d.recheck)
+		})
+	}
+	return r.write(ctx, log, d.counts, func(tx pgx.Tx) error {
+		_, err := intent.MoveCharge(ctx, tx, d.move)
+		return err
+	})
+}
+
+// decision is what a lookup proves: a move (with, for a re-attempt, a new
+// job), or a later check.
+type decision struct {
+	reason  string
+	move    intent.Move
+	requeue bool
+	recheck intent.Recheck
+	counts  Result
+}
+
+// decide is the table of the package doc, for one charge and one lookup.
+// Every time it compares comes from the database's clock.
+func (r *Reconciler) decide(l intent.Leased, found psp.Charge, lookupErr error) decision {
+	c, now, p := l.Charge, l.Now, r.cfg.Provider
+	move := intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StateUnknown,
+		Actor: "reconciler:" + r.cfg.ID, LeaseToken: c.LeaseToken}
+	recheck := func(reason string, after time.Duration, failed bool, counts Result) decision {
+		return decision{reason: reason, counts: counts, recheck: intent.Recheck{TenantID: c.TenantID, ChargeID: c.ID,
+			LeaseToken: c.LeaseToken, After: max(after, 0), LookupFailed: failed}}
+	}
+	review := func(reason, why string) decision {
+		move.To, move.Reason, move.ReviewReason = intent.StateNeedsReview, reason, why
+		return decision{reason: reason, move: move, counts: Result{NeedsReview: 1}}
+	}
+	keyDeadline := at(c.FirstAttemptAt, c.CreatedAt).Add(p.KeyWindow - p.KeyWindowMargin)
+	unknownFor := now.Sub(at(c.UnknownSince, now))
+
+	switch {
+	case lookupErr == nil:
+		if found.Amount != c.Amount || found.Currency != c.Currency || found.Reference != c.ID {
+			d := review("amount_mismatch", fmt.Sprintf("provider holds %d %s for reference %q under this key; the charge is %d %s",
+				found.Amount, found.Currency, found.Reference, c.Amount, c.Currency))
+			d.move.Evidence = "provider charge " + found.ID
+			return d
+		}
+		if found.Status == psp.StatusSucceeded {
+			move.To, move.Reason, move.ProviderChargeID = intent.StateSucceeded, "lookup_found_succeeded", found.ID
+			return decision{reason: move.Reason, move: move, counts: Result{Succeeded: 1}}
+		}
+		move.To, move.Reason, move.FailureCode = intent.StateFailed, "lookup_found_declined", cmp.Or(found.DeclineCode, "declined")
+		move.Evidence = "provider charge " + found.ID
+		return decision{reason: move.Reason, move: move, counts: Result{Failed: 1}}
+
+	case errors.Is(lookupErr, psp.ErrNotFound):
+		settledAt := at(c.LastAttemptAt, c.CreatedAt).Add(r.settle)
+		switch {
+		case !now.Before(keyDeadline):
+			return review("key_window_passed", "the provider's idempotency key window is ending; a not-found can no longer prove that no charge exists")
+		case !p.StrongLookup && unknownFor >= r.cfg.MaxUnknownAge:
+			return review("lookup_not_authoritative", "the provider's lookup is not strongly consistent, so not-found proves nothing, and the charge has been unknown for "+unknownFor.Round(time.Second).String())
+		case !p.StrongLookup:
+			return recheck("not_found_not_authoritative", r.backoff(c.LookupFailures+1), false, Result{NotYetProven: 1})
+		case now.Before(settledAt):
+			return recheck("not_found_not_yet_proven", settledAt.Sub(now), false, Result{NotYetProven: 1})
+		case c.Attempts >= r.cfg.MaxAttempts:
+			return review("attempts_exhausted", fmt.Sprintf("proven not found after %d attempts; no further attempt is made automatically", c.Attempts))
+		}
+		move.To, move.Reason = intent.StatePending, "proven_not_found"
+		move.Evidence = fmt.Sprintf("lookup not found %s after the last send (settle window %s)", now.Sub(at(c.LastAttemptAt, now)).Round(time.Millisecond), r.settle)
+		return decision{reason: move.Reason, move: move, requeue: true, counts: Result{Requeued: 1}}
+
+	default:
+		switch {
+		case !now.Before(keyDeadline):
+			return review("key_window_passed", "the provider's idempotency key window is ending and the lookup fails")
+		case unknownFor >= r.cfg.MaxUnknownAge:
+			return review("lookup_unavailable", "lookups have failed for "+unknownFor.Round(time.Second).String()+": "+psp.ReasonOf(lookupErr))
+		}
+		return recheck("lookup_error:"+psp.ReasonOf(lookupErr), r.backoff(c.LookupFailures+1), true, Result{LookupErrors: 1})
+	}
+}
+
+// write runs fn in a transaction and turns a lost compare-and-set into a
+// count: a stale lease is a fenced refusal, another state a conflict.
+func (r *Reconciler) write(ctx context.Context, log *slog.Logger, counts Result, fn func(pgx.Tx) error) (Result, error) {
+	err := pgx.BeginFunc(ctx, r.cfg.DB, fn)
+	switch {
+	case errors.Is(err, intent.ErrFenced):
+		log.WarnContext(ctx, "fenced write refused: the lease expired and another reconciler took the charge", "err", err.Error())
+		return Result{Fenced: 1}, nil
+	case errors.Is(err, intent.ErrConflict):
+		log.InfoContext(ctx, "charge moved by someone else; dropping this result", "err", err.Error())
+		return Result{Conflicts: 1}, nil
+	case err != nil:
+		return Result{}, err
+	}
+	return counts, nil
+}
+
+// backoff is the wait before lookup number n (1-based) of a failing streak.
+func (r *Reconciler) backoff(n int) time.Duration {
+	d := r.cfg.LookupBackoffCap
+	if n >= 1 && n < 32 {
+		d = min(time.Duration(float64(r.cfg.LookupBackoffBase)*math.Pow(2, float64(n-1))), r.cfg.LookupBackoffCap)
+	}
+	return d + time.Duration(mathrand.Float64()*0.2*float64(d))
+}
+
+// at returns *t, or fallback when t is nil.
+func at(t *time.Time, fallback time.Time) time.Time {
+	if t == nil {
+		return fallback
+	}
+	return *t
+}

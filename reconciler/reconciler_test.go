@@ -1,0 +1,475 @@
+package reconciler_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"chargeflow/crashpoint"
+	"chargeflow/fakepsp"
+	"chargeflow/intent"
+	"chargeflow/internal/dbtest"
+	"chargeflow/psp"
+	"chargeflow/reconciler"
+)
+
+// testBundle is a real database, a real fake provider on loopback and an
+// insert-only River client; tests call RunOnce themselves.
+type testBundle struct {
+	pool     *pgxpool.Pool
+	river    *river.Client[pgx.Tx]
+	pspURL   string
+	provider *psp.Client
+	tenantID string
+}
+
+const (
+	callTimeout  = 300 * time.Millisecond
+	settleMargin = 100 * time.Millisecond
+)
+
+func setup(t *testing.T) (context.Context, *testBundle) {
+	t.Helper()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	provider, err := fakepsp.New(fakepsp.Config{LedgerPath: filepath.Join(t.TempDir(), "ledger.jsonl")})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = provider.Close() })
+	server := httptest.NewServer(provider.Handler())
+	t.Cleanup(server.Close)
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	tenantID := intent.NewID("tn", time.Now())
+	_, err = pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'reconciler test')`, tenantID)
+	require.NoError(t, err)
+	return ctx, &testBundle{pool: pool, river: riverClient, pspURL: server.URL,
+		provider: psp.NewClient(psp.Config{BaseURL: server.URL, Timeout: callTimeout}), tenantID: tenantID}
+}
+
+// newReconciler builds a reconciler with short timings; edit adjusts it.
+func (b *testBundle) newReconciler(t *testing.T, edit ...func(*reconciler.Config)) *reconciler.Reconciler {
+	t.Helper()
+	cfg := reconciler.Config{
+		DB: b.pool, River: b.river,
+		Provider:          reconciler.Provider{Name: "fakepsp", Client: b.provider, StrongLookup: true},
+		CallTimeout:       callTimeout,
+		StaleMargin:       100 * time.Millisecond,
+		SettleMargin:      settleMargin,
+		LeaseTTL:          5 * time.Second,
+		LookupBackoffBase: 50 * time.Millisecond,
+		LookupBackoffCap:  100 * time.Millisecond,
+		Logger:            slog.New(slog.DiscardHandler),
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	r, err := reconciler.New(cfg)
+	require.NoError(t, err)
+	return r
+}
+
+// unknownCharge makes a charge whose call went out (attempts 1) and whose
+// outcome is unknown, due for a check now.
+func (b *testBundle) unknownCharge(ctx context.Context, t *testing.T, amount int64) intent.Charge {
+	t.Helper()
+	c := b.submittingCharge(ctx, t, amount)
+	c, err := intent.MoveCharge(ctx, b.pool, intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StateSubmitting,
+		To: intent.StateUnknown, Actor: "test", Reason: "timeout"})
+	require.NoError(t, err)
+	return c
+}
+
+func (b *testBundle) submittingCharge(ctx context.Context, t *testing.T, amount int64) intent.Charge {
+	t.Helper()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	id := intent.NewID("ch", now)
+	c := intent.Charge{TenantID: b.tenantID, ID: id, State: intent.StatePending, Amount: amount, Currency: "USD",
+		PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now}
+	keyHash := sha256.Sum256([]byte(id))
+	_, err := intent.Accept(ctx, b.pool, intent.Acceptance{Charge: c, Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:],
+		StatusCode: 201, ResponseBody: []byte(`{}`), ExpiresAt: now.Add(time.Hour)})
+	require.NoError(t, err)
+	c, err = intent.MoveCharge(ctx, b.pool, intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StatePending,
+		To: intent.StateSubmitting, Actor: "test", Reason: "submit", CountAttempt: true})
+	require.NoError(t, err)
+	return c
+}
+
+// chargeAtProvider applies a charge at the fake provider under c's key, as
+// the lost call did.
+func (b *testBundle) chargeAtProvider(t *testing.T, c intent.Charge, amount int64, paymentMethod string) {
+	t.Helper()
+	_, err := b.provider.Charge(context.Background(), psp.ChargeRequest{Key: c.ProviderKey, Amount: amount, Currency: c.Currency,
+		PaymentMethod: paymentMethod, Reference: c.ID})
+	require.NoError(t, err)
+}
+
+func (b *testBundle) faults(t *testing.T, schedule string) {
+	t.Helper()
+	resp, err := http.Post(b.pspURL+"/_admin/faults", "application/json", strings.NewReader(schedule))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+func (b *testBundle) get(ctx context.Context, t *testing.T, id string) intent.Charge {
+	t.Helper()
+	c, err := intent.Get(ctx, b.pool, b.tenantID, id)
+	require.NoError(t, err)
+	return c
+}
+
+func (b *testBundle) jobs(ctx context.Context, t *testing.T, id string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'charge_id' = $1`, id).Scan(&n))
+	return n
+}
+
+// makeDue makes the charge's next check due now, as time passing would.
+func (b *testBundle) makeDue(ctx context.Context, t *testing.T, id string) {
+	t.Helper()
+	_, err := b.pool.Exec(ctx, `UPDATE charges SET next_check_at = now() WHERE id = $1`, id)
+	require.NoError(t, err)
+}
+
+// age moves a charge's clock marks into the past, as time passing would.
+func (b *testBundle) age(ctx context.Context, t *testing.T, id string, by time.Duration) {
+	t.Helper()
+	_, err := b.pool.Exec(ctx, `UPDATE charges SET first_attempt_at = first_attempt_at - $2::interval,
+		last_attempt_at = last_attempt_at - $2::interval, unknown_since = unknown_since - $2::interval,
+		next_check_at = now() WHERE id = $1`, id, by)
+	require.NoError(t, err)
+}
+
+func TestFoundAtProvider(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Succeeded", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		c := b.unknownCharge(ctx, t, 1500)
+		b.chargeAtProvider(t, c, 1500, "pm_card_visa")
+		r := b.newReconciler(t)
+
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, reconciler.Result{Leased: 1, Succeeded: 1}, res)
+		got := b.get(ctx, t, c.ID)
+		require.Equal(t, intent.StateSucceeded, got.State)
+		require.True(t, strings.HasPrefix(got.ProviderChargeID, "py_"))
+		require.Empty(t, got.LeaseOwner, "a move ends the lease")
+		require.Greater(t, got.LeaseToken, c.LeaseToken)
+	})
+
+	t.Run("Declined", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		c := b.unknownCharge(ctx, t, 1500)
+		b.chargeAtProvider(t, c, 1500, "pm_card_chargeDeclinedInsufficientFunds")
+
+		res, err := b.newReconciler(t).RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Failed)
+		got := b.get(ctx, t, c.ID)
+		require.Equal(t, intent.StateFailed, got.State)
+		require.Equal(t, "insufficient_funds", got.FailureCode)
+	})
+
+	t.Run("OtherMoneyNeedsReview", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		c := b.unknownCharge(ctx, t, 1500)
+		b.chargeAtProvider(t, c, 1499, "pm_card_visa")
+
+		res, err := b.newReconciler(t).RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.NeedsReview)
+		got := b.get(ctx, t, c.ID)
+		require.Equal(t, intent.StateNeedsReview, got.State)
+		require.Contains(t, got.ReviewReason, "1499")
+	})
+}
+
+func TestNotFound(t *testing.T) {
+	t.Parallel()
+
+	// Not found inside the settle window proves nothing: the charge waits
+	// until the window ends. After it, not-found is proof: pending and a new
+	// job, same provider key, one transaction.
+	t.Run("ProvenOnlyAfterSettleWindow", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		c := b.unknownCharge(ctx, t, 1500)
+		r := b.newReconciler(t, func(c *reconciler.Config) { c.Provider.MaxApplyDelay = time.Hour })
+		require.Equal(t, callTimeout+time.Hour+settleMargin, r.Settle(), "derived from the configuration")
+
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, reconciler.Result{Leased: 1, NotYetProven: 1}, res)
+		got := b.get(ctx, t, c.ID)
+		require.Equal(t, intent.StateUnknown, got.State)
+		require.WithinDuration(t, got.LastAttemptAt.Add(r.Settle()), *got.NextCheckAt, time.Second, "next check when the window ends")
+		require.Zero(t, b.jobs(ctx, t, c.ID))
+
+		res, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Zero(t, res.Leased, "not due before the window ends")
+
+		b.age(ctx, t, c.ID, time.Hour+time.Second)
+		res, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, reconciler.Result{Leased: 1, Requeued: 1}, res)
+		got = b.get(ctx, t, c.ID)
+		require.Equal(t, intent.StatePending, got.State)
+		require.Equal(t, c.ProviderKey, got.ProviderKey, "a re-attempt uses the same provider key")
+		require.Equal(t, 1, b.jobs(ctx, t, c.ID))
+		events, err := intent.Events(ctx, b.pool, b.tenantID, c.ID)
+		require.NoError(t, err)
+		last := events[len(events)-1]
+		require.Equal(t, "proven_not_found", last.Reason)
+		require.True(t, strings.HasPrefix(last.Actor, "reconciler:"))
+		require.Contains(t, last.Evidence, "settle window")
+	})
+
+	t.Run("WeakLookupNeverProves", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		c := b.unknownCharge(ctx, t, 1500)
+		b.age(ctx, t, c.ID, time.Minute)
+		r := b.newReconciler(t, func(c *reconciler.Config) { c.Provider.StrongLookup = false; c.MaxUnknownAge = 2 * time.Minute })
+
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.NotYetProven)
+		require.Equal(t, intent.StateUnknown, b.get(ctx, t, c.ID).State)
+
+		b.age(ctx, t, c.ID, 2*time.Minute)
+		res, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.NeedsReview)
+		got := b.get(ctx, t, c.ID)
+		require.Equal(t, intent.StateNeedsReview, got.State)
+		require.Zero(t, b.jobs(ctx, t, c.ID), "never re-attempted on an unproven not-found")
+	})
+
+	t.Run("AttemptsExhausted", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		c := b.unknownCharge(ctx, t, 1500)
+		b.age(ctx, t, c.ID, time.Minute)
+		r := b.newReconciler(t, func(c *reconciler.Config) { c.MaxAttempts = 1 })
+
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.NeedsReview)
+		got := b.get(ctx, t, c.ID)
+		require.Equal(t, intent.StateNeedsReview, got.State)
+		require.Contains(t, got.ReviewReason, "1 attempts")
+	})
+
+	// Near the end of the provider's key window a not-found no longer
+	// proves anything: the provider may have forgotten the key.
+	t.Run("KeyWindowEnding", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		c := b.unknownCharge(ctx, t, 1500)
+		b.age(ctx, t, c.ID, 23*time.Hour+time.Minute)
+
+		res, err := b.newReconciler(t).RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.NeedsReview)
+		got := b.get(ctx, t, c.ID)
+		require.Equal(t, intent.StateNeedsReview, got.State)
+		require.Contains(t, got.ReviewReason, "key window")
+		require.Zero(t, b.jobs(ctx, t, c.ID))
+	})
+}
+
+// Lookup errors leave the charge unknown with growing waits; when they last
+// longer than policy the charge needs review — never failed, never re-sent.
+func TestLookupErrors(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	c := b.unknownCharge(ctx, t, 1500)
+	b.chargeAtProvider(t, c, 1500, "pm_card_visa")
+	b.faults(t, `{"seed": 1, "rules": [{"on": "lookup", "fault": "unavailable", "p": 1}]}`)
+	r := b.newReconciler(t, func(c *reconciler.Config) { c.MaxUnknownAge = time.Hour })
+
+	var waits []time.Duration
+	for i := range 3 {
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, reconciler.Result{Leased: 1, LookupErrors: 1}, res, "round %d", i)
+		got := b.get(ctx, t, c.ID)
+		require.Equal(t, intent.StateUnknown, got.State)
+		require.Equal(t, i+1, got.LookupFailures)
+		waits = append(waits, got.NextCheckAt.Sub(got.UpdatedAt))
+		b.makeDue(ctx, t, c.ID)
+	}
+	require.Less(t, waits[0], waits[1], "backoff grows")
+
+	// Healthy again: the lookup finds the charge.
+	b.faults(t, `{"seed": 1, "rules": []}`)
+	res, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Succeeded)
+
+	// Down for longer than policy: needs review.
+	d := b.unknownCharge(ctx, t, 1600)
+	b.faults(t, `{"seed": 1, "rules": [{"on": "lookup", "fault": "unavailable", "p": 1}]}`)
+	b.age(ctx, t, d.ID, 2*time.Hour)
+	res, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.NeedsReview)
+	got := b.get(ctx, t, d.ID)
+	require.Equal(t, intent.StateNeedsReview, got.State)
+	require.Contains(t, got.ReviewReason, "lookups have failed")
+	require.Zero(t, b.jobs(ctx, t, d.ID))
+}
+
+// A charge stuck in submitting longer than a call can take is taken over:
+// its worker died mid-call, so its outcome is unknown.
+func TestStaleSubmitting(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	c := b.submittingCharge(ctx, t, 1500)
+	r := b.newReconciler(t)
+
+	res, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Leased, "a fresh submitting charge belongs to its worker")
+
+	b.age(ctx, t, c.ID, time.Second)
+	res, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, reconciler.Result{Leased: 1, StaleSubmitting: 1}, res)
+	require.Equal(t, intent.StateUnknown, b.get(ctx, t, c.ID).State)
+
+	b.chargeAtProvider(t, c, 1500, "pm_card_visa")
+	res, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Succeeded)
+}
+
+// Two reconcilers: A leases a charge, looks it up, and stalls past its
+// lease; B leases it again, resolves it; A's write is refused by the fence
+// and counted. One outcome.
+func TestFencing(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	c := b.unknownCharge(ctx, t, 1500)
+	b.chargeAtProvider(t, c, 1500, "pm_card_visa")
+
+	var logs bytes.Buffer
+	var logsMu sync.Mutex
+	points, err := crashpoint.Parse(crashpoint.ReconcilerAfterLookupBeforeUpdate+"=pause:1500ms", 1,
+		slog.New(slog.NewJSONHandler(writerFunc(func(p []byte) (int, error) { logsMu.Lock(); defer logsMu.Unlock(); return logs.Write(p) }), nil)))
+	require.NoError(t, err)
+	a := b.newReconciler(t, func(c *reconciler.Config) { c.ID = "a"; c.LeaseTTL = 300 * time.Millisecond; c.CrashPoints = points })
+	other := b.newReconciler(t, func(c *reconciler.Config) { c.ID = "b" })
+
+	done := make(chan reconciler.Result, 1)
+	go func() {
+		res, err := a.RunOnce(ctx)
+		require.NoError(t, err)
+		done <- res
+	}()
+	require.Eventually(t, func() bool {
+		logsMu.Lock()
+		defer logsMu.Unlock()
+		return strings.Contains(logs.String(), "crashpoint fired")
+	},
+		10*time.Second, 5*time.Millisecond)
+
+	// While A's lease is live, B cannot take the charge.
+	res, err := other.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Leased)
+	require.Eventually(t, func() bool {
+		res, err = other.RunOnce(ctx)
+		require.NoError(t, err)
+		return res.Leased == 1
+	}, 10*time.Second, 20*time.Millisecond, "after A's lease expires B takes it")
+	require.Equal(t, 1, res.Succeeded)
+
+	resA := <-done
+	require.Equal(t, reconciler.Result{Leased: 1, Fenced: 1}, resA)
+	require.Equal(t, 1, a.Totals().Fenced)
+
+	events, err := intent.Events(ctx, b.pool, b.tenantID, c.ID)
+	require.NoError(t, err)
+	var resolutions []string
+	for _, e := range events {
+		if e.From == intent.StateUnknown {
+			resolutions = append(resolutions, e.Actor+":"+string(e.To))
+		}
+	}
+	require.Equal(t, []string{"reconciler:b:succeeded"}, resolutions, "one outcome, written by the live lease")
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// Many reconcilers on one database never lease the same charge twice at once.
+func TestConcurrentReconcilersShareWork(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	const n = 40
+	for i := range n {
+		c := b.unknownCharge(ctx, t, int64(1000+i))
+		b.chargeAtProvider(t, c, int64(1000+i), "pm_card_visa")
+	}
+	var mu sync.Mutex
+	var total reconciler.Result
+	var wg sync.WaitGroup
+	for i := range 4 {
+		r := b.newReconciler(t, func(c *reconciler.Config) { c.ID = fmt.Sprint("r", i); c.BatchSize = 5 })
+		wg.Go(func() {
+			for {
+				res, err := r.RunOnce(ctx)
+				require.NoError(t, err)
+				mu.Lock()
+				total.Leased += res.Leased
+				total.Succeeded += res.Succeeded
+				total.Fenced += res.Fenced
+				total.Conflicts += res.Conflicts
+				mu.Unlock()
+				if res.Leased == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, reconciler.Result{Leased: n, Succeeded: n}, total)
+	var events int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM charge_events WHERE to_state = 'succeeded'`).Scan(&events))
+	require.Equal(t, n, events)
+}
+
+func TestSettleWindow(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 13*time.Second, reconciler.SettleWindow(10*time.Second, 2*time.Second, time.Second))
+	_, err := reconciler.New(reconciler.Config{})
+	require.Error(t, err)
+	var body bytes.Buffer
+	require.NoError(t, json.NewEncoder(&body).Encode(reconciler.Result{}))
+}
