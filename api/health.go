@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 )
 
 //go:embed openapi.yaml
@@ -64,6 +65,9 @@ func (s *Server) logRequests(next echo.HandlerFunc) echo.HandlerFunc {
 			slog.String("route", c.Path()),
 			slog.Int("status", status),
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+		}
+		if sc := trace.SpanContextFromContext(c.Request().Context()); sc.HasTraceID() {
+			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
 		}
 		if v, ok := c.Get(logTenantKey).(string); ok {
 			attrs = append(attrs, slog.String("tenant_id", v))

@@ -6,11 +6,12 @@ import (
 
 // routes is the whole API surface.
 func (s *Server) routes(e *echo.Echo) {
-	e.Use(s.logRequests)
+	e.Use(s.instrument, s.logRequests)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/openapi.yaml", serveOpenAPI)
+	e.GET("/metrics", s.serveMetrics)
 
 	v1 := e.Group("/v1", s.authenticate)
 	v1.POST("/charges", s.createCharge)

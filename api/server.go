@@ -24,6 +24,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"chargeflow/crashpoint"
 )
@@ -68,14 +70,31 @@ type Config struct {
 	AuthCacheTTL time.Duration
 	// DBTimeout bounds the database work of one request. Default 5 s.
 	DBTimeout time.Duration
+
+	// TracerProvider makes a server span per request (health probes and
+	// scrapes excepted), the parent of everything the request does,
+	// including the charge.submit job it inserts. Nil means no spans.
+	TracerProvider trace.TracerProvider
+	// MeterProvider records the API's metrics (MetricRequestDuration,
+	// MetricReplays, MetricProblems, MetricCharges). Nil means no metrics.
+	MeterProvider metric.MeterProvider
+	// Metrics serves GET /metrics, normally the Prometheus exposition of
+	// MeterProvider's reader. Nil answers 404.
+	Metrics http.Handler
+	// ChargeCountMaxAge is how old the charges-by-state counts may be
+	// before a scrape counts again. Counting reads the whole charges table,
+	// so this bounds its cost however often, and by however many scrapers,
+	// the API is scraped. Default 15 s.
+	ChargeCountMaxAge time.Duration
 }
 
 // Server is the HTTP API.
 type Server struct {
-	cfg     Config
-	echo    *echo.Echo
-	auth    *authenticator
-	limiter *tenantLimiter
+	cfg       Config
+	echo      *echo.Echo
+	auth      *authenticator
+	limiter   *tenantLimiter
+	telemetry telemetry
 }
 
 // New checks the configuration, fills in defaults and builds the handler.
@@ -101,11 +120,17 @@ func New(cfg Config) (*Server, error) {
 	cfg.RateBurst = cmp.Or(cfg.RateBurst, int(2*cfg.RateLimit)+1)
 	cfg.AuthCacheTTL = cmp.Or(cfg.AuthCacheTTL, 10*time.Second)
 	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, 5*time.Second)
+	cfg.ChargeCountMaxAge = cmp.Or(cfg.ChargeCountMaxAge, 15*time.Second)
+	tel, err := newTelemetry(cfg)
+	if err != nil {
+		return nil, err
+	}
 
 	s := &Server{
-		cfg:     cfg,
-		auth:    newAuthenticator(cfg.DB, cfg.AuthCacheTTL),
-		limiter: newTenantLimiter(cfg.RateLimit, cfg.RateBurst),
+		cfg:       cfg,
+		auth:      newAuthenticator(cfg.DB, cfg.AuthCacheTTL),
+		limiter:   newTenantLimiter(cfg.RateLimit, cfg.RateBurst),
+		telemetry: tel,
 	}
 	e := echo.New()
 	e.HideBanner = true

@@ -35,6 +35,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"chargeflow/crashpoint"
 	"chargeflow/intent"
@@ -57,6 +60,15 @@ type Config struct {
 	// once; one that does not waits for the settle window anyway. Default 1 s.
 	UnknownCheckAfter time.Duration
 
+	// TracerProvider makes the span of each charge.submit run, named after
+	// the job kind, and the provider call's span is its child. With
+	// TraceContext on the River clients, the run is itself a child of the
+	// span that inserted the job (the API request, or the reconciler's
+	// decision). Nil means no spans.
+	TracerProvider trace.TracerProvider
+	// MeterProvider records MetricUnknownOutcomes. Nil means no metrics.
+	MeterProvider metric.MeterProvider
+
 	// ResendOnRerun is a deliberately broken mode for the scenario runner's
 	// negative control: a run that finds the charge submitting sends again
 	// instead of moving it to unknown. Never set it outside tests.
@@ -66,7 +78,8 @@ type Config struct {
 // Worker is the charge.submit worker.
 type Worker struct {
 	river.WorkerDefaults[intent.SubmitArgs]
-	cfg Config
+	cfg       Config
+	telemetry telemetry
 }
 
 // NewWorker checks cfg and fills its defaults.
@@ -77,7 +90,11 @@ func NewWorker(cfg Config) (*Worker, error) {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, 10*time.Second)
 	cfg.UnknownCheckAfter = cmp.Or(cfg.UnknownCheckAfter, time.Second)
-	return &Worker{cfg: cfg}, nil
+	tel, err := newTelemetry(cfg.TracerProvider, cfg.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{cfg: cfg, telemetry: tel}, nil
 }
 
 // Timeout bounds one run: the call, plus room for the two short
@@ -93,10 +110,24 @@ func JobTimeout(callTimeout time.Duration) time.Duration { return callTimeout + 
 // actor is how the worker signs the events it writes.
 const actor = "worker"
 
-// Work runs one attempt of a charge.submit job.
+// Work runs one attempt of a charge.submit job, in its own span.
 func (w *Worker) Work(ctx context.Context, job *river.Job[intent.SubmitArgs]) error {
+	ctx, span := w.telemetry.startRun(ctx, job)
+	defer span.End()
+	log := w.cfg.Logger.With("charge_id", job.Args.ChargeID, "tenant_id", job.Args.TenantID, "job_id", job.ID, "job_attempt", job.Attempt)
+	if sc := span.SpanContext(); sc.HasTraceID() {
+		log = log.With("trace_id", sc.TraceID().String())
+	}
+	err := w.work(ctx, job, log)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
+
+// work is one attempt of a charge.submit job.
+func (w *Worker) work(ctx context.Context, job *river.Job[intent.SubmitArgs], log *slog.Logger) error {
 	args := job.Args
-	log := w.cfg.Logger.With("charge_id", args.ChargeID, "tenant_id", args.TenantID, "job_id", job.ID, "job_attempt", job.Attempt)
 
 	charge, err := intent.MoveCharge(ctx, w.cfg.DB, intent.Move{
 		TenantID: args.TenantID, ChargeID: args.ChargeID,
@@ -122,6 +153,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[intent.SubmitArgs]) er
 	case errors.As(err, &conflict):
 		// Someone already moved it on: this run is a duplicate or late.
 		log.InfoContext(ctx, "charge is not pending; nothing to do", "state", string(conflict.Current))
+		w.telemetry.settled(ctx, conflict.Current, "not_pending")
 		return nil
 	case errors.Is(err, intent.ErrNotFound):
 		log.ErrorContext(ctx, "charge.submit job for a charge that does not exist")
@@ -152,7 +184,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[intent.SubmitArgs]) er
 	case errors.Is(callErr, psp.ErrNotApplied):
 		return w.notApplied(ctx, job, log, charge, callErr)
 	default:
-		move.To, move.Reason, move.CheckAfter = intent.StateUnknown, "outcome_unknown:"+psp.ReasonOf(callErr), w.cfg.UnknownCheckAfter
+		move.To, move.Reason, move.CheckAfter = intent.StateUnknown, unknownReasonPrefix+psp.ReasonOf(callErr), w.cfg.UnknownCheckAfter
 		log.WarnContext(ctx, "provider outcome unknown", "err", callErr.Error())
 		return w.finish(ctx, job, log, move)
 	}
@@ -195,11 +227,12 @@ func (w *Worker) notApplied(ctx context.Context, job *river.Job[intent.SubmitArg
 		if _, err := intent.MoveCharge(ctx, w.cfg.DB, back); err != nil {
 			return w.lostRace(ctx, log, err)
 		}
+		w.telemetry.settled(ctx, back.To, back.Reason)
 		log.InfoContext(ctx, "provider did not apply the charge; retrying with backoff", "err", callErr.Error())
 		return fmt.Errorf("provider did not apply the charge: %w", callErr)
 	}
 	log.WarnContext(ctx, "provider never accepted the charge; failing it", "err", callErr.Error())
-	return w.inTx(ctx, job, log, func(tx pgx.Tx) error {
+	err := w.inTx(ctx, job, log, func(tx pgx.Tx) error {
 		if _, err := intent.MoveCharge(ctx, tx, back); err != nil {
 			return err
 		}
@@ -210,6 +243,10 @@ func (w *Worker) notApplied(ctx context.Context, job *river.Job[intent.SubmitArg
 		})
 		return err
 	})
+	if err == nil {
+		w.telemetry.settled(ctx, intent.StateFailed, "attempts_exhausted")
+	}
+	return err
 }
 
 // finish applies the moves and completes the job in one transaction.
@@ -236,6 +273,7 @@ func (w *Worker) finish(ctx context.Context, job *river.Job[intent.SubmitArgs], 
 	}
 	last := moves[len(moves)-1]
 	log.InfoContext(ctx, "charge moved", "from", string(moves[0].From), "to", string(last.To), "reason", last.Reason)
+	w.telemetry.settled(ctx, last.To, last.Reason)
 	return nil
 }
 

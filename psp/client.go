@@ -14,6 +14,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 const (
@@ -39,12 +42,21 @@ type Config struct {
 	// Defaults to DefaultTimeout.
 	Timeout time.Duration
 
-	// HTTPClient makes the calls. It is the seam for instrumentation: wrap
-	// its Transport (for example with an OpenTelemetry transport) to trace
-	// every provider call. The Client uses a shallow copy that never follows
-	// redirects, since a redirected POST would be re-sent as a GET. Defaults
-	// to a client with its own connection pool and no proxy.
+	// HTTPClient makes the calls; wrap its Transport for transport-level
+	// instrumentation beyond the call spans below. The Client uses a
+	// shallow copy that never follows redirects, since a redirected POST
+	// would be re-sent as a GET. Defaults to a client with its own
+	// connection pool and no proxy.
 	HTTPClient *http.Client
+
+	// TracerProvider makes one client span per call, "psp.charge" or
+	// "psp.lookup", that records what the answer proved (see Outcome), and
+	// the call sends the W3C traceparent header so a provider that traces
+	// joins the caller's trace. Nil means no spans.
+	TracerProvider trace.TracerProvider
+
+	// MeterProvider records MetricCallDuration. Nil means no metrics.
+	MeterProvider metric.MeterProvider
 }
 
 // Client calls a provider that speaks the wire protocol of DESIGN.md §10.
@@ -53,6 +65,7 @@ type Client struct {
 	baseURL    string
 	timeout    time.Duration
 	httpClient *http.Client
+	telemetry  telemetry
 }
 
 // NewClient returns a Client for cfg, with zero fields set to their defaults.
@@ -69,10 +82,12 @@ func NewClient(cfg Config) *Client {
 		return http.ErrUseLastResponse
 	}
 
+	baseURL := strings.TrimRight(cmp.Or(cfg.BaseURL, DefaultBaseURL), "/")
 	return &Client{
-		baseURL:    strings.TrimRight(cmp.Or(cfg.BaseURL, DefaultBaseURL), "/"),
+		baseURL:    baseURL,
 		timeout:    cmp.Or(cfg.Timeout, DefaultTimeout),
 		httpClient: httpClient,
+		telemetry:  newTelemetry(cfg, baseURL),
 	}
 }
 
@@ -167,9 +182,19 @@ func (c *Client) Lookup(ctx context.Context, key string) (Charge, error) {
 	return c.do(httpReq, OpLookup)
 }
 
-// do sends httpReq, recording through httptrace whether a connection was
-// obtained and the request written, reads the answer and classifies it.
+// do sends httpReq inside the call's span, reads the answer, classifies it,
+// and records what it proved (span attributes and the latency histogram).
 func (c *Client) do(httpReq *http.Request, op Op) (Charge, error) {
+	start := time.Now()
+	ctx, span := c.telemetry.start(httpReq.Context(), op, httpReq.Header)
+	answer, err := c.roundTrip(httpReq.WithContext(ctx), op)
+	c.telemetry.end(ctx, span, op, start, answer, err)
+	return answer, err
+}
+
+// roundTrip sends httpReq, recording through httptrace whether a connection
+// was obtained and the request written, reads the answer and classifies it.
+func (c *Client) roundTrip(httpReq *http.Request, op Op) (Charge, error) {
 	// The trace hooks run on the transport's goroutines, hence the atomics.
 	var gotConn, wroteRequest atomic.Bool
 	trace := &httptrace.ClientTrace{

@@ -30,6 +30,11 @@
 // that promise it also switches off the silent re-send that net/http performs
 // for requests carrying an Idempotency-Key header; see Client.Charge.
 //
+// Given a TracerProvider and a MeterProvider in Config, every call is one
+// client span ("psp.charge", "psp.lookup") and one sample of
+// MetricCallDuration, both labelled with the call's Outcome; the call sends
+// the W3C traceparent header. Neither carries the request's payment method.
+//
 // The wire protocol is the one served by chargeflow/fakepsp and described in
 // DESIGN.md §10:
 //

@@ -44,6 +44,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"chargeflow/crashpoint"
@@ -117,13 +120,23 @@ type Config struct {
 	// base·2^(failures-1), at most the cap, with jitter. Defaults 1 s, 5 min.
 	LookupBackoffBase time.Duration
 	LookupBackoffCap  time.Duration
+
+	// TracerProvider makes a "charge.reconcile" span per leased charge; the
+	// lookup's span is its child, and so is the charge.submit job of a
+	// re-attempt (with outbox.TraceContext on the River client). Nil means
+	// no spans.
+	TracerProvider trace.TracerProvider
+	// MeterProvider records MetricDecisions and MetricLag. Nil means no
+	// metrics.
+	MeterProvider metric.MeterProvider
 }
 
 // Reconciler resolves unknown charges. Its methods are safe for concurrent use.
 type Reconciler struct {
-	cfg     Config
-	limiter *rate.Limiter
-	settle  time.Duration
+	cfg       Config
+	limiter   *rate.Limiter
+	settle    time.Duration
+	telemetry telemetry
 
 	totals struct {
 		sync.Mutex
@@ -193,11 +206,17 @@ func New(cfg Config) (*Reconciler, error) {
 	if p.KeyWindowMargin >= p.KeyWindow {
 		return nil, fmt.Errorf("reconciler: key window margin %s must be shorter than the key window %s", p.KeyWindowMargin, p.KeyWindow)
 	}
-	return &Reconciler{
+	r := &Reconciler{
 		cfg:     cfg,
 		limiter: rate.NewLimiter(rate.Limit(p.LookupRate), p.LookupBurst),
 		settle:  SettleWindow(cfg.CallTimeout, p.MaxApplyDelay, cfg.SettleMargin),
-	}, nil
+	}
+	tel, err := newTelemetry(cfg, r.lag)
+	if err != nil {
+		return nil, err
+	}
+	r.telemetry = tel
+	return r, nil
 }
 
 // SettleWindow is how long after the last send a not-found proves that no
@@ -290,13 +309,34 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
 	r.totals.Lock()
 	r.totals.add(res)
 	r.totals.Unlock()
+	r.telemetry.decided(ctx, res)
 	return res, firstErr
 }
 
-// reconcile decides one leased charge and writes the decision, fenced.
+// lag is how long the most overdue charge of this reconciler's provider has
+// been waiting for it; MetricLag observes it.
+func (r *Reconciler) lag(ctx context.Context) (time.Duration, error) {
+	return intent.ReconcileLag(ctx, r.cfg.DB, r.cfg.Provider.Name, r.cfg.CallTimeout+r.cfg.StaleMargin)
+}
+
+// reconcile decides one leased charge and writes the decision, fenced, in
+// the charge's span.
 func (r *Reconciler) reconcile(ctx context.Context, l intent.Leased) (Result, error) {
+	ctx, span := r.telemetry.startReconcile(ctx, l.Charge)
+	defer span.End()
+	log := r.cfg.Logger.With("charge_id", l.ID, "tenant_id", l.TenantID, "lease_token", l.LeaseToken)
+	if sc := span.SpanContext(); sc.HasTraceID() {
+		log = log.With("trace_id", sc.TraceID().String())
+	}
+	res, err := r.decideAndWrite(ctx, log, l)
+	endReconcile(span, res, err)
+	return res, err
+}
+
+// decideAndWrite looks a leased charge up (unless it is a stale submitting
+// one) and writes what the answer proves.
+func (r *Reconciler) decideAndWrite(ctx context.Context, log *slog.Logger, l intent.Leased) (Result, error) {
 	c := l.Charge
-	log := r.cfg.Logger.With("charge_id", c.ID, "tenant_id", c.TenantID, "lease_token", c.LeaseToken)
 	actor := "reconciler:" + r.cfg.ID
 
 	if c.State == intent.StateSubmitting {
@@ -323,6 +363,7 @@ func (r *Reconciler) reconcile(ctx context.Context, l intent.Leased) (Result, er
 
 	d := r.decide(l, found, lookupErr)
 	log.InfoContext(ctx, "reconcile decision", "decision", d.reason, "to", string(d.move.To))
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("chargeflow.reconcile.decision", d.reason))
 	if d.requeue {
 		return r.write(ctx, log, d.counts, func(tx pgx.Tx) error {
 			if _, err := intent.MoveCharge(ctx, tx, d.move); err != nil {

@@ -45,6 +45,12 @@ func runAll(ctx context.Context, e env, args []string) error {
 		return err
 	}
 
+	tel, err := newTelemetry(ctx, e, "all", logger.With("role", "telemetry"))
+	if err != nil {
+		return err
+	}
+	defer shutdownTelemetry(ctx, tel, logger)
+
 	provider, err := newFakePSP(p, logger.With("role", "fakepsp"))
 	if err != nil {
 		return err
@@ -61,7 +67,7 @@ func runAll(ctx context.Context, e env, args []string) error {
 		return g.Wait()
 	}
 
-	server, pool, err := newAPI(ctx, c, a, logger.With("role", "api"), points)
+	server, pool, err := newAPI(ctx, c, a, logger.With("role", "api"), points, tel)
 	if err != nil {
 		return err
 	}
@@ -74,14 +80,14 @@ func runAll(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	w.insertMaxAttempts = a.submitMaxAttempts
-	workerClient, err := newWorkerClient(pool, w, logger.With("role", "worker"), points)
+	workerClient, err := newWorkerClient(pool, w, logger.With("role", "worker"), points, tel)
 	if err != nil {
 		return err
 	}
 	g.Go(func() error { return runRiver(ctx, workerClient, logger.With("role", "worker")) })
 
 	r.provider, r.pspURL, r.callTimeout = a.provider, w.pspURL, w.callTimeout
-	reconcile, err := newReconciler(pool, workerClient, r, logger.With("role", "reconciler"), points)
+	reconcile, err := newReconciler(pool, workerClient, r, logger.With("role", "reconciler"), points, tel)
 	if err != nil {
 		return err
 	}

@@ -40,8 +40,8 @@ func (f *apiFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxConns, "max-conns", 20, "database connections")
 }
 
-// newAPI builds the API server on its own pool.
-func newAPI(ctx context.Context, c common, f apiFlags, logger *slog.Logger, points *crashpoint.Set) (*api.Server, *pgxpool.Pool, error) {
+// newAPI builds the API server on its own pool; it serves tel's metrics.
+func newAPI(ctx context.Context, c common, f apiFlags, logger *slog.Logger, points *crashpoint.Set, tel *telemetry) (*api.Server, *pgxpool.Pool, error) {
 	pool, err := c.openPool(ctx, poolOptions{role: "api", maxConns: int32(f.maxConns), lockTimeout: f.lockTimeout})
 	if err != nil {
 		return nil, nil, err
@@ -50,6 +50,7 @@ func newAPI(ctx context.Context, c common, f apiFlags, logger *slog.Logger, poin
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger:      logger,
 		MaxAttempts: f.submitMaxAttempts,
+		Middleware:  riverMiddleware(),
 	})
 	if err != nil {
 		pool.Close()
@@ -66,6 +67,9 @@ func newAPI(ctx context.Context, c common, f apiFlags, logger *slog.Logger, poin
 		IdempotencyTTL: f.idempotencyTTL,
 		RateLimit:      f.rateLimit,
 		RateBurst:      f.rateBurst,
+		TracerProvider: tel.tracerProvider,
+		MeterProvider:  tel.meterProvider,
+		Metrics:        tel.metrics,
 	})
 	if err != nil {
 		pool.Close()
@@ -92,7 +96,12 @@ func runAPI(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	server, pool, err := newAPI(ctx, c, f, logger, points)
+	tel, err := newTelemetry(ctx, e, "api", logger)
+	if err != nil {
+		return err
+	}
+	defer shutdownTelemetry(ctx, tel, logger)
+	server, pool, err := newAPI(ctx, c, f, logger, points, tel)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"golang.org/x/sync/errgroup"
 
 	"chargeflow/crashpoint"
 	"chargeflow/psp"
@@ -38,6 +39,7 @@ type reconcilerFlags struct {
 	backoffCap        time.Duration
 	id                string
 	submitMaxAttempts int
+	maxConns          int
 }
 
 // bind registers the flags; shared, when true, skips the ones `all` already
@@ -48,6 +50,7 @@ func (f *reconcilerFlags) bind(fs *flag.FlagSet, e env, shared bool) {
 		fs.StringVar(&f.provider, "provider", "fakepsp", "the provider whose charges this reconciler resolves")
 		fs.DurationVar(&f.callTimeout, "call-timeout", 10*time.Second, "the worker's provider call timeout (keep them equal); also bounds each lookup")
 		fs.IntVar(&f.submitMaxAttempts, "submit-max-attempts", 10, "attempts of the charge.submit job of a re-attempt")
+		fs.IntVar(&f.maxConns, "max-conns", 10, "database connections")
 	}
 	fs.BoolVar(&f.strongLookup, "strong-lookup", true, "the provider's lookup by key is strongly consistent, so a not-found after the settle window proves no charge exists")
 	fs.DurationVar(&f.maxApplyDelay, "max-apply-delay", 0, "the longest the provider may take to apply a request or show it to lookups (widens the settle window)")
@@ -68,13 +71,14 @@ func (f *reconcilerFlags) bind(fs *flag.FlagSet, e env, shared bool) {
 
 // newReconciler builds a reconciler on pool; riverClient inserts the jobs
 // of re-attempts.
-func newReconciler(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], f reconcilerFlags, logger *slog.Logger, points *crashpoint.Set) (*reconciler.Reconciler, error) {
+func newReconciler(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], f reconcilerFlags, logger *slog.Logger, points *crashpoint.Set, tel *telemetry) (*reconciler.Reconciler, error) {
 	return reconciler.New(reconciler.Config{
 		DB:    pool,
 		River: riverClient,
 		Provider: reconciler.Provider{
-			Name:            f.provider,
-			Client:          psp.NewClient(psp.Config{BaseURL: f.pspURL, Timeout: f.callTimeout}),
+			Name: f.provider,
+			Client: psp.NewClient(psp.Config{BaseURL: f.pspURL, Timeout: f.callTimeout,
+				TracerProvider: tel.tracerProvider, MeterProvider: tel.meterProvider}),
 			StrongLookup:    f.strongLookup,
 			MaxApplyDelay:   f.maxApplyDelay,
 			KeyWindow:       f.keyWindow,
@@ -94,6 +98,8 @@ func newReconciler(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], f reco
 		MaxUnknownAge:     f.maxUnknownAge,
 		LookupBackoffBase: f.backoffBase,
 		LookupBackoffCap:  f.backoffCap,
+		TracerProvider:    tel.tracerProvider,
+		MeterProvider:     tel.meterProvider,
 	})
 }
 
@@ -101,9 +107,11 @@ func newReconciler(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], f reco
 func runReconciler(ctx context.Context, e env, args []string) error {
 	var c common
 	var f reconcilerFlags
+	var metricsAddr string
 	fs := newFlagSet("reconciler", e)
 	c.bind(fs, e)
 	f.bind(fs, e, false)
+	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve GET /metrics on this address (default: no metrics listener)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -115,18 +123,27 @@ func runReconciler(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	pool, err := c.openPool(ctx, poolOptions{role: "reconciler", maxConns: 12})
+	tel, err := newTelemetry(ctx, e, "reconciler", logger)
+	if err != nil {
+		return err
+	}
+	defer shutdownTelemetry(ctx, tel, logger)
+	pool, err := c.openPool(ctx, poolOptions{role: "reconciler", maxConns: int32(f.maxConns)})
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger, MaxAttempts: f.submitMaxAttempts})
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger, MaxAttempts: f.submitMaxAttempts,
+		Middleware: riverMiddleware()})
 	if err != nil {
 		return err
 	}
-	r, err := newReconciler(pool, riverClient, f, logger, points)
+	r, err := newReconciler(pool, riverClient, f, logger, points, tel)
 	if err != nil {
 		return err
 	}
-	return r.Run(ctx)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serveMetrics(ctx, metricsAddr, tel, logger) })
+	g.Go(func() error { return r.Run(ctx) })
+	return g.Wait()
 }

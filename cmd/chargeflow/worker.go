@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"golang.org/x/sync/errgroup"
 
 	"chargeflow/crashpoint"
 	"chargeflow/outbox"
@@ -49,15 +50,18 @@ func (f *workerFlags) bind(fs *flag.FlagSet, e env) {
 }
 
 // newWorkerClient builds the River client that runs the outbox worker.
-func newWorkerClient(pool *pgxpool.Pool, f workerFlags, logger *slog.Logger, points *crashpoint.Set) (*river.Client[pgx.Tx], error) {
+func newWorkerClient(pool *pgxpool.Pool, f workerFlags, logger *slog.Logger, points *crashpoint.Set, tel *telemetry) (*river.Client[pgx.Tx], error) {
 	worker, err := outbox.NewWorker(outbox.Config{
-		DB:                pool,
-		Provider:          psp.NewClient(psp.Config{BaseURL: f.pspURL, Timeout: f.callTimeout}),
+		DB: pool,
+		Provider: psp.NewClient(psp.Config{BaseURL: f.pspURL, Timeout: f.callTimeout,
+			TracerProvider: tel.tracerProvider, MeterProvider: tel.meterProvider}),
 		Logger:            logger,
 		CrashPoints:       points,
 		CallTimeout:       f.callTimeout,
 		UnknownCheckAfter: f.unknownCheckAfter,
 		ResendOnRerun:     f.resendOnRerun,
+		TracerProvider:    tel.tracerProvider,
+		MeterProvider:     tel.meterProvider,
 	})
 	if err != nil {
 		return nil, err
@@ -80,6 +84,7 @@ func newWorkerClient(pool *pgxpool.Pool, f workerFlags, logger *slog.Logger, poi
 		RescueStuckJobsAfter: cmp.Or(f.rescueAfter, outbox.JobTimeout(f.callTimeout)+2*time.Minute),
 		FetchCooldown:        20 * time.Millisecond,
 		FetchPollInterval:    250 * time.Millisecond,
+		Middleware:           riverMiddleware(),
 	})
 }
 
@@ -87,9 +92,11 @@ func newWorkerClient(pool *pgxpool.Pool, f workerFlags, logger *slog.Logger, poi
 func runWorker(ctx context.Context, e env, args []string) error {
 	var c common
 	var f workerFlags
+	var metricsAddr string
 	fs := newFlagSet("worker", e)
 	c.bind(fs, e)
 	f.bind(fs, e)
+	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve GET /metrics on this address (default: no metrics listener)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -104,16 +111,24 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
+	tel, err := newTelemetry(ctx, e, "worker", logger)
+	if err != nil {
+		return err
+	}
+	defer shutdownTelemetry(ctx, tel, logger)
 	pool, err := c.openPool(ctx, poolOptions{role: "worker", maxConns: int32(f.concurrency + 5)})
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	client, err := newWorkerClient(pool, f, logger, points)
+	client, err := newWorkerClient(pool, f, logger, points, tel)
 	if err != nil {
 		return err
 	}
-	return runRiver(ctx, client, logger)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serveMetrics(ctx, metricsAddr, tel, logger) })
+	g.Go(func() error { return runRiver(ctx, client, logger) })
+	return g.Wait()
 }
 
 // runRiver starts a River client and stops it, letting running jobs finish,
