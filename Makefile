@@ -10,7 +10,7 @@ GO ?= go
 # How long `make test` fuzzes the canonical-JSON parser.
 FUZZTIME ?= 20s
 
-.PHONY: run test db
+.PHONY: run test scenarios db
 
 ## db: make sure PostgreSQL answers at DATABASE_URL (start a private cluster if not)
 db:
@@ -21,7 +21,8 @@ run: db
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
 	exec bin/chargeflow all
 
-## test: formatting, vet, every test with -race, a short fuzz run, the bootstrap script's own test
+## test: formatting, vet, every test with -race, a short fuzz run, the bootstrap script's own test,
+## and the crash-scenario catalogue with short timings (a 2,000-charge soak included)
 test: db
 	@unformatted=$$(gofmt -l .); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
@@ -29,3 +30,10 @@ test: db
 	$(GO) test -race -count=1 ./...
 	$(GO) test -run='^$$' -fuzz=FuzzCanonical -fuzztime=$(FUZZTIME) ./api/jsoncanon/
 	scripts/ensure-postgres_test.sh
+	$(GO) build -o bin/chargeflow ./cmd/chargeflow
+	bin/chargeflow scenario run all --short --parallel 3
+
+## scenarios: the full catalogue, with the 10,000-charge soak
+scenarios: db
+	$(GO) build -o bin/chargeflow ./cmd/chargeflow
+	bin/chargeflow scenario run all --parallel 3

@@ -13,9 +13,11 @@
 //	error           return ErrInjected from Hit
 //
 // optionally followed by @P, the probability of firing on each hit (default
-// 1), drawn from a source seeded by the caller so runs replay. Example:
+// 1), drawn from a source seeded by the caller so runs replay, or by #N: fire
+// on the Nth hit of this process only, which makes a crash certain without
+// stopping all progress. Example:
 //
-//	worker.after_psp_response_before_save=exit,reconciler.after_lease=pause:3s@0.5
+//	worker.after_psp_response_before_save=exit#5,reconciler.after_lease=pause:3s@0.5
 //
 // Every time a point fires it logs "crashpoint fired" with the point's name
 // first, so a scenario can prove its fault path was taken.
@@ -32,6 +34,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -78,6 +81,9 @@ type arm struct {
 	action      Action
 	pause       time.Duration
 	probability float64
+	// nth, when > 0, fires on the nth hit only; hits counts them.
+	nth  int64
+	hits *atomic.Int64
 }
 
 // Set is the armed points of one process. A nil *Set is disarmed.
@@ -110,9 +116,19 @@ func Parse(spec string, seed uint64, logger *slog.Logger) (*Set, error) {
 		if !slices.Contains(Names(), name) {
 			return nil, fmt.Errorf("crashpoint %q: unknown point (known: %s)", name, strings.Join(Names(), ", "))
 		}
-		a := arm{probability: 1}
-		action, p, found := strings.Cut(action, "@")
-		if found {
+		a := arm{probability: 1, hits: &atomic.Int64{}}
+		action, nth, hasNth := strings.Cut(action, "#")
+		action, p, hasP := strings.Cut(action, "@")
+		switch {
+		case hasNth && hasP:
+			return nil, fmt.Errorf("crashpoint %q: give either @P or #N, not both", name)
+		case hasNth:
+			n, err := strconv.ParseInt(nth, 10, 64)
+			if err != nil || n < 1 {
+				return nil, fmt.Errorf("crashpoint %q: #%s is not a positive hit number", name, nth)
+			}
+			a.nth = n
+		case hasP:
 			prob, err := strconv.ParseFloat(p, 64)
 			if err != nil || prob < 0 || prob > 1 {
 				return nil, fmt.Errorf("crashpoint %q: probability %q is not in [0,1]", name, p)
@@ -147,6 +163,9 @@ func (s *Set) Hit(ctx context.Context, name string) error {
 	}
 	a, ok := s.arms[name]
 	if !ok {
+		return nil
+	}
+	if a.nth > 0 && a.hits.Add(1) != a.nth {
 		return nil
 	}
 	if a.probability < 1 {

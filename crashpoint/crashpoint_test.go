@@ -23,6 +23,8 @@ func TestParse(t *testing.T) {
 		"api.after_insert_before_commit=pause:-1s",
 		"api.after_insert_before_commit=exit:3s",
 		"api.after_insert_before_commit=exit@1.5",
+		"api.after_insert_before_commit=exit#0",
+		"api.after_insert_before_commit=exit#2@0.5",
 	} {
 		_, err := crashpoint.Parse(spec, 1, slog.New(slog.DiscardHandler))
 		require.Error(t, err, spec)
@@ -65,5 +67,13 @@ func TestHit(t *testing.T) {
 		}
 	}
 	require.InDelta(t, 500, fired, 100, "fires with its probability")
+
+	nth, err := crashpoint.Parse("api.after_commit_before_response=error#3", 1, logger)
+	require.NoError(t, err)
+	var errs []bool
+	for range 5 {
+		errs = append(errs, nth.Hit(ctx, crashpoint.APIAfterCommitBeforeResponse) != nil)
+	}
+	require.Equal(t, []bool{false, false, true, false, false}, errs, "#3 fires on the third hit only")
 	require.Contains(t, logs.String(), `"msg":"crashpoint fired","point":"worker.after_submitting_commit"`)
 }

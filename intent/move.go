@@ -84,8 +84,8 @@ WITH moved AS (
 	WHERE tenant_id = $1 AND id = $2 AND state = $3 AND ($10::bigint = 0 OR lease_token = $10)
 	RETURNING *
 ), event AS (
-	INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, evidence)
-	SELECT tenant_id, id, $3, $4, $11, $12, attempts, nullif($13, '') FROM moved
+	INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, evidence, lease_token)
+	SELECT tenant_id, id, $3, $4, $11, $12, attempts, nullif($13, ''), nullif($10::bigint, 0) FROM moved
 )
 SELECT `+chargeColumns+` FROM moved`,
 		m.TenantID, m.ChargeID, string(m.From), string(m.To), m.CountAttempt, m.ProviderChargeID, m.FailureCode,

@@ -9,6 +9,7 @@
 //	chargeflow reconciler               the reconciler (unknown outcomes, with proof)
 //	chargeflow fakepsp                  the bundled fake payment provider
 //	chargeflow charge list|get|events|reconcile|resolve   operator tools over the API
+//	chargeflow scenario list|run        crash scenarios against real processes, with an invariant checker
 //	chargeflow all                      every role in one process, with a demo tenant
 //
 // Every command reads DATABASE_URL (default: the local Postgres,
@@ -60,6 +61,7 @@ func commands() []command {
 		{"reconciler", "run the reconciler: resolve unknown outcomes with proof (any number of them)", runReconciler},
 		{"fakepsp", "run the bundled fake payment provider (durable ledger, fault injection)", runFakePSP},
 		{"charge", "operator tools over the API: charge list|get|events|reconcile|resolve", runCharge},
+		{"scenario", "scenario list | scenario run NAME|all: replay crash scenarios against real processes and check the invariants", runScenario},
 		{"all", "every role in one process against the local Postgres, with a demo tenant and a ready curl", runAll},
 	}
 }

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"chargeflow/scenario"
+)
+
+// runScenario replays the crash scenarios of DESIGN §7 against real
+// processes and checks the invariants.
+//
+//	chargeflow scenario list
+//	chargeflow scenario run NAME|all [--seed N] [--short] [--charges N] [--duration D] [--keep]
+func runScenario(ctx context.Context, e env, args []string) error {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "run") {
+		return errors.New("usage: chargeflow scenario list | chargeflow scenario run NAME|all [flags]")
+	}
+	if args[0] == "list" {
+		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+		for _, sc := range scenario.Catalogue() {
+			fmt.Fprintf(tw, "%s\t%s\n", sc.Name, sc.Summary)
+		}
+		return tw.Flush()
+	}
+	if len(args) < 2 || strings.HasPrefix(args[1], "-") {
+		return errors.New("usage: chargeflow scenario run NAME|all [flags] (see chargeflow scenario list)")
+	}
+	name := args[1]
+	var c common
+	var seed uint64
+	var short, keep bool
+	var charges, parallel int
+	var duration time.Duration
+	var dir, script string
+	fs := newFlagSet("scenario run", e)
+	c.bind(fs, e)
+	fs.Uint64Var(&seed, "seed", 0, "replay a run: the seed it printed (default: a new random seed)")
+	fs.BoolVar(&short, "short", false, "short timings and fewer charges (what make test runs)")
+	fs.IntVar(&charges, "charges", 0, "charges in the soak (default 10000, or 2000 with --short)")
+	fs.DurationVar(&duration, "duration", 0, "spread the soak's charges over this long (default: as fast as the clients go)")
+	fs.BoolVar(&keep, "keep", false, "keep the databases and logs of passing runs too")
+	fs.IntVar(&parallel, "parallel", 1, "scenarios run at once (each has its own database and processes)")
+	fs.StringVar(&dir, "dir", os.TempDir(), "where each run's folder (logs, private PostgreSQL) goes")
+	fs.StringVar(&script, "pg-script", "scripts/ensure-postgres", "the script that starts a private PostgreSQL (for the scenarios that crash it)")
+	if err := fs.Parse(args[2:]); err != nil {
+		return err
+	}
+	if seed == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		seed = binary.BigEndian.Uint64(b[:]) % 1_000_000_000
+	}
+
+	var selected []scenario.Scenario
+	if name == "all" {
+		selected = scenario.Catalogue()
+	} else {
+		for _, n := range strings.Split(name, ",") {
+			sc, ok := scenario.Find(n)
+			if !ok {
+				return fmt.Errorf("no scenario %q (see chargeflow scenario list)", n)
+			}
+			selected = append(selected, sc)
+		}
+	}
+	binary, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	runner, err := scenario.NewRunner(scenario.Config{
+		Binary:      binary,
+		Env:         os.Environ(),
+		DatabaseURL: cmp.Or(c.databaseURL, defaultDatabaseURL),
+		PGScript:    script,
+		Dir:         dir,
+		Seed:        seed,
+		Short:       short,
+		Charges:     charges,
+		Duration:    duration,
+		Keep:        keep,
+		Progress:    e.stderr,
+	})
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(e.stderr, "scenario seed %d (replay with --seed %d)\n", seed, seed)
+	reports := make([]scenario.Report, len(selected))
+	errs := make([]error, len(selected))
+	sem := make(chan struct{}, max(parallel, 1))
+	var wg sync.WaitGroup
+	for i, sc := range selected {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			fmt.Fprintf(e.stderr, "[%s] %s\n", sc.Name, sc.Summary)
+			rep, err := runner.Run(ctx, sc)
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w (logs in %s)", sc.Name, err, rep.Dir)
+				return
+			}
+			fmt.Fprintf(e.stderr, "[%s] %s in %s\n", sc.Name, verdict(rep), rep.Elapsed.Round(100*time.Millisecond))
+			reports[i] = rep
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "seed %d\n", seed)
+	scenario.PrintTable(e.stdout, reports)
+	scenario.PrintViolations(e.stdout, reports)
+	for _, r := range reports {
+		if !r.Passed {
+			return fmt.Errorf("scenario %s failed (seed %d)", r.Scenario, seed)
+		}
+	}
+	return nil
+}
+
+func verdict(r scenario.Report) string {
+	switch {
+	case !r.Passed:
+		return "FAILED"
+	case len(r.Violations) > 0:
+		return "caught the broken mode, as it must"
+	}
+	return "passed"
+}

@@ -1,0 +1,630 @@
+package scenario
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config configures a Runner.
+type Config struct {
+	// Binary is the chargeflow binary every process is started from.
+	Binary string
+	// Env is the environment children inherit (chargeflow's own variables
+	// in it are replaced).
+	Env []string
+	// DatabaseURL names the PostgreSQL server scenarios create their fresh
+	// databases on.
+	DatabaseURL string
+	// PGScript is scripts/ensure-postgres, used by the scenarios that
+	// crash and restart a PostgreSQL of their own.
+	PGScript string
+	// Dir is where each run's folder (process logs, private cluster) goes.
+	Dir string
+	// Seed drives every random choice of a run: traffic, faults, crash
+	// points, kills. The same seed replays the same schedule (timing and
+	// the operating system still vary).
+	Seed uint64
+	// Short uses the short timings and charge counts of `make test`.
+	Short bool
+	// Charges and Duration, when set, override the soak's size and the
+	// length of its chaos.
+	Charges  int
+	Duration time.Duration
+	// Keep keeps databases, clusters and logs of passing runs too.
+	Keep bool
+	// Progress receives progress lines on long runs.
+	Progress io.Writer
+}
+
+// Runner runs scenarios.
+type Runner struct {
+	cfg Config
+}
+
+// NewRunner checks cfg and fills its defaults.
+func NewRunner(cfg Config) (*Runner, error) {
+	if cfg.Binary == "" || cfg.DatabaseURL == "" {
+		return nil, errors.New("scenario: Binary and DatabaseURL are required")
+	}
+	cfg.Dir = cmp.Or(cfg.Dir, os.TempDir())
+	cfg.PGScript = cmp.Or(cfg.PGScript, "scripts/ensure-postgres")
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	return &Runner{cfg: cfg}, nil
+}
+
+// timings are the durations every process of a run is configured with.
+// The convergence bound is derived from them.
+type timings struct {
+	callTimeout    time.Duration // worker and reconciler --call-timeout
+	staleMargin    time.Duration
+	settleMargin   time.Duration
+	maxApplyDelay  time.Duration
+	rescueAfter    time.Duration
+	backoffCap     time.Duration // reconciler lookup backoff cap
+	retryCap       time.Duration // worker retry cap
+	interval       time.Duration // reconciler tick
+	leaseTTL       time.Duration
+	maxUnknownAge  time.Duration
+	clientTimeout  time.Duration
+	clientGiveUp   time.Duration
+	keyWindow      time.Duration
+	keyWindowGuard time.Duration
+}
+
+func (r *Runner) timings() timings {
+	return timings{
+		callTimeout:    time.Second,
+		staleMargin:    time.Second,
+		settleMargin:   500 * time.Millisecond,
+		maxApplyDelay:  2 * time.Second,
+		rescueAfter:    7 * time.Second,
+		backoffCap:     time.Second,
+		retryCap:       300 * time.Millisecond,
+		interval:       100 * time.Millisecond,
+		leaseTTL:       5 * time.Second,
+		maxUnknownAge:  2 * time.Minute,
+		clientTimeout:  3 * time.Second,
+		clientGiveUp:   5 * time.Minute,
+		keyWindow:      time.Hour,
+		keyWindowGuard: 10 * time.Minute,
+	}
+}
+
+// convergenceBound is how long, once faults stop, every charge may take to
+// end terminal or in review. A charge whose job was running in a killed
+// worker waits for River's rescuer (its rescue-after, plus the rescuer's 30 s
+// interval and a leader election of up to 15 s); a charge left submitting
+// waits call timeout + stale margin for the reconciler; an unknown one waits
+// at most a lookup backoff and the settle window, then one more attempt
+// (a call) and one more lookup round; plus ticks and a margin for a loaded
+// machine.
+func (t timings) convergenceBound() time.Duration {
+	settle := t.callTimeout + t.maxApplyDelay + t.settleMargin
+	return t.rescueAfter + 30*time.Second + 15*time.Second +
+		t.callTimeout + t.staleMargin + t.retryCap +
+		2*(t.backoffCap+settle+t.callTimeout+t.interval) + 30*time.Second
+}
+
+// Run runs one scenario and reports. A violation is in the report, not an
+// error; the error is for runs that could not be carried out.
+func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
+	seed := r.cfg.Seed
+	rep := Report{Scenario: sc.Name, Seed: seed, Fired: map[string]int{}, Counts: map[string]int{}}
+	dir, err := os.MkdirTemp(r.cfg.Dir, "chargeflow-scenario-"+sc.Name+"-")
+	if err != nil {
+		return rep, err
+	}
+	// The private PostgreSQL runs as an unprivileged user that must reach
+	// its data folder inside this one.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return rep, err
+	}
+	rep.Dir = dir
+	s := &system{
+		runner:   r,
+		sc:       sc,
+		t:        r.timings(),
+		dir:      dir,
+		rnd:      rand.New(rand.NewPCG(seed, seed^0x5ca1ab1e)),
+		seed:     seed,
+		kills:    map[string]int{},
+		fired:    map[string]int{},
+		requests: map[string][]byte{},
+	}
+	defer s.shutdown()
+
+	if err := s.provision(ctx); err != nil {
+		return rep, err
+	}
+	if err := s.boot(ctx); err != nil {
+		return rep, err
+	}
+	supervise, stopSupervising := context.WithCancel(ctx)
+	var supervised sync.WaitGroup
+	supervised.Go(func() { s.supervise(supervise) })
+
+	started := time.Now()
+	stopProgress := s.reportProgress(ctx, started)
+	runErr := sc.Run(ctx, s)
+	stopProgress()
+	if runErr != nil {
+		stopSupervising()
+		supervised.Wait()
+		return rep, fmt.Errorf("scenario %s: %w", sc.Name, runErr)
+	}
+
+	// Faults stop: the provider heals, crash points are disarmed, killed
+	// processes come back. Then every charge must settle within the bound.
+	if err := s.calm(ctx); err != nil {
+		stopSupervising()
+		supervised.Wait()
+		return rep, err
+	}
+	calmAt := time.Now()
+	bound := s.t.convergenceBound()
+	converged := s.waitConverged(ctx, bound)
+	rep.Converge = time.Since(calmAt)
+	stopSupervising()
+	supervised.Wait()
+	s.client.replayAll(ctx, s.requests)
+
+	if err := s.check(ctx, &rep, converged, bound); err != nil {
+		return rep, err
+	}
+	rep.Elapsed = time.Since(started)
+	if sc.ExpectViolation {
+		rep.Passed = len(rep.Violations) > 0 && rep.firedAll(sc.MustFire)
+	} else {
+		rep.Passed = len(rep.Violations) == 0
+	}
+	s.keep = r.cfg.Keep || !rep.Passed
+	return rep, nil
+}
+
+// system is one run: its database, processes, client and counters.
+type system struct {
+	runner *Runner
+	sc     Scenario
+	t      timings
+	dir    string
+	seed   uint64
+	keep   bool
+
+	rndMu sync.Mutex
+	rnd   *rand.Rand
+
+	dbURL   string
+	drop    func(context.Context) error
+	cluster *privateCluster
+	pool    *pgxpool.Pool
+
+	psp         *proc
+	api         *proc
+	workers     []*proc
+	reconcilers []*proc
+
+	apiKey   string
+	client   *client
+	requests map[string][]byte
+
+	mu         sync.Mutex
+	kills      map[string]int
+	fired      map[string]int
+	pgRestarts int
+	// paused stops the supervisor from restarting processes (while
+	// Postgres is down, or while a scenario restarts one itself).
+	paused bool
+}
+
+// intn draws from the run's seeded source.
+func (s *system) intn(n int) int {
+	s.rndMu.Lock()
+	defer s.rndMu.Unlock()
+	return s.rnd.IntN(n)
+}
+
+func (s *system) float() float64 {
+	s.rndMu.Lock()
+	defer s.rndMu.Unlock()
+	return s.rnd.Float64()
+}
+
+func (s *system) logf(format string, args ...any) {
+	fmt.Fprintf(s.runner.cfg.Progress, "[%s] "+format+"\n", append([]any{s.sc.Name}, args...)...)
+}
+
+// provision creates the run's database: fresh on the shared server, or on
+// a private cluster when the scenario crashes Postgres.
+func (s *system) provision(ctx context.Context) error {
+	server := s.runner.cfg.DatabaseURL
+	if s.sc.PrivatePostgres {
+		script, err := filepath.Abs(s.runner.cfg.PGScript)
+		if err != nil {
+			return err
+		}
+		s.logf("starting a private PostgreSQL (it will be crashed on purpose)")
+		if s.cluster, err = startPrivateCluster(ctx, script, filepath.Join(s.dir, "pg")); err != nil {
+			return err
+		}
+		server = s.cluster.URL()
+	}
+	name := fmt.Sprintf("chargeflow_scenario_%s_%d_%d", strings.ReplaceAll(s.sc.Name, "-", "_"), s.seed, time.Now().UnixNano()%1e6)
+	url, drop, err := freshDatabase(ctx, server, name)
+	if err != nil {
+		return err
+	}
+	s.dbURL, s.drop = url, drop
+	return nil
+}
+
+// env is the environment of a child: the runner's, with chargeflow's
+// variables set for this run.
+func (s *system) env(extra ...string) []string {
+	var env []string
+	for _, kv := range s.runner.cfg.Env {
+		name, _, _ := strings.Cut(kv, "=")
+		if name == "DATABASE_URL" || name == "PSP_URL" || strings.HasPrefix(name, "CHARGEFLOW_") && name != "CHARGEFLOW_TEST_AS_MAIN" || name == "LOG_LEVEL" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env, "DATABASE_URL="+s.dbURL, "LOG_LEVEL=info")
+	if s.psp != nil {
+		env = append(env, "PSP_URL="+s.psp.url())
+	}
+	return append(env, extra...)
+}
+
+func (s *system) newProc(name string, args ...string) *proc {
+	h := fnv.New64a()
+	h.Write([]byte(s.sc.Name + "/" + name))
+	return &proc{name: name, bin: s.runner.cfg.Binary, args: args, log: filepath.Join(s.dir, name+".log"), seed: s.seed ^ h.Sum64()}
+}
+
+// boot migrates, creates the tenant and starts every process.
+func (s *system) boot(ctx context.Context) error {
+	if _, err := runOnce(ctx, s.runner.cfg.Binary, s.env(), filepath.Join(s.dir, "migrate.log"), "migrate"); err != nil {
+		return err
+	}
+	out, err := runOnce(ctx, s.runner.cfg.Binary, s.env(), filepath.Join(s.dir, "tenant.log"), "tenant", "create", "--name", "scenario-"+s.sc.Name)
+	if err != nil {
+		return err
+	}
+	var created struct {
+		APIKey string `json:"api_key"`
+	}
+	if err := json.Unmarshal([]byte(out), &created); err != nil {
+		return fmt.Errorf("tenant create printed %q: %w", out, err)
+	}
+	s.apiKey = created.APIKey
+	poolCfg, err := pgxpool.ParseConfig(s.dbURL)
+	if err != nil {
+		return err
+	}
+	poolCfg.MaxConns = 2
+	if s.pool, err = pgxpool.NewWithConfig(ctx, poolCfg); err != nil {
+		return err
+	}
+
+	faults, err := seeded(cmp.Or(s.sc.Faults, `{"rules": []}`), s.seed)
+	if err != nil {
+		return fmt.Errorf("scenario %s: faults: %w", s.sc.Name, err)
+	}
+	s.psp = s.newProc("fakepsp", "fakepsp", "--addr", "127.0.0.1:0", "--no-dedupe",
+		"--ledger", filepath.Join(s.dir, "ledger.jsonl"), "--faults", faults)
+	s.psp.env = s.env()
+	if err := s.psp.start(ctx, true); err != nil {
+		return err
+	}
+
+	t := s.t
+	// Small pools: several scenarios may share one server's max_connections.
+	s.api = s.newProc("api", "api", "--addr", "127.0.0.1:0", "--lock-timeout", "500ms", "--max-conns", "8")
+	s.api.env = s.env(s.sc.APIEnv...)
+	if err := s.api.start(ctx, true); err != nil {
+		return err
+	}
+	for i := range cmp.Or(s.sc.Workers, 1) {
+		w := s.newProc(fmt.Sprintf("worker-%d", i), "worker",
+			"--call-timeout", t.callTimeout.String(), "--rescue-after", t.rescueAfter.String(),
+			"--retry-base", "50ms", "--retry-cap", t.retryCap.String(), "--unknown-check-after", "200ms", "--concurrency", "8")
+		w.env = s.env(s.sc.WorkerEnv...)
+		if err := w.start(ctx, false); err != nil {
+			return err
+		}
+		s.workers = append(s.workers, w)
+	}
+	for i := range cmp.Or(s.sc.Reconcilers, 1) {
+		args := []string{"reconciler", "--id", fmt.Sprintf("reconciler-%d", i),
+			"--call-timeout", t.callTimeout.String(), "--stale-margin", t.staleMargin.String(),
+			"--settle-margin", t.settleMargin.String(), "--max-apply-delay", t.maxApplyDelay.String(),
+			"--interval", t.interval.String(), "--lease-ttl", t.leaseTTL.String(), "--lookup-rate", "2000",
+			"--lookup-backoff-base", "100ms", "--lookup-backoff-cap", t.backoffCap.String(),
+			"--max-unknown-age", t.maxUnknownAge.String(), "--max-attempts", "20",
+			"--key-window", t.keyWindow.String(), "--key-window-margin", t.keyWindowGuard.String(), "--max-conns", "4"}
+		rec := s.newProc(fmt.Sprintf("reconciler-%d", i), append(args, s.sc.ReconcilerFlags(i)...)...)
+		rec.env = s.env(s.sc.ReconcilerEnv(i)...)
+		if err := rec.start(ctx, false); err != nil {
+			return err
+		}
+		s.reconcilers = append(s.reconcilers, rec)
+	}
+	s.client = newClient(s.api.url, s.apiKey, t.clientTimeout, t.clientGiveUp)
+	return s.waitReady(ctx)
+}
+
+// waitReady waits for the API's /readyz.
+func (s *system) waitReady(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(s.api.url() + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return errors.New("the API never became ready")
+}
+
+// processes lists every long-running process but the provider.
+func (s *system) processes() []*proc {
+	return append(append([]*proc{s.api}, s.workers...), s.reconcilers...)
+}
+
+// supervise restarts processes that died (a crash point that exits, a
+// kill) until ctx is done, as an orchestrator would.
+func (s *system) supervise(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		s.mu.Lock()
+		paused := s.paused
+		s.mu.Unlock()
+		if paused {
+			continue
+		}
+		for _, p := range s.processes() {
+			if !p.running() {
+				if err := p.start(ctx, p == s.api); err != nil && ctx.Err() == nil {
+					s.logf("restart %s: %v", p.name, err)
+				}
+			}
+		}
+	}
+}
+
+// kill SIGKILLs a process; the supervisor restarts it.
+func (s *system) kill(p *proc, role string) {
+	p.kill()
+	s.mu.Lock()
+	s.kills[role]++
+	s.mu.Unlock()
+}
+
+// setFaults replaces the provider's schedule, first harvesting how often
+// the old one's faults fired.
+func (s *system) setFaults(schedule string) error {
+	if err := s.harvestFaults(); err != nil {
+		return err
+	}
+	resp, err := http.Post(s.psp.url()+"/_admin/faults", "application/json", strings.NewReader(schedule))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("set faults: %d %s", resp.StatusCode, body)
+	}
+	return nil
+}
+
+func (s *system) harvestFaults() error {
+	resp, err := http.Get(s.psp.url() + "/_admin/faults")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var state struct {
+		Fired map[string]int `json:"fired"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&state); err != nil {
+		return fmt.Errorf("read faults: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, n := range state.Fired {
+		s.fired["fault:"+name] += n
+	}
+	return nil
+}
+
+// calm ends the chaos: no provider faults, crash points disarmed (every
+// process restarted without them), nothing paused.
+func (s *system) calm(ctx context.Context) error {
+	if err := s.setFaults(`{"seed": 1, "rules": []}`); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.paused = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.paused = false
+		s.mu.Unlock()
+	}()
+	for _, p := range s.processes() {
+		disarmed := slices.DeleteFunc(slices.Clone(p.env), func(kv string) bool { return strings.HasPrefix(kv, "CHARGEFLOW_CRASHPOINTS=") })
+		if len(disarmed) == len(p.env) && p.running() {
+			continue
+		}
+		p.kill()
+		p.env = disarmed
+		if err := p.start(ctx, p == s.api); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nonTerminal counts charges not yet terminal or in review.
+func (s *system) nonTerminal(ctx context.Context) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM charges WHERE state IN ('pending', 'submitting', 'unknown')`).Scan(&n)
+	return n, err
+}
+
+// waitConverged waits up to bound for every charge to settle.
+func (s *system) waitConverged(ctx context.Context, bound time.Duration) bool {
+	deadline := time.Now().Add(bound)
+	last := time.Now()
+	for time.Now().Before(deadline) {
+		n, err := s.nonTerminal(ctx)
+		if err == nil && n == 0 {
+			return true
+		}
+		if time.Since(last) > 5*time.Second {
+			s.logf("converging: %d charges not yet settled", n)
+			last = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+// settleUnderFaults waits, with the faults still armed, until every charge
+// settled or the convergence bound passed (the check after calm decides).
+func (s *system) settleUnderFaults(ctx context.Context) {
+	s.waitConverged(ctx, s.t.convergenceBound())
+}
+
+// reportProgress prints a line every five seconds until stopped.
+func (s *system) reportProgress(ctx context.Context, started time.Time) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Second):
+			}
+			s.mu.Lock()
+			kills := maps.Clone(s.kills)
+			s.mu.Unlock()
+			s.logf("%s: %d charges acknowledged, kills %v, postgres restarts %d", time.Since(started).Round(time.Second),
+				s.client.ackedCount(), kills, s.pgRestarts)
+		}
+	})
+	return func() { cancel(); wg.Wait() }
+}
+
+// crashPostgres shuts the private cluster down in immediate mode, keeps it
+// down for a while, and starts it again.
+func (s *system) crashPostgres(ctx context.Context, down time.Duration) error {
+	if s.cluster == nil {
+		return errors.New("crashPostgres needs PrivatePostgres")
+	}
+	s.mu.Lock()
+	s.paused = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.paused = false
+		s.mu.Unlock()
+	}()
+	s.logf("crashing PostgreSQL (immediate shutdown)")
+	if err := s.cluster.crash(); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	if err := s.cluster.start(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.pgRestarts++
+	s.fired["postgres:restart"]++
+	s.mu.Unlock()
+	s.logf("PostgreSQL is back")
+	return nil
+}
+
+// shutdown stops every process and, unless the run is kept, removes its
+// database, cluster and folder.
+func (s *system) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, p := range s.processes() {
+		if p != nil {
+			p.kill()
+		}
+	}
+	if s.psp != nil {
+		s.psp.kill()
+	}
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	if s.keep {
+		s.logf("kept: logs in %s, database %s", s.dir, s.dbURL)
+		if s.cluster != nil {
+			s.logf("the private PostgreSQL still runs; stop it with: DATABASE_URL=%s CHARGEFLOW_DATA=%s %s stop", s.cluster.URL(), s.cluster.root, s.cluster.script)
+		}
+		return
+	}
+	if s.drop != nil {
+		_ = s.drop(ctx)
+	}
+	if s.cluster != nil {
+		_ = s.cluster.stop(ctx)
+	}
+	_ = os.RemoveAll(s.dir)
+}
+
+// seeded sets a fault schedule's seed to the run's, so that --seed replays
+// the provider's faults too.
+func seeded(schedule string, seed uint64) (string, error) {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(schedule), &m); err != nil {
+		return "", err
+	}
+	m["seed"] = seed % (1 << 53)
+	out, err := json.Marshal(m)
+	return string(out), err
+}
