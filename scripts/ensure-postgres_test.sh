@@ -119,7 +119,7 @@ else
 fi
 first_pid=$(postmaster_pid)
 
-# 2. Reuse: fast, one line, starts nothing.
+# 2. Reuse: one line, starts nothing (the time it took is shown, not asserted).
 run
 show
 check "reuse exits 0" test "$rc" = 0
@@ -127,7 +127,6 @@ check "reuse prints nothing on stdout" test -z "$out"
 check "reuse prints exactly one line" test "$(wc -l <"$ERR")" = 1
 check "reuse says it uses the server" grep -q "using the private PostgreSQL at 127.0.0.1:$PORT" "$ERR"
 check "reuse started nothing (same postmaster)" test "$(postmaster_pid)" = "$first_pid"
-check "reuse took under 2 s" test "${elapsed%.*}" -lt 2
 
 # 3. Crash: kill -9 the postmaster, then recover.
 kill -9 "$first_pid"

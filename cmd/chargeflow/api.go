@@ -85,26 +85,15 @@ func runAPI(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet("api", e)
 	c.bind(fs, e)
 	f.bind(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	logger, err := c.logger(e, "api")
+	r, done, err := setupRole(ctx, e, "api", &c, fs, args)
 	if err != nil {
 		return err
 	}
-	points, err := crashPoints(e, logger)
-	if err != nil {
-		return err
-	}
-	tel, err := newTelemetry(ctx, e, "api", logger)
-	if err != nil {
-		return err
-	}
-	defer shutdownTelemetry(ctx, tel, logger)
-	server, pool, err := newAPI(ctx, c, f, logger, points, tel)
+	defer done()
+	server, pool, err := newAPI(ctx, c, f, r.logger, r.points, r.tel)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	return serveHTTP(ctx, f.addr, server.Handler(), logger, serveOptions{})
+	return serveHTTP(ctx, f.addr, server.Handler(), r.logger, serveOptions{})
 }

@@ -75,6 +75,35 @@ func crashPoints(e env, logger *slog.Logger) (*crashpoint.Set, error) {
 	return set, nil
 }
 
+// roleSetup is what every long-running command has once its flags are
+// parsed: its logger, its crash points and its telemetry.
+type roleSetup struct {
+	logger *slog.Logger
+	points *crashpoint.Set
+	tel    *telemetry
+}
+
+// setupRole parses a role's flags and builds its logger, crash points and
+// telemetry. The returned function flushes the telemetry; defer it.
+func setupRole(ctx context.Context, e env, role string, c *common, fs *flag.FlagSet, args []string) (roleSetup, func(), error) {
+	if err := fs.Parse(args); err != nil {
+		return roleSetup{}, nil, err
+	}
+	logger, err := c.logger(e, role)
+	if err != nil {
+		return roleSetup{}, nil, err
+	}
+	points, err := crashPoints(e, logger)
+	if err != nil {
+		return roleSetup{}, nil, err
+	}
+	tel, err := newTelemetry(ctx, e, role, logger)
+	if err != nil {
+		return roleSetup{}, nil, err
+	}
+	return roleSetup{logger: logger, points: points, tel: tel}, func() { shutdownTelemetry(ctx, tel, logger) }, nil
+}
+
 // poolOptions tune a role's connection pool.
 type poolOptions struct {
 	role     string

@@ -112,22 +112,12 @@ func runReconciler(ctx context.Context, e env, args []string) error {
 	c.bind(fs, e)
 	f.bind(fs, e, false)
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve GET /metrics on this address (default: no metrics listener)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	logger, err := c.logger(e, "reconciler")
+	setup, done, err := setupRole(ctx, e, "reconciler", &c, fs, args)
 	if err != nil {
 		return err
 	}
-	points, err := crashPoints(e, logger)
-	if err != nil {
-		return err
-	}
-	tel, err := newTelemetry(ctx, e, "reconciler", logger)
-	if err != nil {
-		return err
-	}
-	defer shutdownTelemetry(ctx, tel, logger)
+	defer done()
+	logger, points, tel := setup.logger, setup.points, setup.tel
 	pool, err := c.openPool(ctx, poolOptions{role: "reconciler", maxConns: int32(f.maxConns)})
 	if err != nil {
 		return err

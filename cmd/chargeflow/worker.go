@@ -97,25 +97,15 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	c.bind(fs, e)
 	f.bind(fs, e)
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve GET /metrics on this address (default: no metrics listener)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	logger, err := c.logger(e, "worker")
+	r, done, err := setupRole(ctx, e, "worker", &c, fs, args)
 	if err != nil {
 		return err
 	}
+	defer done()
+	logger, points, tel := r.logger, r.points, r.tel
 	if err := brokenModes(e, &f, logger); err != nil {
 		return err
 	}
-	points, err := crashPoints(e, logger)
-	if err != nil {
-		return err
-	}
-	tel, err := newTelemetry(ctx, e, "worker", logger)
-	if err != nil {
-		return err
-	}
-	defer shutdownTelemetry(ctx, tel, logger)
 	pool, err := c.openPool(ctx, poolOptions{role: "worker", maxConns: int32(f.concurrency + 5)})
 	if err != nil {
 		return err
