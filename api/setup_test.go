@@ -54,7 +54,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *testBundle {
 
 	poolCfg, err := pgxpool.ParseConfig(dbURL)
 	require.NoError(t, err)
-	poolCfg.MaxConns = 20
+	poolCfg.MaxConns = 8
 	poolCfg.ConnConfig.RuntimeParams["lock_timeout"] = o.lockTimeout
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	require.NoError(t, err)

@@ -67,7 +67,7 @@ func TestCrashInsideAcceptTransaction(t *testing.T) {
 	_, apiKey := createTenant(t, dbURL, "crash-inside")
 
 	api := start(t, []string{"DATABASE_URL=" + dbURL, "CHARGEFLOW_CRASHPOINTS=api.after_insert_before_commit=pause:60s"},
-		"api", "--addr", "127.0.0.1:0")
+		"api", "--addr", "127.0.0.1:0", "--max-conns", "4")
 	baseURL := api.listenAddr()
 
 	result := make(chan postResult, 1)
@@ -78,7 +78,7 @@ func TestCrashInsideAcceptTransaction(t *testing.T) {
 	require.Error(t, got.err, "the client saw the connection die, not an answer")
 	require.Equal(t, [4]int{}, rowCounts(t, dbURL), "nothing of the killed transaction is visible")
 
-	restarted := start(t, []string{"DATABASE_URL=" + dbURL}, "api", "--addr", "127.0.0.1:0")
+	restarted := start(t, []string{"DATABASE_URL=" + dbURL}, "api", "--addr", "127.0.0.1:0", "--max-conns", "4")
 	baseURL = restarted.listenAddr()
 	var retry postResult
 	// Postgres may take a moment to notice the dead session and release the
@@ -100,13 +100,13 @@ func TestCrashAfterCommitBeforeResponse(t *testing.T) {
 	_, apiKey := createTenant(t, dbURL, "crash-after-commit")
 
 	api := start(t, []string{"DATABASE_URL=" + dbURL, "CHARGEFLOW_CRASHPOINTS=api.after_commit_before_response=exit"},
-		"api", "--addr", "127.0.0.1:0")
+		"api", "--addr", "127.0.0.1:0", "--max-conns", "4")
 	got := postCharge(api.listenAddr(), apiKey, "crash-after-key-00001", crashBody)
 	require.Error(t, got.err)
 	<-api.done
 	require.Contains(t, api.stderr.String(), `"point":"api.after_commit_before_response"`)
 
-	restarted := start(t, []string{"DATABASE_URL=" + dbURL}, "api", "--addr", "127.0.0.1:0")
+	restarted := start(t, []string{"DATABASE_URL=" + dbURL}, "api", "--addr", "127.0.0.1:0", "--max-conns", "4")
 	retry := postCharge(restarted.listenAddr(), apiKey, "crash-after-key-00001", crashBody)
 	require.NoError(t, retry.err)
 	require.Equal(t, http.StatusCreated, retry.status, retry.body)
@@ -158,7 +158,7 @@ func TestAllPrintsWorkingCurl(t *testing.T) {
 	t.Parallel()
 	dbURL := dbtest.URL(t)
 
-	all := start(t, []string{"DATABASE_URL=" + dbURL}, "all", "--addr", "127.0.0.1:0", "--psp-addr", "127.0.0.1:0",
+	all := start(t, []string{"DATABASE_URL=" + dbURL}, "all", "--addr", "127.0.0.1:0", "--psp-addr", "127.0.0.1:0", "--max-conns", "6", "--concurrency", "4",
 		"--ledger", filepath.Join(t.TempDir(), "ledger.jsonl"))
 	require.Eventually(t, func() bool { return strings.Contains(all.stdout.String(), "Then follow it") }, 30*time.Second, 10*time.Millisecond)
 	printed := all.stdout.String()

@@ -38,7 +38,9 @@ func startSystem(t *testing.T) *system {
 	s.pool = dbtest.NewPool(t, s.dbURL, 4)
 	_, s.apiKey = createTenant(t, s.dbURL, "system")
 	s.startFakePSP()
-	api := start(t, []string{"DATABASE_URL=" + s.dbURL}, "api", "--addr", "127.0.0.1:0")
+	// Every process keeps a small pool: tests run side by side on one
+	// server, and its max_connections is shared by all of them.
+	api := start(t, []string{"DATABASE_URL=" + s.dbURL}, "api", "--addr", "127.0.0.1:0", "--max-conns", "4")
 	s.apiURL = api.listenAddr()
 	return s
 }
@@ -52,7 +54,7 @@ func (s *system) startFakePSP() *process {
 // startWorker starts a worker with short timings, and extra env.
 func (s *system) startWorker(env ...string) *process {
 	p := start(s.t, append([]string{"DATABASE_URL=" + s.dbURL, "PSP_URL=" + s.pspURL}, env...),
-		"worker", "--call-timeout", "1s", "--rescue-after", "7s", "--retry-base", "50ms", "--retry-cap", "200ms",
+		"worker", "--call-timeout", "1s", "--rescue-after", "7s", "--retry-base", "50ms", "--retry-cap", "200ms", "--concurrency", "4",
 		"--unknown-check-after", "200ms")
 	p.waitLog(`"msg":"worker started"`)
 	return p
@@ -61,7 +63,7 @@ func (s *system) startWorker(env ...string) *process {
 // startReconciler starts a reconciler with short timings that match the
 // workers' (call timeout 1 s), plus extra flags.
 func (s *system) startReconciler(env []string, flags ...string) *process {
-	args := append([]string{"reconciler", "--call-timeout", "1s", "--stale-margin", "1s", "--settle-margin", "500ms",
+	args := append([]string{"reconciler", "--max-conns", "3", "--call-timeout", "1s", "--stale-margin", "1s", "--settle-margin", "500ms",
 		"--interval", "100ms", "--lookup-rate", "2000", "--lookup-backoff-base", "100ms", "--lookup-backoff-cap", "500ms",
 		"--lease-ttl", "10s"}, flags...)
 	p := start(s.t, append([]string{"DATABASE_URL=" + s.dbURL, "PSP_URL=" + s.pspURL}, env...), args...)

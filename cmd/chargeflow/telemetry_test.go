@@ -387,10 +387,10 @@ func hasLabels(m *dto.Metric, pairs ...string) bool {
 func TestMetricsAddr(t *testing.T) {
 	t.Parallel()
 	dbURL := dbtest.URL(t)
-	for _, role := range []string{"worker", "reconciler"} {
+	for role, small := range map[string][]string{"worker": {"--concurrency", "2"}, "reconciler": {"--max-conns", "2"}} {
 		t.Run(role, func(t *testing.T) {
 			t.Parallel()
-			p := start(t, []string{"DATABASE_URL=" + dbURL, "PSP_URL=http://127.0.0.1:1"}, role, "--metrics-addr", "127.0.0.1:0")
+			p := start(t, []string{"DATABASE_URL=" + dbURL, "PSP_URL=http://127.0.0.1:1"}, append([]string{role, "--metrics-addr", "127.0.0.1:0"}, small...)...)
 			resp, err := http.Get(p.listenAddr() + "/metrics")
 			require.NoError(t, err)
 			defer resp.Body.Close()
