@@ -24,6 +24,12 @@
 // the provider may take to apply a request or show it to lookups, plus a
 // margin. Before that, a not-found may be a charge that is about to appear.
 //
+// Each tick also looks for pending charges whose charge.submit job River gave
+// up on (discarded after a crash loop, cancelled by hand): every path that
+// makes a charge pending writes its job in the same transaction, so a
+// pending charge without a live job can only be stranded, and it gets a new
+// job rather than waiting forever.
+//
 // Run is a ticker around RunOnce; tests call RunOnce.
 package reconciler
 
@@ -109,6 +115,10 @@ type Config struct {
 	// SettleMargin pads the settle window. Default 1 s.
 	SettleMargin time.Duration
 
+	// StrandedAfter is how long a pending charge without a live
+	// charge.submit job waits before it gets a new one. Default 1 min.
+	StrandedAfter time.Duration
+
 	// MaxAttempts is how many provider calls a charge may get before a
 	// proven not-found asks for review instead of another attempt.
 	// Default 5.
@@ -160,6 +170,9 @@ type Result struct {
 	// Conflicts counts writes dropped because someone else (a late worker
 	// answer, an operator) moved the charge first.
 	Conflicts int
+	// Stranded counts pending charges given a new charge.submit job because
+	// River had given up on theirs.
+	Stranded int
 }
 
 func (r *Result) add(o Result) {
@@ -173,6 +186,7 @@ func (r *Result) add(o Result) {
 	r.NeedsReview += o.NeedsReview
 	r.Fenced += o.Fenced
 	r.Conflicts += o.Conflicts
+	r.Stranded += o.Stranded
 }
 
 // New checks cfg and fills its defaults.
@@ -195,6 +209,7 @@ func New(cfg Config) (*Reconciler, error) {
 	cfg.StaleMargin = cmp.Or(cfg.StaleMargin, 10*time.Second)
 	cfg.SettleMargin = cmp.Or(cfg.SettleMargin, time.Second)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 5)
+	cfg.StrandedAfter = cmp.Or(cfg.StrandedAfter, time.Minute)
 	cfg.MaxUnknownAge = cmp.Or(cfg.MaxUnknownAge, time.Hour)
 	cfg.LookupBackoffBase = cmp.Or(cfg.LookupBackoffBase, time.Second)
 	cfg.LookupBackoffCap = cmp.Or(cfg.LookupBackoffCap, 5*time.Minute)
@@ -265,8 +280,23 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	}
 }
 
-// RunOnce leases one batch and reconciles every charge in it.
+// RunOnce gives stranded pending charges a new job, then leases one batch
+// and reconciles every charge in it.
 func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
+	res, err := r.runOnce(ctx)
+	r.totals.Lock()
+	r.totals.add(res)
+	r.totals.Unlock()
+	r.telemetry.decided(ctx, res)
+	return res, err
+}
+
+func (r *Reconciler) runOnce(ctx context.Context) (Result, error) {
+	var res Result
+	var err error
+	if res.Stranded, err = r.requeueStranded(ctx); err != nil {
+		return res, err
+	}
 	leased, err := intent.Lease(ctx, r.cfg.DB, intent.LeaseParams{
 		Owner:           r.cfg.ID,
 		Provider:        r.cfg.Provider.Name,
@@ -275,9 +305,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
 		StaleSubmitting: r.cfg.CallTimeout + r.cfg.StaleMargin,
 	})
 	if err != nil {
-		return Result{}, err
+		return res, err
 	}
-	res := Result{Leased: len(leased)}
+	res.Leased = len(leased)
 	if len(leased) == 0 {
 		return res, nil
 	}
@@ -306,11 +336,36 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
 		})
 	}
 	wg.Wait()
-	r.totals.Lock()
-	r.totals.add(res)
-	r.totals.Unlock()
-	r.telemetry.decided(ctx, res)
 	return res, firstErr
+}
+
+// requeueStranded gives a new charge.submit job to every pending charge
+// River gave up on (its job discarded after a crash loop, or cancelled by
+// hand), so that no accepted charge waits forever. Each job goes in with a
+// lock on its charge, in one transaction; a live job, even one still
+// "running" in a dead worker, is left to River's rescuer.
+func (r *Reconciler) requeueStranded(ctx context.Context) (int, error) {
+	n := 0
+	err := pgx.BeginFunc(ctx, r.cfg.DB, func(tx pgx.Tx) error {
+		charges, err := intent.LockStranded(ctx, tx, intent.StrandedParams{
+			Provider: r.cfg.Provider.Name, OlderThan: r.cfg.StrandedAfter, Limit: r.cfg.BatchSize,
+		})
+		if err != nil {
+			return err
+		}
+		for _, c := range charges {
+			if _, err := r.cfg.River.InsertTx(ctx, tx, intent.SubmitArgs{TenantID: c.TenantID, ChargeID: c.ID}, nil); err != nil {
+				return fmt.Errorf("requeue stranded charge %s: %w", c.ID, err)
+			}
+			if err := intent.TouchPending(ctx, tx, c.TenantID, c.ID); err != nil {
+				return err
+			}
+			r.cfg.Logger.WarnContext(ctx, "requeued a pending charge whose job River gave up on", "charge_id", c.ID, "tenant_id", c.TenantID)
+		}
+		n = len(charges)
+		return nil
+	})
+	return n, err
 }
 
 // lag is how long the most overdue charge of this reconciler's provider has

@@ -473,3 +473,50 @@ func TestSettleWindow(t *testing.T) {
 	var body bytes.Buffer
 	require.NoError(t, json.NewEncoder(&body).Encode(reconciler.Result{}))
 }
+
+// A pending charge whose job River gave up on gets a new job; one with a
+// live job is left alone.
+func TestStrandedPending(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	pendingWithJob := func() intent.Charge {
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		id := intent.NewID("ch", now)
+		c := intent.Charge{TenantID: b.tenantID, ID: id, State: intent.StatePending, Amount: 100, Currency: "USD",
+			PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now}
+		keyHash := sha256.Sum256([]byte(id))
+		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			if _, err := intent.Accept(ctx, tx, intent.Acceptance{Charge: c, Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:],
+				StatusCode: 201, ResponseBody: []byte(`{}`), ExpiresAt: now.Add(time.Hour)}); err != nil {
+				return err
+			}
+			_, err := b.river.InsertTx(ctx, tx, intent.SubmitArgs{TenantID: c.TenantID, ChargeID: c.ID}, nil)
+			return err
+		}))
+		_, err := b.pool.Exec(ctx, `UPDATE charges SET updated_at = now() - interval '2 minutes' WHERE id = $1`, id)
+		require.NoError(t, err)
+		return c
+	}
+	stranded := pendingWithJob()
+	_, err := b.pool.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE args->>'charge_id' = $1`, stranded.ID)
+	require.NoError(t, err)
+	healthy := pendingWithJob()
+	r := b.newReconciler(t)
+
+	res, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, reconciler.Result{Stranded: 1}, res)
+	live := func(id string) int {
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'charge_id' = $1
+			AND state IN ('available', 'scheduled', 'running', 'retryable')`, id).Scan(&n))
+		return n
+	}
+	require.Equal(t, 1, live(stranded.ID), "a new job for the stranded charge")
+	require.Equal(t, 1, live(healthy.ID), "the healthy charge kept its one job")
+	require.Equal(t, intent.StatePending, b.get(ctx, t, stranded.ID).State)
+
+	res, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Stranded, "its new job is live")
+}

@@ -21,7 +21,9 @@ const (
 	// charge, by decision: succeeded, failed, requeued, not_yet_proven,
 	// lookup_error, needs_review, stale_submitting, and the writes it
 	// dropped: fenced (its lease had expired and another reconciler took
-	// the charge) and conflict (someone else moved the charge first).
+	// the charge) and conflict (someone else moved the charge first); and
+	// stranded_requeued, pending charges given a new job because River gave
+	// up on theirs.
 	MetricDecisions = "chargeflow.reconciler.decisions"
 
 	// MetricLag is how long, in seconds, the most overdue charge of the
@@ -148,5 +150,6 @@ func (r Result) byDecision() []decisionCount {
 		{"needs_review", r.NeedsReview},
 		{"fenced", r.Fenced},
 		{"conflict", r.Conflicts},
+		{"stranded_requeued", r.Stranded},
 	}
 }

@@ -32,6 +32,7 @@ type reconcilerFlags struct {
 	settleMargin      time.Duration
 	maxAttempts       int
 	maxUnknownAge     time.Duration
+	strandedAfter     time.Duration
 	leaseTTL          time.Duration
 	batchSize         int
 	interval          time.Duration
@@ -61,6 +62,7 @@ func (f *reconcilerFlags) bind(fs *flag.FlagSet, e env, shared bool) {
 	fs.DurationVar(&f.settleMargin, "settle-margin", time.Second, "padding of the settle window")
 	fs.IntVar(&f.maxAttempts, "max-attempts", 5, "provider calls per charge before a proven not-found asks for review instead of another attempt")
 	fs.DurationVar(&f.maxUnknownAge, "max-unknown-age", time.Hour, "how long a charge may stay unknown while lookups fail before it needs review")
+	fs.DurationVar(&f.strandedAfter, "stranded-after", time.Minute, "how long a pending charge whose job River gave up on waits before it gets a new one")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a reconciler holds a charge")
 	fs.IntVar(&f.batchSize, "batch-size", 32, "charges leased per tick")
 	fs.DurationVar(&f.interval, "interval", time.Second, "time between ticks")
@@ -96,6 +98,7 @@ func newReconciler(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], f reco
 		SettleMargin:      f.settleMargin,
 		MaxAttempts:       f.maxAttempts,
 		MaxUnknownAge:     f.maxUnknownAge,
+		StrandedAfter:     f.strandedAfter,
 		LookupBackoffBase: f.backoffBase,
 		LookupBackoffCap:  f.backoffCap,
 		TracerProvider:    tel.tracerProvider,
