@@ -5,7 +5,7 @@
 // A charge is accepted pending and ends in a state that is proven, never
 // guessed:
 //
-//	accept ──► pending ◄──────────────────────────────┐
+//	accept ──► pending ◄───────────────────────────────┐
 //	(API)       │    │                                 │ the call provably
 //	            │    └──► failed (River gave up;       │ never left (refused
 //	    worker, │         nothing was ever applied)    │ connection, 429)
