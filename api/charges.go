@@ -14,6 +14,7 @@ import (
 
 	"chargeflow/crashpoint"
 	"chargeflow/intent"
+	"chargeflow/outbox"
 )
 
 const chargesRoute = "/v1/charges"
@@ -127,8 +128,13 @@ func (s *Server) createCharge(c echo.Context) error {
 		StatusCode:   http.StatusCreated,
 		ResponseBody: response,
 		ExpiresAt:    now.Add(s.cfg.IdempotencyTTL),
+		Job: &intent.SubmitJob{
+			MaxAttempts: s.cfg.SubmitMaxAttempts,
+			Metadata:    outbox.JobMetadata(ctx),
+			Notify:      s.notifyDue(now),
+		},
 	}
-	rec, inserted, err := s.accept(ctx, acceptance, intent.SubmitArgs{TenantID: t.ID, ChargeID: id})
+	rec, inserted, err := s.accept(ctx, acceptance)
 	if err != nil {
 		return err
 	}
@@ -143,11 +149,30 @@ func (s *Server) createCharge(c echo.Context) error {
 	return c.Blob(http.StatusCreated, echo.MIMEApplicationJSON, response)
 }
 
-// accept runs the one transaction of an accepted charge: the idempotency
-// record, the charge and its event (one statement), then the River job, then
-// the commit. If the key was taken meanwhile it returns that request's record
-// instead, having written nothing.
-func (s *Server) accept(ctx context.Context, a intent.Acceptance, job intent.SubmitArgs) (intent.IdempotencyRecord, bool, error) {
+// accept writes an accepted charge — the idempotency record, the charge,
+// its event and its charge.submit job — in one statement that is its own
+// transaction: one round trip, one commit. If the key was taken meanwhile
+// (a request with the same key committed after this one's replay check),
+// it returns that request's record instead, having written nothing.
+//
+// The crash point between the writes and the commit needs a moment between
+// them, so while it is armed the same statement runs in an explicit
+// transaction; otherwise there is no such moment to crash in.
+func (s *Server) accept(ctx context.Context, a intent.Acceptance) (intent.IdempotencyRecord, bool, error) {
+	if s.cfg.CrashPoints.Has(crashpoint.APIAfterInsertBeforeCommit) {
+		return s.acceptInTx(ctx, a)
+	}
+	inserted, err := intent.Accept(ctx, s.cfg.DB, a)
+	if err != nil || inserted {
+		return intent.IdempotencyRecord{}, inserted, err
+	}
+	rec, err := intent.Idempotency(ctx, s.cfg.DB, a.Charge.TenantID, a.KeyHash)
+	return rec, false, err
+}
+
+// acceptInTx is accept in an explicit transaction, with the crash point
+// APIAfterInsertBeforeCommit between the statement and the commit.
+func (s *Server) acceptInTx(ctx context.Context, a intent.Acceptance) (intent.IdempotencyRecord, bool, error) {
 	tx, err := s.cfg.DB.Begin(ctx)
 	if err != nil {
 		return intent.IdempotencyRecord{}, false, fmt.Errorf("begin accept: %w", err)
@@ -164,9 +189,6 @@ func (s *Server) accept(ctx context.Context, a intent.Acceptance, job intent.Sub
 		rec, err := intent.Idempotency(ctx, tx, a.Charge.TenantID, a.KeyHash)
 		return rec, false, err
 	}
-	if _, err := s.cfg.River.InsertTx(ctx, tx, job, nil); err != nil {
-		return intent.IdempotencyRecord{}, false, fmt.Errorf("insert charge.submit job: %w", err)
-	}
 	if err := s.cfg.CrashPoints.Hit(ctx, crashpoint.APIAfterInsertBeforeCommit); err != nil {
 		return intent.IdempotencyRecord{}, false, err
 	}
@@ -174,6 +196,18 @@ func (s *Server) accept(ctx context.Context, a intent.Acceptance, job intent.Sub
 		return intent.IdempotencyRecord{}, false, fmt.Errorf("commit accept: %w", err)
 	}
 	return intent.IdempotencyRecord{}, true, nil
+}
+
+// notifyDue reports whether the next accepted charge should carry River's
+// insert notification: at most one per NotifyCooldown per server, as
+// River's own client does. Under load the workers are awake anyway; a lone
+// charge wakes them at once.
+func (s *Server) notifyDue(now time.Time) bool {
+	last := s.lastNotify.Load()
+	if now.UnixNano()-last < int64(s.cfg.NotifyCooldown) {
+		return false
+	}
+	return s.lastNotify.CompareAndSwap(last, now.UnixNano())
 }
 
 // replay answers a retry with the stored response, byte for byte, or refuses

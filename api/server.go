@@ -1,7 +1,8 @@
 // Package api is chargeflow's HTTP API: it authenticates and rate-limits
 // merchants, parses charge requests strictly, and accepts each charge exactly
 // once per idempotency key, writing the charge, its idempotency record, its
-// first event and its charge.submit River job in one Postgres transaction.
+// first event and its charge.submit River job in one Postgres statement —
+// one round trip, one transaction, one commit.
 //
 // routes.go shows the whole surface on one screen; problem.go is the one
 // place errors become HTTP statuses; openapi.yaml describes what is served,
@@ -18,6 +19,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,9 +38,18 @@ type Config struct {
 	// lock_timeout: a request that waits longer than that for another
 	// request holding the same idempotency key gets 409 + Retry-After.
 	DB *pgxpool.Pool
-	// River inserts the charge.submit job inside the accept transaction. An
-	// insert-only client (no queues) is enough.
+	// River inserts the charge.submit jobs of the operator's re-submit. An
+	// insert-only client (no queues) is enough. The accept path writes its
+	// job in its own statement (intent.SubmitJob), with SubmitMaxAttempts.
 	River *river.Client[pgx.Tx]
+	// SubmitMaxAttempts is the max_attempts of an accepted charge's
+	// charge.submit job. Default River's, 25.
+	SubmitMaxAttempts int
+	// NotifyCooldown is the least time between two River insert
+	// notifications from this server (each wakes the workers at once;
+	// between two, they find new jobs by polling or by the next one).
+	// Default River's fetch cooldown, 100 ms.
+	NotifyCooldown time.Duration
 	// Logger receives structured request logs. It never gets API keys,
 	// idempotency keys, payment methods, descriptions or metadata.
 	Logger *slog.Logger
@@ -95,6 +106,9 @@ type Server struct {
 	auth      *authenticator
 	limiter   *tenantLimiter
 	telemetry telemetry
+	// lastNotify is when this server last sent River's insert
+	// notification, in Unix nanoseconds.
+	lastNotify atomic.Int64
 }
 
 // New checks the configuration, fills in defaults and builds the handler.
@@ -120,6 +134,8 @@ func New(cfg Config) (*Server, error) {
 	cfg.RateBurst = cmp.Or(cfg.RateBurst, int(2*cfg.RateLimit)+1)
 	cfg.AuthCacheTTL = cmp.Or(cfg.AuthCacheTTL, 10*time.Second)
 	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, 5*time.Second)
+	cfg.SubmitMaxAttempts = cmp.Or(cfg.SubmitMaxAttempts, river.MaxAttemptsDefault)
+	cfg.NotifyCooldown = cmp.Or(cfg.NotifyCooldown, river.FetchCooldownDefault)
 	cfg.ChargeCountMaxAge = cmp.Or(cfg.ChargeCountMaxAge, 15*time.Second)
 	tel, err := newTelemetry(cfg)
 	if err != nil {

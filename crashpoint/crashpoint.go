@@ -188,6 +188,15 @@ func (s *Set) Hit(ctx context.Context, name string) error {
 	return nil
 }
 
+// Has reports whether the point name is armed.
+func (s *Set) Has(name string) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := s.arms[name]
+	return ok
+}
+
 // Armed reports whether any point is armed.
 func (s *Set) Armed() bool { return s != nil && len(s.arms) > 0 }
 

@@ -13,10 +13,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"chargeflow/intent"
 	"chargeflow/internal/dbtest"
+	"chargeflow/outbox"
 )
 
 type testBundle struct {
@@ -34,26 +39,10 @@ func setup(t *testing.T) (context.Context, *testBundle) {
 	return ctx, &testBundle{pool: pool, tenantID: tenantID}
 }
 
-// accept creates a pending charge the way the API does.
+// accept creates a pending charge without its job.
 func (b *testBundle) accept(ctx context.Context, t *testing.T, key string) intent.Charge {
 	t.Helper()
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	id := intent.NewID("ch", now)
-	c := intent.Charge{
-		TenantID: b.tenantID, ID: id, State: intent.StatePending,
-		Amount: 1000, Currency: "USD", PaymentMethod: "pm_card_visa",
-		Metadata: map[string]string{"order": "A-1"},
-		Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id),
-		CreatedAt: now, UpdatedAt: now,
-	}
-	keyHash := sha256.Sum256([]byte(key))
-	inserted, err := intent.Accept(ctx, b.pool, intent.Acceptance{
-		Charge: c, Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:],
-		StatusCode: 201, ResponseBody: []byte(`{"id":"` + id + `"}`), ExpiresAt: now.Add(time.Hour),
-	})
-	require.NoError(t, err)
-	require.True(t, inserted)
-	return c
+	return b.acceptWithJob(ctx, t, key, nil)
 }
 
 func TestAccept(t *testing.T) {
@@ -401,4 +390,109 @@ func TestCanMove(t *testing.T) {
 	}
 	require.False(t, intent.State("done").Valid())
 	require.False(t, errors.Is(nil, intent.ErrConflict))
+}
+
+// acceptWithJob accepts a charge the way the API does; with job, its
+// charge.submit job is written by the same statement.
+func (b *testBundle) acceptWithJob(ctx context.Context, t *testing.T, key string, job *intent.SubmitJob) intent.Charge {
+	t.Helper()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	id := intent.NewID("ch", now)
+	c := intent.Charge{
+		TenantID: b.tenantID, ID: id, State: intent.StatePending,
+		Amount: 1000, Currency: "USD", PaymentMethod: "pm_card_visa",
+		Metadata: map[string]string{"order": "A-1"},
+		Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id),
+		CreatedAt: now, UpdatedAt: now,
+	}
+	keyHash := sha256.Sum256([]byte(key))
+	inserted, err := intent.Accept(ctx, b.pool, intent.Acceptance{
+		Charge: c, Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:],
+		StatusCode: 201, ResponseBody: []byte(`{"id":"` + id + `"}`), ExpiresAt: now.Add(time.Hour),
+		Job: job,
+	})
+	require.NoError(t, err)
+	require.True(t, inserted)
+	return c
+}
+
+// riverJobRow is what a River job row says, but for its id and times.
+type riverJobRow struct {
+	Args, Kind, Metadata, Queue, State, Tags string
+	MaxAttempts, Priority, Attempt           int
+	UniqueKeyNull, UniqueStatesNull          bool
+	AttemptedAtNull, ErrorsNull, Finalized   bool
+	ScheduledNotLater                        bool
+}
+
+func riverJobRows(ctx context.Context, t *testing.T, db intent.DB) []riverJobRow {
+	t.Helper()
+	rows, err := db.Query(ctx, `
+SELECT args::text, kind, metadata::text, queue, state::text, tags::text, max_attempts, priority, attempt,
+	unique_key IS NULL, unique_states IS NULL, attempted_at IS NULL, errors IS NULL, finalized_at IS NOT NULL,
+	scheduled_at <= now()
+FROM river_job ORDER BY id`)
+	require.NoError(t, err)
+	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (riverJobRow, error) {
+		var j riverJobRow
+		err := row.Scan(&j.Args, &j.Kind, &j.Metadata, &j.Queue, &j.State, &j.Tags, &j.MaxAttempts, &j.Priority, &j.Attempt,
+			&j.UniqueKeyNull, &j.UniqueStatesNull, &j.AttemptedAtNull, &j.ErrorsNull, &j.Finalized, &j.ScheduledNotLater)
+		return j, err
+	})
+	require.NoError(t, err)
+	return jobs
+}
+
+// TestAcceptJobMatchesRiverInsert holds the charge.submit row that Accept
+// writes itself to the row River's client writes for the same job, with the
+// same trace-context middleware, under the same span: if a River upgrade
+// changes what its insert writes, this fails before a worker misreads a job.
+func TestAcceptJobMatchesRiverInsert(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	ctx, span := sdktrace.NewTracerProvider().Tracer("test").Start(ctx, "accept")
+	defer span.End()
+
+	c := b.acceptWithJob(ctx, t, "key-0000000000000001", &intent.SubmitJob{MaxAttempts: 7, Metadata: outbox.JobMetadata(ctx)})
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
+		MaxAttempts: 7,
+		Middleware:  []rivertype.Middleware{&outbox.TraceContext{}},
+	})
+	require.NoError(t, err)
+	_, err = client.Insert(ctx, intent.SubmitArgs{TenantID: b.tenantID, ChargeID: c.ID}, nil)
+	require.NoError(t, err)
+
+	jobs := riverJobRows(ctx, t, b.pool)
+	require.Len(t, jobs, 2)
+	require.Equal(t, jobs[1], jobs[0], "Accept's job (first) differs from River's (second)")
+	require.Contains(t, jobs[0].Metadata, span.SpanContext().TraceID().String())
+	require.Equal(t, "charge.submit", jobs[0].Kind)
+	require.Equal(t, "available", jobs[0].State)
+
+	t.Run("NoJobWithoutOne", func(t *testing.T) {
+		ctx, b := setup(t)
+		b.accept(ctx, t, "key-0000000000000002")
+		require.Empty(t, riverJobRows(ctx, t, b.pool))
+	})
+}
+
+// TestAcceptNotifiesRiver proves that an accepted charge asked to notify
+// sends River's insert notification, on River's channel with River's
+// payload, and that one not asked sends none. A sentinel notification sent
+// between the two tells them apart: notifications arrive in commit order.
+func TestAcceptNotifiesRiver(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	channel, next := dbtest.ListenRiverInserts(t, b.pool)
+
+	b.acceptWithJob(ctx, t, "key-0000000000000001", &intent.SubmitJob{MaxAttempts: 3})
+	_, err := b.pool.Exec(ctx, `SELECT pg_notify($1, 'sentinel')`, channel)
+	require.NoError(t, err)
+	b.acceptWithJob(ctx, t, "key-0000000000000002", &intent.SubmitJob{MaxAttempts: 3, Notify: true})
+
+	require.Equal(t, "sentinel", next().Payload, "a charge not asked to notify sent a notification")
+	n := next()
+	require.Equal(t, channel, n.Channel)
+	require.True(t, strings.HasSuffix(channel, "."+intent.RiverInsertTopic), channel)
+	require.JSONEq(t, `{"queue": "default"}`, n.Payload)
 }

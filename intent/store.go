@@ -59,16 +59,45 @@ type Acceptance struct {
 	StatusCode   int
 	ResponseBody []byte
 	ExpiresAt    time.Time
+	// Job, when set, is the charge.submit River job, written by the same
+	// statement: the API's accept is then one round trip and one commit.
+	Job *SubmitJob
 }
 
-// Accept writes the idempotency record, the charge and its creation event in
-// one statement. It reports false, and writes nothing, when the tenant
-// already used the key; the caller then reads that record with Idempotency.
+// SubmitJob is the charge.submit row Accept writes to river_job, the way
+// River's own insert writes it (River documents its table as the insert
+// interface for clients in other languages): kind, args, queue "default",
+// priority 1, available now. TestAcceptJobMatchesRiverInsert holds the two
+// to the same row.
+type SubmitJob struct {
+	// MaxAttempts is the job's attempts before River discards it.
+	MaxAttempts int
+	// Metadata is the job's metadata object (the trace context); nil is {}.
+	Metadata []byte
+	// Notify sends River's insert notification with the commit, waking
+	// workers now instead of at their next poll. Like River's client, the
+	// caller rate-limits it: one per fetch cooldown is enough.
+	Notify bool
+}
+
+// RiverInsertTopic is the channel suffix of River's insert notifications;
+// the channel is "<schema>.river_insert" and the payload names the queue.
+const (
+	RiverInsertTopic = "river_insert"
+	submitQueue      = "default"
+	submitPriority   = 1
+)
+
+// Accept writes the idempotency record, the charge, its creation event and,
+// with a.Job, its charge.submit River job, in one statement. It reports
+// false, and writes nothing, when the tenant already used the key; the
+// caller then reads that record with Idempotency.
 //
-// If another transaction is inserting the same key, Postgres makes this one
-// wait for it to end: after its commit Accept reports false, after its
-// rollback Accept inserts. With a lock_timeout on the session the wait ends in
-// an error instead (SQLSTATE 55P03).
+// Run on a pool, the statement is its own transaction: one round trip, one
+// commit. If another transaction is inserting the same key, Postgres makes
+// this one wait for it to end: after its commit Accept reports false, after
+// its rollback Accept inserts. With a lock_timeout on the session the wait
+// ends in an error instead (SQLSTATE 55P03).
 func Accept(ctx context.Context, db DB, a Acceptance) (bool, error) {
 	c := a.Charge
 	if c.State != StatePending {
@@ -81,7 +110,23 @@ func Accept(ctx context.Context, db DB, a Acceptance) (bool, error) {
 	if c.Metadata == nil {
 		metadata = []byte("{}")
 	}
-	var inserted int
+	var job SubmitJob
+	var jobArgs []byte
+	if a.Job != nil {
+		job = *a.Job
+		if job.MaxAttempts < 1 {
+			return false, fmt.Errorf("accept charge: job max attempts %d, want at least 1", job.MaxAttempts)
+		}
+		if jobArgs, err = json.Marshal(SubmitArgs{TenantID: c.TenantID, ChargeID: c.ID}); err != nil {
+			return false, fmt.Errorf("encode job args: %w", err)
+		}
+	}
+	if job.Metadata == nil {
+		job.Metadata = []byte("{}")
+	}
+	// notified is read only so that Postgres runs the notified CTE: a
+	// plain SELECT in WITH runs only when something refers to it.
+	var inserted, notified int
 	err = db.QueryRow(ctx, `
 WITH idem AS (
 	INSERT INTO idempotency_keys (tenant_id, key_hash, fingerprint, charge_id, status_code, response_body, created_at, expires_at)
@@ -96,11 +141,19 @@ WITH idem AS (
 ), event AS (
 	INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt)
 	SELECT tenant_id, id, NULL, 'pending', $16, 'accepted', 0 FROM charge
+), job AS (
+	INSERT INTO river_job (args, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)
+	SELECT $17::jsonb, $18, $19, $20::jsonb, $21, $22, now(), 'available', '{}' FROM charge WHERE $17::jsonb IS NOT NULL
+	RETURNING queue
+), notified AS (
+	SELECT pg_notify(coalesce(current_schema(), '') || '.' || $23, '{"queue": "' || queue || '"}') FROM job WHERE $24::boolean
 )
-SELECT count(*) FROM idem`,
+SELECT (SELECT count(*) FROM idem), (SELECT count(*) FROM notified)`,
 		c.TenantID, a.KeyHash, a.Fingerprint, c.ID, a.StatusCode, a.ResponseBody, c.CreatedAt, a.ExpiresAt,
 		c.Amount, c.Currency, c.PaymentMethod, c.Description, metadata, c.Provider, c.ProviderKey, a.Actor,
-	).Scan(&inserted)
+		jobArgs, SubmitArgs{}.Kind(), job.MaxAttempts, job.Metadata, submitPriority, submitQueue,
+		RiverInsertTopic, job.Notify,
+	).Scan(&inserted, &notified)
 	if err != nil {
 		return false, fmt.Errorf("accept charge: %w", err)
 	}

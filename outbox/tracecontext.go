@@ -37,6 +37,18 @@ type traceMetadata struct {
 	TraceState  string `json:"tracestate"`
 }
 
+// JobMetadata is the metadata TraceContext gives a job inserted under ctx,
+// for code that writes the job row itself (the API's one-statement accept).
+// Without a span in ctx it is nil.
+func JobMetadata(ctx context.Context) []byte {
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	if len(carrier) == 0 {
+		return nil
+	}
+	return withTraceContext(nil, carrier)
+}
+
 // InsertMany implements rivertype.JobInsertMiddleware.
 func (*TraceContext) InsertMany(ctx context.Context, manyParams []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
 	carrier := propagation.MapCarrier{}

@@ -57,19 +57,20 @@ func newAPI(ctx context.Context, c common, f apiFlags, logger *slog.Logger, poin
 		return nil, nil, err
 	}
 	server, err := api.New(api.Config{
-		DB:             pool,
-		River:          riverClient,
-		Logger:         logger,
-		CrashPoints:    points,
-		Ready:          func(ctx context.Context) error { return migrations.Check(ctx, pool) },
-		Provider:       f.provider,
-		MaxAmount:      f.maxAmount,
-		IdempotencyTTL: f.idempotencyTTL,
-		RateLimit:      f.rateLimit,
-		RateBurst:      f.rateBurst,
-		TracerProvider: tel.tracerProvider,
-		MeterProvider:  tel.meterProvider,
-		Metrics:        tel.metrics,
+		DB:                pool,
+		River:             riverClient,
+		SubmitMaxAttempts: f.submitMaxAttempts,
+		Logger:            logger,
+		CrashPoints:       points,
+		Ready:             func(ctx context.Context) error { return migrations.Check(ctx, pool) },
+		Provider:          f.provider,
+		MaxAmount:         f.maxAmount,
+		IdempotencyTTL:    f.idempotencyTTL,
+		RateLimit:         f.rateLimit,
+		RateBurst:         f.rateBurst,
+		TracerProvider:    tel.tracerProvider,
+		MeterProvider:     tel.meterProvider,
+		Metrics:           tel.metrics,
 	})
 	if err != nil {
 		pool.Close()

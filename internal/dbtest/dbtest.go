@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver pgtestdb connects with
 	"github.com/peterldowns/pgtestdb"
@@ -134,4 +135,35 @@ func DatabaseName(t testing.TB, rawURL string) string {
 		t.Fatalf("dbtest: parse url: %v", err)
 	}
 	return strings.TrimPrefix(u.Path, "/")
+}
+
+// ListenRiverInserts listens, on a connection of its own, to the channel
+// River's insert notifications use on pool's database, and returns the
+// channel and a function that waits (10 s at most) for the next
+// notification on it.
+func ListenRiverInserts(t testing.TB, pool *pgxpool.Pool) (string, func() *pgconn.Notification) {
+	t.Helper()
+	ctx := context.Background()
+	listener, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatalf("dbtest: connect listener: %v", err)
+	}
+	t.Cleanup(func() { _ = listener.Close(context.Background()) })
+	var channel string
+	if err := listener.QueryRow(ctx, `SELECT current_schema() || '.river_insert'`).Scan(&channel); err != nil {
+		t.Fatalf("dbtest: read schema: %v", err)
+	}
+	if _, err := listener.Exec(ctx, `LISTEN `+pgx.Identifier{channel}.Sanitize()); err != nil {
+		t.Fatalf("dbtest: listen: %v", err)
+	}
+	return channel, func() *pgconn.Notification {
+		t.Helper()
+		waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := listener.WaitForNotification(waitCtx)
+		if err != nil {
+			t.Fatalf("dbtest: no notification on %s: %v", channel, err)
+		}
+		return n
+	}
 }
