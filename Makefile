@@ -10,7 +10,7 @@ GO ?= go
 # How long `make test` fuzzes the canonical-JSON parser.
 FUZZTIME ?= 20s
 
-.PHONY: run test scenarios db
+.PHONY: run test scenarios bench db
 
 ## db: make sure PostgreSQL answers at DATABASE_URL (start a private cluster if not)
 db:
@@ -32,6 +32,12 @@ test: db
 	scripts/ensure-postgres_test.sh
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow scenario run all --short --parallel 3
+
+## bench: the performance targets of DESIGN §9, as ratios against baselines on a
+## fresh database (docs/benchmarks.md); BENCHFLAGS adds flags, e.g. --json
+bench: db
+	$(GO) build -o bin/chargeflow ./cmd/chargeflow
+	bin/chargeflow bench $(BENCHFLAGS)
 
 ## scenarios: the full catalogue, with the 10,000-charge soak
 scenarios: db

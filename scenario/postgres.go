@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,40 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
-
-// freshDatabase creates an empty database on the server serverURL names and
-// returns its URL and a function that drops it.
-func freshDatabase(ctx context.Context, serverURL, name string) (string, func(context.Context) error, error) {
-	u, err := url.Parse(serverURL)
-	if err != nil {
-		return "", nil, fmt.Errorf("parse database url: %w", err)
-	}
-	admin := *u
-	admin.Path = "/postgres"
-	conn, err := pgx.Connect(ctx, admin.String())
-	if err != nil {
-		return "", nil, fmt.Errorf("connect to %s: %w", admin.Host, err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", nil, fmt.Errorf("create database %s: %w", name, err)
-	}
-	db := *u
-	db.Path = "/" + name
-	drop := func(ctx context.Context) error {
-		conn, err := pgx.Connect(ctx, admin.String())
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-		return err
-	}
-	return db.String(), drop, nil
-}
 
 // privateCluster is a PostgreSQL the runner owns, so a scenario can crash
 // it: started by scripts/ensure-postgres on a free port under a folder of

@@ -3,7 +3,6 @@ package scenario
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"chargeflow/internal/childproc"
 )
 
 // proc is one chargeflow process the runner starts, kills and restarts.
@@ -139,12 +140,12 @@ func (p *proc) url() string {
 func waitListening(ctx context.Context, path string, offset int64, exited <-chan struct{}) (string, error) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if addr, ok := findListening(path, offset); ok {
+		if addr, ok := childproc.ListeningAddr(path, offset); ok {
 			return addr, nil
 		}
 		select {
 		case <-exited:
-			if addr, ok := findListening(path, offset); ok {
+			if addr, ok := childproc.ListeningAddr(path, offset); ok {
 				return addr, nil
 			}
 			return "", fmt.Errorf("exited before listening; see %s", path)
@@ -156,29 +157,6 @@ func waitListening(ctx context.Context, path string, offset int64, exited <-chan
 			return "", fmt.Errorf("not listening after a minute; see %s", path)
 		}
 	}
-}
-
-func findListening(path string, offset int64) (string, bool) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", false
-	}
-	defer f.Close()
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return "", false
-	}
-	scanner := bufio.NewScanner(f)
-	scanner.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for scanner.Scan() {
-		var line struct {
-			Msg  string `json:"msg"`
-			Addr string `json:"addr"`
-		}
-		if json.Unmarshal(scanner.Bytes(), &line) == nil && line.Msg == "listening" && line.Addr != "" {
-			return line.Addr, true
-		}
-	}
-	return "", false
 }
 
 // runOnce runs a short command (migrate, tenant create) to completion and

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chargeflow/internal/childproc"
 )
 
 // Config configures a Runner.
@@ -267,7 +269,7 @@ func (s *system) provision(ctx context.Context) error {
 		server = s.cluster.URL()
 	}
 	name := fmt.Sprintf("chargeflow_scenario_%s_%d_%d", strings.ReplaceAll(s.sc.Name, "-", "_"), s.seed, time.Now().UnixNano()%1e6)
-	url, drop, err := freshDatabase(ctx, server, name)
+	url, drop, err := childproc.FreshDatabase(ctx, server, name)
 	if err != nil {
 		return err
 	}
@@ -368,27 +370,7 @@ func (s *system) boot(ctx context.Context) error {
 		s.reconcilers = append(s.reconcilers, rec)
 	}
 	s.client = newClient(s.api.url, s.apiKey, t.clientTimeout, t.clientGiveUp)
-	return s.waitReady(ctx)
-}
-
-// waitReady waits for the API's /readyz.
-func (s *system) waitReady(ctx context.Context) error {
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(s.api.url() + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return errors.New("the API never became ready")
+	return childproc.WaitReady(ctx, s.api.url())
 }
 
 // processes lists every long-running process but the provider.

@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"chargeflow/intent"
+	"chargeflow/internal/dbtest"
+)
+
+// setup starts an in-process System on a fresh database. Tests keep its
+// pools small: the suite shares one server's max_connections.
+func setup(tb testing.TB, apiMaxConns, workerConcurrency int) *System {
+	tb.Helper()
+	sys, err := StartInProcess(context.Background(), InProcessConfig{
+		DatabaseURL:       dbtest.URL(tb),
+		LedgerDir:         tb.TempDir(),
+		APIMaxConns:       apiMaxConns,
+		WorkerConcurrency: workerConcurrency,
+	})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { require.NoError(tb, sys.Close(context.Background())) })
+	return sys
+}
+
+// setupRunner adds a runner (which seeds and analyzes the database).
+func setupRunner(tb testing.TB, sys *System, opts Options) *runner {
+	tb.Helper()
+	r, err := newRunner(context.Background(), sys, opts)
+	require.NoError(tb, err)
+	tb.Cleanup(r.admin.Close)
+	return r
+}
+
+// TestRun runs every measurement for a fraction of a second: it proves the
+// code works and the report is complete. It asserts no speed.
+func TestRun(t *testing.T) {
+	t.Parallel()
+	sys := setup(t, 4, 4)
+
+	rep, err := Run(context.Background(), sys, Options{Duration: 300 * time.Millisecond, Concurrency: []int{2}})
+	require.NoError(t, err)
+
+	require.Len(t, rep.Accept, 1)
+	accept := rep.Accept[0]
+	require.Positive(t, accept.API.Ops)
+	require.Positive(t, accept.Raw.Ops)
+	require.Zero(t, accept.API.Failures, accept.API.FirstFailure)
+	require.Zero(t, accept.Raw.Failures, accept.Raw.FirstFailure)
+	require.Positive(t, accept.Ratio)
+
+	require.Len(t, rep.Replay, 1)
+	replay := rep.Replay[0]
+	require.Positive(t, replay.Replay.Samples)
+	require.Positive(t, replay.Select.Samples)
+	require.Zero(t, replay.Replay.Failures, replay.Replay.FirstFailure)
+	require.Zero(t, replay.Select.Failures, replay.Select.FirstFailure)
+	require.Positive(t, replay.Replay.P99)
+
+	settle := rep.Settle
+	require.Positive(t, settle.Backlog)
+	require.Positive(t, settle.SettledPerSecond)
+	require.Zero(t, settle.NotSucceeded)
+	require.True(t, settle.Sustained.Drained, "the queue drains after the sustained load")
+
+	require.True(t, rep.Storm.Met, "violations: %v", rep.Storm.Violations)
+	require.Equal(t, StormRequests, rep.Storm.Requests)
+	require.Empty(t, rep.Violations())
+	require.Nil(t, rep.Memory, "the API ran in this process")
+
+	var table bytes.Buffer
+	require.NoError(t, PrintTable(&table, rep))
+	for _, row := range []string{"accept", "settle", "sustained load", "replay p99", "duplicate storm", "memory"} {
+		require.Contains(t, table.String(), row)
+	}
+	_, err = json.Marshal(rep)
+	require.NoError(t, err)
+}
+
+// TestRawAcceptMakesTheAPIsWrites checks that the baseline writes what an
+// accepted charge writes: the same rows in the same four tables, and a job
+// the worker accepts.
+func TestRawAcceptMakesTheAPIsWrites(t *testing.T) {
+	t.Parallel()
+	sys := setup(t, 2, 2)
+	ctx := context.Background()
+	pool, err := openPool(ctx, sys.DatabaseURL, "test", 2, 0)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	rows := func() []int {
+		var charges, events, jobs, records int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM charges), (SELECT count(*) FROM charge_events),
+			(SELECT count(*) FROM river_job WHERE kind = 'charge.submit' AND state = 'available'), (SELECT count(*) FROM idempotency_keys)`).
+			Scan(&charges, &events, &jobs, &records))
+		return []int{charges, events, jobs, records}
+	}
+
+	raw := &rawAcceptor{pool: pool, tenantID: sys.TenantID, keyPrefix: "raw-test-key-"}
+	require.NoError(t, raw.accept(ctx, 1))
+	require.Equal(t, []int{1, 1, 1, 1}, rows(), "a charge, its event, its job, its idempotency record")
+	require.ErrorContains(t, raw.accept(ctx, 1), "already taken")
+	require.Equal(t, []int{1, 1, 1, 1}, rows(), "a taken key writes nothing")
+	client := newAPIClient(sys, "api-test-idempotency-key-", 1)
+	require.NoError(t, client.accept(ctx, 1))
+	require.Equal(t, []int{2, 2, 2, 2}, rows(), "the API writes the same rows")
+
+	keyHash := sha256.Sum256([]byte("raw-test-key-1"))
+	rec, err := intent.Idempotency(ctx, pool, sys.TenantID, keyHash[:])
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, rec.StatusCode)
+
+	stop, err := sys.StartWorker(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, stop()) })
+	r := &runner{sys: sys, admin: pool}
+	state, err := r.waitSettled(ctx, rec.ChargeID, 30*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, string(intent.StateSucceeded), state, "the worker carries a raw-written charge to the provider like any other")
+}
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	var tl tally
+	for i := 1; i <= 100; i++ {
+		tl.latencies = append(tl.latencies, time.Duration(i)*time.Millisecond)
+	}
+	require.Equal(t, 50*time.Millisecond, tl.percentile(0.50))
+	require.Equal(t, 99*time.Millisecond, tl.percentile(0.99))
+	require.Equal(t, 100*time.Millisecond, tl.percentile(1))
+	require.Zero(t, tally{}.percentile(0.99))
+}
+
+func TestProcfs(t *testing.T) {
+	t.Parallel()
+	if _, err := processMemory(1); err != nil {
+		t.Skip("no /proc here:", err)
+	}
+	mem, err := processMemory(0)
+	require.Error(t, err, "pid 0 has no /proc entry")
+	require.Zero(t, mem)
+
+	m := startMemorySampler(os.Getpid(), time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+	maxRSS, peak, err := m.finish()
+	require.NoError(t, err)
+	require.Positive(t, maxRSS)
+	require.GreaterOrEqual(t, peak, maxRSS)
+	m.halt() // a second stop is harmless
+
+	cpu, err := processCPU(os.Getpid())
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, cpu, time.Duration(0))
+}
+
+func TestCount(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 1234567.4: "1,234,567"} {
+		require.Equal(t, want, count(in))
+	}
+}

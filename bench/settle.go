@@ -1,0 +1,241 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// SettleResult is the worker's pending → succeeded throughput against the
+// fake provider, next to the API's accept throughput at the same
+// concurrency, and whether the queue drains under a sustained load.
+type SettleResult struct {
+	Concurrency int `json:"concurrency"`
+	// Accept is the API's accept rate while it built the backlog, with no
+	// worker running (the fill).
+	Accept Throughput `json:"accept"`
+	// Backlog is how many pending charges the worker then started from.
+	Backlog int64 `json:"backlog"`
+	// SettledPerSecond is how fast the worker moved them to succeeded,
+	// between the 10th and the 90th percent of the backlog (so neither
+	// the worker's start-up nor the last stragglers count).
+	SettledPerSecond float64 `json:"settled_per_second"`
+	// DrainSeconds is from the worker's start to an empty backlog.
+	DrainSeconds float64 `json:"drain_seconds"`
+	// NotSucceeded counts charges that ended anywhere but succeeded (there
+	// are no faults: it must be zero).
+	NotSucceeded int64 `json:"not_succeeded"`
+	// Ratio is SettledPerSecond ÷ Accept.PerSecond; the target is at least
+	// SettleTarget.
+	Ratio float64 `json:"ratio"`
+	// Sustained is the API and the worker running together.
+	Sustained Sustained `json:"sustained"`
+	Met       bool      `json:"met"`
+}
+
+// Sustained is a run in which the API is offered charges at a steady rate
+// the system should sustain while the worker settles them: the backlog
+// must stay bounded, and empty once the load stops.
+type Sustained struct {
+	OfferedPerSecond float64    `json:"offered_per_second"`
+	Accepted         Throughput `json:"accepted"`
+	SettledPerSecond float64    `json:"settled_per_second"`
+	// BacklogMax and BacklogEnd are the charges not yet settled (pending,
+	// submitting or unknown), the highest seen and at the end of the load.
+	BacklogMax int64 `json:"backlog_max"`
+	BacklogEnd int64 `json:"backlog_end"`
+	// DrainedAfter is how long after the load stopped the backlog was
+	// empty; Drained is false if it never was within a minute.
+	DrainedAfterSeconds float64 `json:"drained_after_seconds"`
+	Drained             bool    `json:"drained"`
+	// Bounded says the backlog at the end was under a second's worth of
+	// offered charges: it did not grow with the length of the run.
+	Bounded bool `json:"bounded"`
+}
+
+// counts are the charges of the benchmark's tenant by where they are.
+type counts struct {
+	unsettled    int64 // pending, submitting or unknown
+	succeeded    int64
+	notSucceeded int64 // failed or needs_review
+}
+
+func (r *runner) counts(ctx context.Context) (counts, error) {
+	var c counts
+	err := r.admin.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE state IN ('pending', 'submitting', 'unknown')),
+		count(*) FILTER (WHERE state = 'succeeded'),
+		count(*) FILTER (WHERE state IN ('failed', 'needs_review'))
+		FROM charges WHERE tenant_id = $1`, r.sys.TenantID).Scan(&c.unsettled, &c.succeeded, &c.notSucceeded)
+	if err != nil {
+		return counts{}, fmt.Errorf("count charges: %w", err)
+	}
+	return c, nil
+}
+
+// measureSettle empties the charge tables (the accept measurements left
+// tens of thousands of charges, the raw baseline's among them, whose jobs
+// would otherwise be worked too), seeds them again, builds a backlog
+// through the API with no worker running, starts the worker and times the drain; then, with the
+// worker still running, offers the API a sustained load and watches the
+// backlog. It returns the running worker's stop function: the duplicate
+// storm needs a worker.
+func (r *runner) measureSettle(ctx context.Context, concurrency int) (SettleResult, func() error, error) {
+	if _, err := r.admin.Exec(ctx, `TRUNCATE charge_events, idempotency_keys, charges, river_job`); err != nil {
+		return SettleResult{}, nil, fmt.Errorf("empty the charge tables: %w", err)
+	}
+	// The seed's charges join the backlog; the new statistics keep the
+	// foreign-key checks on their indexes.
+	if err := r.seed(ctx); err != nil {
+		return SettleResult{}, nil, err
+	}
+	client := newAPIClient(r.sys, r.keyPrefix+"settle-", concurrency)
+	defer client.http.CloseIdleConnections()
+	res := SettleResult{Concurrency: concurrency}
+
+	fill := r.load.run(ctx, loadOptions{concurrency: concurrency, until: r.half()}, client.accept)
+	res.Accept = throughputOf(fill)
+	before, err := r.counts(ctx)
+	if err != nil {
+		return res, nil, err
+	}
+	res.Backlog = before.unsettled
+
+	started := time.Now()
+	stopWorker, err := r.sys.StartWorker(ctx)
+	if err != nil {
+		return res, nil, err
+	}
+	fail := func(err error) (SettleResult, func() error, error) {
+		_ = stopWorker()
+		return res, nil, err
+	}
+	var at10, at90 time.Time
+	var n10, n90 int64
+	deadline := started.Add(max(2*time.Minute, 20*r.opts.Duration))
+	for {
+		c, err := r.counts(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		settled := c.succeeded + c.notSucceeded - before.succeeded - before.notSucceeded
+		now := time.Now()
+		if at10.IsZero() && settled*10 >= res.Backlog {
+			at10, n10 = now, settled
+		}
+		if at90.IsZero() && settled*10 >= 9*res.Backlog {
+			at90, n90 = now, settled
+		}
+		if c.unsettled == 0 {
+			res.DrainSeconds = time.Since(started).Seconds()
+			res.NotSucceeded = c.notSucceeded
+			break
+		}
+		if now.After(deadline) {
+			return fail(fmt.Errorf("the worker left %d of %d charges unsettled after %s", c.unsettled, res.Backlog, time.Since(started).Round(time.Second)))
+		}
+		select {
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if span := at90.Sub(at10); span > 0 && n90 > n10 {
+		res.SettledPerSecond = float64(n90-n10) / span.Seconds()
+	} else if res.DrainSeconds > 0 {
+		// Too small a backlog to see its middle: the whole drain, start-up
+		// included, is the (pessimistic) rate.
+		res.SettledPerSecond = float64(res.Backlog) / res.DrainSeconds
+	}
+	if res.Accept.PerSecond > 0 {
+		res.Ratio = res.SettledPerSecond / res.Accept.PerSecond
+	}
+
+	if res.Sustained, err = r.sustain(ctx, client, concurrency, sustainableRate(res.Accept.PerSecond, res.SettledPerSecond)); err != nil {
+		return fail(err)
+	}
+	s := res.Sustained
+	res.Met = res.Ratio >= SettleTarget && res.NotSucceeded == 0 && res.Accept.Failures == 0 &&
+		s.Drained && s.Bounded && s.Accepted.Failures == 0
+	return res, stopWorker, nil
+}
+
+// sustainedShare is the share of the sustainable rate the sustained run
+// offers: some headroom, as a capacity plan would leave.
+const sustainedShare = 0.8
+
+// sustainableRate is the end-to-end rate one machine sustains when the API
+// accepts at most accept/s alone and the worker settles at most settle/s
+// alone, times sustainedShare. The two share the machine's CPUs (and
+// Postgres), so each charge costs 1/accept + 1/settle seconds of it;
+// offering half the accept rate, as if the worker ran elsewhere, would
+// overload a small machine by construction.
+func sustainableRate(accept, settle float64) float64 {
+	if accept <= 0 || settle <= 0 {
+		return 0
+	}
+	return sustainedShare / (1/accept + 1/settle)
+}
+
+// sustain offers the API charges at perSecond for the run's duration while
+// the worker runs, samples the backlog, and waits for it to drain.
+func (r *runner) sustain(ctx context.Context, client *apiClient, concurrency int, perSecond float64) (Sustained, error) {
+	s := Sustained{OfferedPerSecond: perSecond}
+	if perSecond <= 0 {
+		return s, nil
+	}
+	before, err := r.counts(ctx)
+	if err != nil {
+		return s, err
+	}
+	limiter := rate.NewLimiter(rate.Limit(perSecond), 1)
+	stopLoad := make(chan struct{})
+	loaded := make(chan tally, 1)
+	started := time.Now()
+	go func() {
+		loaded <- r.load.run(ctx, loadOptions{concurrency: concurrency, until: until{signal: stopLoad}, limiter: limiter}, client.accept)
+	}()
+	var last counts
+	var lastAt time.Time
+	for time.Since(started) < r.opts.Duration && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+		c, err := r.counts(ctx)
+		if err != nil {
+			close(stopLoad)
+			<-loaded
+			return s, err
+		}
+		s.BacklogMax = max(s.BacklogMax, c.unsettled)
+		last, lastAt = c, time.Now()
+	}
+	close(stopLoad)
+	s.Accepted = throughputOf(<-loaded)
+	s.BacklogEnd = last.unsettled
+	if !lastAt.IsZero() {
+		s.SettledPerSecond = float64(last.succeeded+last.notSucceeded-before.succeeded-before.notSucceeded) / lastAt.Sub(started).Seconds()
+	}
+	s.Bounded = float64(s.BacklogEnd) <= perSecond
+
+	stopped := time.Now()
+	for time.Since(stopped) < time.Minute {
+		c, err := r.counts(ctx)
+		if err != nil {
+			return s, err
+		}
+		if c.unsettled == 0 {
+			s.Drained, s.DrainedAfterSeconds = true, time.Since(stopped).Seconds()
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return s, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return s, nil
+}

@@ -1,0 +1,286 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"chargeflow/api"
+	"chargeflow/fakepsp"
+	"chargeflow/outbox"
+	"chargeflow/psp"
+	"chargeflow/tenant"
+)
+
+// Defaults shared by both ways of starting a System; they are the defaults
+// of `chargeflow api` and `chargeflow worker`.
+const (
+	defaultAPIMaxConns       = 20
+	defaultWorkerConcurrency = 20
+	// benchRateLimit keeps the per-tenant rate limiter out of the way: the
+	// benchmark measures capacity, and one tenant drives all of it. The
+	// limiter still runs (a token bucket per request), so its cost is in
+	// the numbers.
+	benchRateLimit = 1_000_000
+	// submitMaxAttempts is the API's default --submit-max-attempts.
+	submitMaxAttempts = 10
+)
+
+// System is the chargeflow a Run measures: an API serving HTTP on loopback
+// against a migrated database with one tenant, a fake provider, and a way
+// to start the outbox worker when a measurement needs it (the accept
+// measurements run without one, so the worker does not compete with them).
+type System struct {
+	// Mode says how the API runs: "process" (its own process, so its
+	// memory can be measured) or "in-process".
+	Mode string
+	// DatabaseURL is the API's database; the baselines run against it too.
+	DatabaseURL string
+	// APIURL is the API's base URL; APIKey is a key of TenantID.
+	APIURL   string
+	APIKey   string
+	TenantID string
+	// APIPID is the API's process id when it runs as its own process, 0
+	// otherwise. Its memory and CPU are read from /proc/<pid>.
+	APIPID int
+	// APIMaxConns is the size of the API's connection pool.
+	APIMaxConns int
+	// WorkerConcurrency is how many charge.submit jobs the worker runs at
+	// once.
+	WorkerConcurrency int
+	// PSPURL is the fake provider, its own de-duplication off, so its
+	// ledger counts every provider call.
+	PSPURL string
+
+	startWorker func(ctx context.Context) (stop func() error, err error)
+	close       func(ctx context.Context) error
+}
+
+// StartWorker starts the outbox worker; the function it returns stops it
+// and waits for it.
+func (s *System) StartWorker(ctx context.Context) (stop func() error, err error) {
+	return s.startWorker(ctx)
+}
+
+// Close stops everything the System started.
+func (s *System) Close(ctx context.Context) error {
+	if s.close == nil {
+		return nil
+	}
+	return s.close(ctx)
+}
+
+// InProcessConfig configures StartInProcess.
+type InProcessConfig struct {
+	// DatabaseURL is a migrated database of its own.
+	DatabaseURL string
+	// LedgerDir is where the fake provider writes its ledger.
+	LedgerDir string
+	// APIMaxConns and WorkerConcurrency default to the commands' defaults;
+	// tests keep them small (the suite shares one server's connections).
+	APIMaxConns       int
+	WorkerConcurrency int
+}
+
+// StartInProcess builds the API, the fake provider and the worker in this
+// process, configured as `chargeflow api`, `fakepsp` and `worker` configure
+// them: telemetry on (spans made, not exported; metrics recorded), JSON
+// request logs at info (to io.Discard), the TraceContext River middleware.
+// Go benchmarks and tests use it; the API's memory cannot be told apart from
+// the load generator's this way, so the report leaves it out.
+func StartInProcess(ctx context.Context, cfg InProcessConfig) (_ *System, err error) {
+	sys := &System{
+		Mode:              "in-process",
+		DatabaseURL:       cfg.DatabaseURL,
+		APIMaxConns:       cmp.Or(cfg.APIMaxConns, defaultAPIMaxConns),
+		WorkerConcurrency: cmp.Or(cfg.WorkerConcurrency, defaultWorkerConcurrency),
+	}
+	var closers []func(context.Context) error
+	sys.close = func(ctx context.Context) error {
+		var errs []error
+		for i := len(closers) - 1; i >= 0; i-- {
+			errs = append(errs, closers[i](ctx))
+		}
+		return errors.Join(errs...)
+	}
+	defer func() {
+		if err != nil {
+			_ = sys.close(context.WithoutCancel(ctx))
+		}
+	}()
+	logger := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	provider, err := fakepsp.New(fakepsp.Config{LedgerPath: filepath.Join(cfg.LedgerDir, "fakepsp-ledger.jsonl"), Dedupe: new(false)})
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, func(context.Context) error { return provider.Close() })
+	pspURL, stopPSP, err := serveLoopback(provider.Handler(), false)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, stopPSP)
+	sys.PSPURL = pspURL
+
+	pool, err := openPool(ctx, cfg.DatabaseURL, "chargeflow-api", int32(sys.APIMaxConns), time.Second)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, func(context.Context) error { pool.Close(); return nil })
+	created, apiKey, err := tenant.Create(ctx, pool, "bench")
+	if err != nil {
+		return nil, err
+	}
+	sys.TenantID, sys.APIKey = created.ID, apiKey
+
+	tracerProvider := sdktrace.NewTracerProvider()
+	meterProvider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	closers = append(closers, func(ctx context.Context) error {
+		return errors.Join(tracerProvider.Shutdown(ctx), meterProvider.Shutdown(ctx))
+	})
+	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger:      logger,
+		MaxAttempts: submitMaxAttempts,
+		Middleware:  []rivertype.Middleware{&outbox.TraceContext{}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	server, err := api.New(api.Config{
+		DB:                pool,
+		River:             inserter,
+		SubmitMaxAttempts: submitMaxAttempts,
+		Logger:            logger,
+		RateLimit:         benchRateLimit,
+		TracerProvider:    tracerProvider,
+		MeterProvider:     meterProvider,
+	})
+	if err != nil {
+		return nil, err
+	}
+	apiURL, stopAPI, err := serveLoopback(server.Handler(), true)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, stopAPI)
+	sys.APIURL = apiURL
+
+	sys.startWorker = func(ctx context.Context) (func() error, error) {
+		return startWorkerInProcess(ctx, sys, logger, tracerProvider, meterProvider)
+	}
+	return sys, nil
+}
+
+// startWorkerInProcess runs the outbox worker as `chargeflow worker` does,
+// on its own pool.
+func startWorkerInProcess(ctx context.Context, sys *System, logger *slog.Logger, tp *sdktrace.TracerProvider, mp *sdkmetric.MeterProvider) (func() error, error) {
+	const callTimeout = 10 * time.Second
+	pool, err := openPool(ctx, sys.DatabaseURL, "chargeflow-worker", int32(sys.WorkerConcurrency+5), 0)
+	if err != nil {
+		return nil, err
+	}
+	worker, err := outbox.NewWorker(outbox.Config{
+		DB: pool,
+		Provider: psp.NewClient(psp.Config{BaseURL: sys.PSPURL, Timeout: callTimeout,
+			TracerProvider: tp, MeterProvider: mp}),
+		Logger:         logger,
+		CallTimeout:    callTimeout,
+		TracerProvider: tp,
+		MeterProvider:  mp,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, worker); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger:               logger,
+		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: sys.WorkerConcurrency}},
+		Workers:              workers,
+		RetryPolicy:          outbox.RetryPolicy{},
+		JobTimeout:           outbox.JobTimeout(callTimeout),
+		RescueStuckJobsAfter: outbox.JobTimeout(callTimeout) + 2*time.Minute,
+		FetchCooldown:        20 * time.Millisecond,
+		FetchPollInterval:    250 * time.Millisecond,
+		Middleware:           []rivertype.Middleware{&outbox.TraceContext{}},
+	})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	return func() error {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		err := client.Stop(stopCtx)
+		pool.Close()
+		return err
+	}, nil
+}
+
+// openPool opens a pool the way `chargeflow` roles open theirs.
+func openPool(ctx context.Context, databaseURL, applicationName string, maxConns int32, lockTimeout time.Duration) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	cfg.MaxConns = maxConns
+	cfg.ConnConfig.RuntimeParams["application_name"] = applicationName
+	if lockTimeout > 0 {
+		cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(lockTimeout.Milliseconds(), 10)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database pool: %w", err)
+	}
+	return pool, nil
+}
+
+// serveLoopback serves handler on a free loopback port, with the timeouts
+// `chargeflow` serves with (none for the fake provider, whose faults hold
+// connections on purpose).
+func serveLoopback(handler http.Handler, timeouts bool) (string, func(context.Context) error, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	if timeouts {
+		server.ReadTimeout, server.WriteTimeout = 30*time.Second, 30*time.Second
+	}
+	go func() { _ = server.Serve(ln) }()
+	return "http://" + ln.Addr().String(), server.Shutdown, nil
+}
+
+// conn opens one connection to the System's database, for setup and
+// counts.
+func (s *System) conn(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(ctx, s.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the benchmark database: %w", err)
+	}
+	return conn, nil
+}

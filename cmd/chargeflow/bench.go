@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"chargeflow/bench"
+)
+
+// runBench measures the performance targets of DESIGN §9 as ratios against
+// baselines run in the same process, on the same database, at the same
+// concurrency; docs/benchmarks.md explains the numbers.
+//
+//	chargeflow bench [--duration 10s] [--concurrency 16,32] [--json]
+//
+// It creates a fresh database on DATABASE_URL's server, migrates it, starts
+// the API and the fake provider (and, for the settle measurement, the
+// worker) as child processes, prints the table and drops the database. It
+// fails when the duplicate storm made more than one charge or provider
+// call, or got a 5xx; a missed performance target is reported, not fatal.
+func runBench(ctx context.Context, e env, args []string) error {
+	var c common
+	var duration time.Duration
+	var concurrency, dir string
+	var asJSON, keep bool
+	var apiMaxConns, workerConcurrency int
+	fs := newFlagSet("bench", e)
+	c.bind(fs, e)
+	fs.DurationVar(&duration, "duration", 10*time.Second, "how long each measurement runs (split in two alternated halves)")
+	fs.StringVar(&concurrency, "concurrency", "16,32", "comma-separated client concurrencies of the accept and replay measurements (settle runs at the first)")
+	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
+	fs.IntVar(&apiMaxConns, "api-max-conns", 0, "the API's --max-conns (default: the API's default)")
+	fs.IntVar(&workerConcurrency, "worker-concurrency", 0, "the worker's --concurrency (default: the worker's default)")
+	fs.StringVar(&dir, "dir", os.TempDir(), "where the run's folder (process logs, the provider's ledger) goes")
+	fs.BoolVar(&keep, "keep", false, "keep the database and the logs")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	levels, err := parseConcurrency(concurrency)
+	if err != nil {
+		return err
+	}
+	binary, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	sys, err := bench.StartProcesses(ctx, bench.ProcessConfig{
+		Binary:            binary,
+		Env:               os.Environ(),
+		ServerURL:         c.databaseURL,
+		Dir:               dir,
+		APIMaxConns:       apiMaxConns,
+		WorkerConcurrency: workerConcurrency,
+		Keep:              keep,
+	})
+	if err != nil {
+		return err
+	}
+	report, runErr := bench.Run(ctx, sys, bench.Options{Duration: duration, Concurrency: levels, Progress: e.stderr})
+	if err := errors.Join(runErr, sys.Close(context.WithoutCancel(ctx))); err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(report)
+	} else {
+		err = bench.PrintTable(e.stdout, report)
+	}
+	if err != nil {
+		return err
+	}
+	if v := report.Violations(); len(v) > 0 {
+		return fmt.Errorf("duplicate storm violated its invariants: %s", strings.Join(v, "; "))
+	}
+	return nil
+}
+
+// parseConcurrency reads "16,32".
+func parseConcurrency(s string) ([]int, error) {
+	var levels []int
+	for part := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--concurrency %q: want positive integers separated by commas", s)
+		}
+		levels = append(levels, n)
+	}
+	return levels, nil
+}
