@@ -148,6 +148,10 @@ func newRunner(ctx context.Context, sys *System, opts Options) (*runner, error) 
 	return r, nil
 }
 
+// analyzeTables refreshes the planner's statistics of the tables a charge
+// touches.
+const analyzeTables = `ANALYZE charges, idempotency_keys, charge_events, river_job, tenants`
+
 // seedCharges is how many charges seed writes before anything is measured.
 const seedCharges = 500
 
@@ -170,7 +174,7 @@ func (r *runner) seed(ctx context.Context) error {
 	if t := r.load.run(ctx, loadOptions{concurrency: 2, until: until{count: seedCharges}}, raw.accept); t.failures > 0 {
 		return fmt.Errorf("seed the database: %s", t.firstFailure)
 	}
-	if _, err := r.admin.Exec(ctx, `ANALYZE charges, idempotency_keys, charge_events, river_job, tenants`); err != nil {
+	if _, err := r.admin.Exec(ctx, analyzeTables); err != nil {
 		return fmt.Errorf("analyze: %w", err)
 	}
 	return nil
