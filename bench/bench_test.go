@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
@@ -136,28 +135,6 @@ func TestPercentile(t *testing.T) {
 	require.Equal(t, 99*time.Millisecond, tl.percentile(0.99))
 	require.Equal(t, 100*time.Millisecond, tl.percentile(1))
 	require.Zero(t, tally{}.percentile(0.99))
-}
-
-func TestProcfs(t *testing.T) {
-	t.Parallel()
-	if _, err := processMemory(1); err != nil {
-		t.Skip("no /proc here:", err)
-	}
-	mem, err := processMemory(0)
-	require.Error(t, err, "pid 0 has no /proc entry")
-	require.Zero(t, mem)
-
-	m := startMemorySampler(os.Getpid(), time.Millisecond)
-	time.Sleep(5 * time.Millisecond)
-	maxRSS, peak, err := m.finish()
-	require.NoError(t, err)
-	require.Positive(t, maxRSS)
-	require.GreaterOrEqual(t, peak, maxRSS)
-	m.halt() // a second stop is harmless
-
-	cpu, err := processCPU(os.Getpid())
-	require.NoError(t, err)
-	require.GreaterOrEqual(t, cpu, time.Duration(0))
 }
 
 func TestCount(t *testing.T) {
