@@ -161,21 +161,12 @@ func (r *runner) waitSettled(ctx context.Context, chargeID string, within time.D
 // providerCalls counts the provider's charges under a provider key, from
 // its ledger (declines included).
 func (r *runner) providerCalls(ctx context.Context, providerKey string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.sys.PSPURL+"/_admin/ledger?all=true", nil)
+	ledger, err := fakepsp.FetchLedger(ctx, r.sys.PSPURL, true)
 	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("read the provider's ledger: %w", err)
-	}
-	defer resp.Body.Close()
-	var ledger fakepsp.LedgerResponse
-	if err := json.NewDecoder(resp.Body).Decode(&ledger); err != nil {
 		return 0, fmt.Errorf("read the provider's ledger: %w", err)
 	}
 	n := 0
-	for _, entry := range ledger.Charges {
+	for _, entry := range ledger {
 		if entry.IdempotencyKey == providerKey {
 			n++
 		}

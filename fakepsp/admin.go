@@ -2,12 +2,16 @@ package fakepsp
 
 import (
 	"cmp"
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 
 	"chargeflow/psp"
 )
@@ -19,6 +23,34 @@ const maxScheduleBytes = 1 << 20
 type LedgerResponse struct {
 	// Charges are in the order they were applied; never nil.
 	Charges []LedgerEntry `json:"charges"`
+}
+
+// FetchLedger reads GET /_admin/ledger from the fake provider at baseURL:
+// the charges that moved money, or with includeDeclines every charge it
+// applied. It is how tests, the scenario checker and the benchmark read the
+// ground truth.
+func FetchLedger(ctx context.Context, baseURL string, includeDeclines bool) ([]LedgerEntry, error) {
+	url := strings.TrimRight(baseURL, "/") + "/_admin/ledger"
+	if includeDeclines {
+		url += "?all=true"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch ledger: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fetch ledger: status %d", resp.StatusCode)
+	}
+	var body LedgerResponse
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, fmt.Errorf("decode ledger: %w", err)
+	}
+	return body.Charges, nil
 }
 
 // Audit is the body of GET /_admin/audit: what an auditor checks an

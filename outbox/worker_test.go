@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -165,27 +164,12 @@ func (b *testBundle) waitJobsDone(ctx context.Context, t *testing.T) {
 	}, 20*time.Second, 10*time.Millisecond)
 }
 
-type ledgerEntry struct {
-	ID             string `json:"id"`
-	IdempotencyKey string `json:"idempotency_key"`
-	Reference      string `json:"reference"`
-	Amount         int64  `json:"amount"`
-	Currency       string `json:"currency"`
-	Status         string `json:"status"`
-}
-
 // ledger reads what moved money at the provider: the ground truth.
-func (b *testBundle) ledger(t *testing.T) []ledgerEntry {
+func (b *testBundle) ledger(t *testing.T) []fakepsp.LedgerEntry {
 	t.Helper()
-	resp, err := http.Get(b.pspURL + "/_admin/ledger")
+	entries, err := fakepsp.FetchLedger(context.Background(), b.pspURL, false)
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	var body struct {
-		Charges []ledgerEntry `json:"charges"`
-	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
-	return body.Charges
+	return entries
 }
 
 // faults replaces the provider's fault schedule.

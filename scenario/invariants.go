@@ -3,52 +3,15 @@ package scenario
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chargeflow/fakepsp"
 )
-
-// LedgerEntry is one charge that moved money at the provider: the ground
-// truth every invariant is checked against.
-type LedgerEntry struct {
-	ID             string    `json:"id"`
-	IdempotencyKey string    `json:"idempotency_key"`
-	Reference      string    `json:"reference"`
-	Amount         int64     `json:"amount"`
-	Currency       string    `json:"currency"`
-	Status         string    `json:"status"`
-	CreatedAt      time.Time `json:"created_at"`
-}
-
-// FetchLedger reads GET /_admin/ledger from a provider speaking the fakepsp
-// admin protocol.
-func FetchLedger(ctx context.Context, pspURL string) ([]LedgerEntry, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(pspURL, "/")+"/_admin/ledger", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("fetch ledger: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("fetch ledger: status %d", resp.StatusCode)
-	}
-	var body struct {
-		Charges []LedgerEntry `json:"charges"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return nil, fmt.Errorf("decode ledger: %w", err)
-	}
-	return body.Charges, nil
-}
 
 // ChargeRow is what the checker reads of each charge.
 type ChargeRow struct {
@@ -109,12 +72,12 @@ func LedgerInvariants() []string {
 // CheckLedger compares the charges with the provider's ledger and returns
 // every violation. A charge that is not terminal is a violation of
 // InvariantTerminal: call it once the system has converged.
-func CheckLedger(charges []ChargeRow, ledger []LedgerEntry) []Violation {
+func CheckLedger(charges []ChargeRow, ledger []fakepsp.LedgerEntry) []Violation {
 	var violations []Violation
 	add := func(invariant, subject, format string, args ...any) {
 		violations = append(violations, Violation{Invariant: invariant, Subject: subject, Detail: fmt.Sprintf(format, args...)})
 	}
-	byReference := map[string][]LedgerEntry{}
+	byReference := map[string][]fakepsp.LedgerEntry{}
 	for _, e := range ledger {
 		if e.Status != "succeeded" {
 			continue
@@ -164,7 +127,7 @@ func CheckLedger(charges []ChargeRow, ledger []LedgerEntry) []Violation {
 	return violations
 }
 
-func ids(entries []LedgerEntry) string {
+func ids(entries []fakepsp.LedgerEntry) string {
 	var out []string
 	for _, e := range entries {
 		out = append(out, e.ID)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"chargeflow/fakepsp"
 	"chargeflow/scenario"
 )
 
@@ -21,28 +22,28 @@ func TestCheckLedger(t *testing.T) {
 		}
 		return c
 	}
-	entry := func(id, ref string) scenario.LedgerEntry {
-		return scenario.LedgerEntry{ID: id, Reference: ref, IdempotencyKey: "cf_" + ref, Amount: 100, Currency: "USD", Status: "succeeded"}
+	entry := func(id, ref string) fakepsp.LedgerEntry {
+		return fakepsp.LedgerEntry{ID: id, Reference: ref, IdempotencyKey: "cf_" + ref, Amount: 100, Currency: "USD", Status: "succeeded"}
 	}
 
 	t.Run("Clean", func(t *testing.T) {
 		t.Parallel()
 		charges := []scenario.ChargeRow{charge("a", "succeeded"), charge("b", "failed"), charge("c", "needs_review")}
-		ledger := []scenario.LedgerEntry{entry("py_a", "a"), {ID: "py_b", Reference: "b", Status: "failed"}}
+		ledger := []fakepsp.LedgerEntry{entry("py_a", "a"), {ID: "py_b", Reference: "b", Status: "failed"}}
 		require.Empty(t, scenario.CheckLedger(charges, ledger))
 	})
 
 	for name, tt := range map[string]struct {
 		charges   []scenario.ChargeRow
-		ledger    []scenario.LedgerEntry
+		ledger    []fakepsp.LedgerEntry
 		invariant string
 	}{
-		"DoubleCharge":        {[]scenario.ChargeRow{charge("a", "succeeded")}, []scenario.LedgerEntry{entry("py_a", "a"), entry("py_a2", "a")}, scenario.InvariantAtMostOnce},
+		"DoubleCharge":        {[]scenario.ChargeRow{charge("a", "succeeded")}, []fakepsp.LedgerEntry{entry("py_a", "a"), entry("py_a2", "a")}, scenario.InvariantAtMostOnce},
 		"SucceededUncharged":  {[]scenario.ChargeRow{charge("a", "succeeded")}, nil, scenario.InvariantSucceededCharged},
-		"WrongAmount":         {[]scenario.ChargeRow{charge("a", "succeeded")}, []scenario.LedgerEntry{{ID: "py_a", Reference: "a", IdempotencyKey: "cf_a", Amount: 101, Currency: "USD", Status: "succeeded"}}, scenario.InvariantSucceededCharged},
-		"WrongProviderCharge": {[]scenario.ChargeRow{charge("a", "succeeded")}, []scenario.LedgerEntry{entry("py_other", "a")}, scenario.InvariantSucceededCharged},
-		"FalseFailure":        {[]scenario.ChargeRow{charge("a", "failed")}, []scenario.LedgerEntry{entry("py_a", "a")}, scenario.InvariantFailedUncharged},
-		"Orphan":              {nil, []scenario.LedgerEntry{entry("py_z", "z")}, scenario.InvariantNoOrphans},
+		"WrongAmount":         {[]scenario.ChargeRow{charge("a", "succeeded")}, []fakepsp.LedgerEntry{{ID: "py_a", Reference: "a", IdempotencyKey: "cf_a", Amount: 101, Currency: "USD", Status: "succeeded"}}, scenario.InvariantSucceededCharged},
+		"WrongProviderCharge": {[]scenario.ChargeRow{charge("a", "succeeded")}, []fakepsp.LedgerEntry{entry("py_other", "a")}, scenario.InvariantSucceededCharged},
+		"FalseFailure":        {[]scenario.ChargeRow{charge("a", "failed")}, []fakepsp.LedgerEntry{entry("py_a", "a")}, scenario.InvariantFailedUncharged},
+		"Orphan":              {nil, []fakepsp.LedgerEntry{entry("py_z", "z")}, scenario.InvariantNoOrphans},
 		"StillUnknown":        {[]scenario.ChargeRow{charge("a", "unknown")}, nil, scenario.InvariantTerminal},
 		"ReviewWithoutReason": {[]scenario.ChargeRow{{ID: "a", State: "needs_review"}}, nil, scenario.InvariantTerminal},
 	} {

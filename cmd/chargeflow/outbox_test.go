@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"chargeflow/fakepsp"
 	"chargeflow/internal/dbtest"
 	"chargeflow/scenario"
 )
@@ -128,9 +129,9 @@ func (s *system) state(id string) string {
 	return state
 }
 
-func (s *system) ledgerEntries() []scenario.LedgerEntry {
+func (s *system) ledgerEntries() []fakepsp.LedgerEntry {
 	s.t.Helper()
-	entries, err := scenario.FetchLedger(context.Background(), s.pspURL)
+	entries, err := fakepsp.FetchLedger(context.Background(), s.pspURL, false)
 	require.NoError(s.t, err)
 	return entries
 }
