@@ -224,11 +224,21 @@ func (s *Server) replay(c echo.Context, rec intent.IdempotencyRecord, fp []byte)
 	return c.Blob(rec.StatusCode, echo.MIMEApplicationJSON, rec.ResponseBody)
 }
 
-// getCharge answers one charge; another tenant's id is 404, never 403.
-func (s *Server) getCharge(c echo.Context) error {
+// chargeIDParam is the {id} of a charge route. A malformed id is 404, as an
+// unknown one is: it names no charge.
+func chargeIDParam(c echo.Context) (string, error) {
 	id := c.Param("id")
 	if !intent.ValidID("ch", id) {
-		return problem(CodeNotFound, "no such charge")
+		return "", problem(CodeNotFound, "no such charge")
+	}
+	return id, nil
+}
+
+// getCharge answers one charge; another tenant's id is 404, never 403.
+func (s *Server) getCharge(c echo.Context) error {
+	id, err := chargeIDParam(c)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := s.dbContext(c)
 	defer cancel()
@@ -299,9 +309,9 @@ type eventView struct {
 
 // listEvents answers a charge's audit trail, oldest first.
 func (s *Server) listEvents(c echo.Context) error {
-	id := c.Param("id")
-	if !intent.ValidID("ch", id) {
-		return problem(CodeNotFound, "no such charge")
+	id, err := chargeIDParam(c)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := s.dbContext(c)
 	defer cancel()

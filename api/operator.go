@@ -20,9 +20,9 @@ import (
 // It answers 202: the lookup happens on the reconciler's next tick, under
 // its lease, like every other.
 func (s *Server) reconcileCharge(c echo.Context) error {
-	id := c.Param("id")
-	if !intent.ValidID("ch", id) {
-		return problem(CodeNotFound, "no such charge")
+	id, err := chargeIDParam(c)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := s.dbContext(c)
 	defer cancel()
@@ -64,9 +64,9 @@ const (
 // pending (a new attempt with the same provider key, and its job in the same
 // transaction). The event records who did it and why.
 func (s *Server) resolveCharge(c echo.Context) error {
-	id := c.Param("id")
-	if !intent.ValidID("ch", id) {
-		return problem(CodeNotFound, "no such charge")
+	id, err := chargeIDParam(c)
+	if err != nil {
+		return err
 	}
 	body, err := readBody(c, s.cfg.MaxBodyBytes)
 	if err != nil {
