@@ -16,6 +16,7 @@ import (
 	"chargeflow/api"
 	"chargeflow/crashpoint"
 	"chargeflow/internal/dbtest"
+	"chargeflow/internal/lockedbuf"
 )
 
 func TestCreateCharge(t *testing.T) {
@@ -199,7 +200,7 @@ func TestCreateCharge(t *testing.T) {
 	// Retry-After, and after the first commits it gets the replay.
 	t.Run("InProgressIsConflict", func(t *testing.T) {
 		t.Parallel()
-		var crashLog syncBuffer
+		var crashLog lockedbuf.Buffer
 		points, err := crashpoint.Parse(crashpoint.APIAfterInsertBeforeCommit+"=pause:1500ms", 1,
 			slogJSON(&crashLog))
 		require.NoError(t, err)
@@ -230,7 +231,7 @@ func TestCreateCharge(t *testing.T) {
 	// retry with the same key then succeeds.
 	t.Run("FailureBeforeCommitLeavesNothing", func(t *testing.T) {
 		t.Parallel()
-		points, err := crashpoint.Parse(crashpoint.APIAfterInsertBeforeCommit+"=error", 1, slogJSON(&syncBuffer{}))
+		points, err := crashpoint.Parse(crashpoint.APIAfterInsertBeforeCommit+"=error", 1, slogJSON(&lockedbuf.Buffer{}))
 		require.NoError(t, err)
 		b := setup(t, func(o *setupOpts) {
 			o.config = func(c *api.Config) { c.CrashPoints = points }

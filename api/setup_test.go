@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,6 +17,7 @@ import (
 
 	"chargeflow/api"
 	"chargeflow/internal/dbtest"
+	"chargeflow/internal/lockedbuf"
 	"chargeflow/tenant"
 )
 
@@ -30,7 +29,7 @@ type testBundle struct {
 	pool    *pgxpool.Pool
 	tenantA testTenant
 	tenantB testTenant
-	logs    *syncBuffer
+	logs    *lockedbuf.Buffer
 }
 
 type testTenant struct {
@@ -63,7 +62,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *testBundle {
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
 
-	b := &testBundle{dbURL: dbURL, pool: pool, logs: &syncBuffer{}}
+	b := &testBundle{dbURL: dbURL, pool: pool, logs: &lockedbuf.Buffer{}}
 	for name, tt := range map[string]*testTenant{"tenant-a": &b.tenantA, "tenant-b": &b.tenantB} {
 		created, key, err := tenant.Create(ctx, pool, name)
 		require.NoError(t, err)
@@ -84,24 +83,6 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *testBundle {
 	t.Cleanup(httpServer.Close)
 	b.url = httpServer.URL
 	return b
-}
-
-// syncBuffer collects log output from concurrent handlers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
 
 type response struct {

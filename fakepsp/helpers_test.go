@@ -1,7 +1,6 @@
 package fakepsp_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"chargeflow/fakepsp"
+	"chargeflow/internal/lockedbuf"
 	"chargeflow/psp"
 )
 
@@ -180,27 +180,9 @@ func (c *testClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// lockedBuffer is a log destination safe for concurrent writers.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // debugLogger logs everything as JSON into a buffer.
-func debugLogger() (*slog.Logger, *lockedBuffer) {
-	buf := &lockedBuffer{}
+func debugLogger() (*slog.Logger, *lockedbuf.Buffer) {
+	buf := &lockedbuf.Buffer{}
 	return slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 

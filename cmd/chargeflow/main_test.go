@@ -9,12 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"chargeflow/internal/lockedbuf"
 )
 
 // TestMain lets tests start this very binary as `chargeflow`: a child
@@ -32,8 +33,8 @@ func TestMain(m *testing.M) {
 type process struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	stdout *lockedBuffer
-	stderr *lockedBuffer
+	stdout *lockedbuf.Buffer
+	stderr *lockedbuf.Buffer
 	done   chan struct{}
 	err    error
 }
@@ -44,7 +45,7 @@ func start(t *testing.T, env []string, args ...string) *process {
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "CHARGEFLOW_TEST_AS_MAIN=1")
 	cmd.Env = append(cmd.Env, env...)
-	p := &process{t: t, cmd: cmd, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p := &process{t: t, cmd: cmd, stdout: &lockedbuf.Buffer{}, stderr: &lockedbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	require.NoError(t, cmd.Start())
 	go func() {
@@ -89,24 +90,6 @@ func (p *process) listenAddr() string {
 	}
 	p.t.Fatalf("no listening line in:\n%s", p.stderr.String())
 	return ""
-}
-
-// lockedBuffer is an io.Writer safe to read while the child writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // runInProcess runs a short command in this process and returns its stdout.
