@@ -137,11 +137,7 @@ func (s *Server) handleCharge(w http.ResponseWriter, r *http.Request) {
 	}
 	tag := r.Header.Get("X-Tenant-Tag")
 
-	decision := s.faults.draw(OnCharge, key)
-	if decision.fault != "" {
-		s.logger.Info("fakepsp: fault fired", slog.String("on", OnCharge), slog.String("fault", decision.fault),
-			slog.String("key", key), slog.Duration("duration", decision.duration))
-	}
+	decision := s.drawFault(OnCharge, key)
 
 	// Faults that act before anything is applied.
 	switch decision.fault {
@@ -332,15 +328,22 @@ func (s *Server) delayApply(key, tag string, params chargeParams, decision decis
 	}()
 }
 
+// drawFault draws the fault schedule's decision for one request, and logs
+// it when a fault fires.
+func (s *Server) drawFault(on, key string) decision {
+	d := s.faults.draw(on, key)
+	if d.fault != "" {
+		s.logger.Info("fakepsp: fault fired", slog.String("on", on), slog.String("fault", d.fault),
+			slog.String("key", key), slog.Duration("duration", d.duration))
+	}
+	return d
+}
+
 // handleLookup serves GET /v1/charges/by-key/{key}.
 func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 
-	decision := s.faults.draw(OnLookup, key)
-	if decision.fault != "" {
-		s.logger.Info("fakepsp: fault fired", slog.String("on", OnLookup), slog.String("fault", decision.fault),
-			slog.String("key", key), slog.Duration("duration", decision.duration))
-	}
+	decision := s.drawFault(OnLookup, key)
 	switch decision.fault {
 	case FaultLatency:
 		s.wait(decision.duration)
