@@ -14,6 +14,7 @@ import (
 	"chargeflow/api"
 	"chargeflow/intent"
 	"chargeflow/internal/dbtest"
+	"chargeflow/internal/ids"
 )
 
 // TestAcceptOneStatement covers the production accept path, which writes
@@ -35,7 +36,7 @@ func TestAcceptOneStatement(t *testing.T) {
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		id := intent.NewID("ch", now)
+		id := ids.New("ch", now)
 		keyHash := sha256.Sum256([]byte(key))
 		held := []byte(`{"id":"` + id + `","held":true}`)
 		fp := heldFingerprint(t, b)

@@ -14,6 +14,7 @@ import (
 
 	"chargeflow/crashpoint"
 	"chargeflow/intent"
+	"chargeflow/internal/ids"
 	"chargeflow/outbox"
 )
 
@@ -101,7 +102,7 @@ func (s *Server) createCharge(c echo.Context) error {
 	}
 
 	now := s.cfg.Now().UTC().Truncate(time.Microsecond) // Postgres keeps microseconds
-	id := intent.NewID("ch", now)
+	id := ids.New("ch", now)
 	charge := intent.Charge{
 		TenantID:      t.ID,
 		ID:            id,
@@ -228,7 +229,7 @@ func (s *Server) replay(c echo.Context, rec intent.IdempotencyRecord, fp []byte)
 // unknown one is: it names no charge.
 func chargeIDParam(c echo.Context) (string, error) {
 	id := c.Param("id")
-	if !intent.ValidID("ch", id) {
+	if !ids.Valid("ch", id) {
 		return "", problem(CodeNotFound, "no such charge")
 	}
 	return id, nil
@@ -275,7 +276,7 @@ func (s *Server) listCharges(c echo.Context) error {
 			}
 			params.Limit = n
 		case "starting_after":
-			if !intent.ValidID("ch", value) {
+			if !ids.Valid("ch", value) {
 				return fieldProblem(CodeInvalidParameter, name, "starting_after must be a charge id")
 			}
 			params.StartingAfter = value

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chargeflow/intent"
+	"chargeflow/internal/ids"
 )
 
 // chargeBody is the request every accept sends: a realistic charge, with a
@@ -110,7 +111,7 @@ const jobMetadata = `{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067
 func (r *rawAcceptor) accept(ctx context.Context, seq int64) error {
 	description := "Order 1"
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	id := intent.NewID("ch", now)
+	id := ids.New("ch", now)
 	keyHash := sha256.Sum256([]byte(r.keyPrefix + strconv.FormatInt(seq, 10)))
 	fp := sha256.Sum256([]byte(chargeBody))
 	inserted, err := intent.Accept(ctx, r.pool, intent.Acceptance{

@@ -1,8 +1,6 @@
 package intent
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -115,44 +113,3 @@ func (SubmitArgs) Kind() string { return "charge.submit" }
 // never involves the client's idempotency key, and it is the same on every
 // attempt, so the provider can deduplicate whatever we resend.
 func ProviderKeyFor(chargeID string) string { return "cf_" + chargeID }
-
-// crockford is the lowercase Crockford base32 alphabet: no i, l, o, u.
-const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
-
-// NewID returns prefix + "_" + 26 characters: 48 bits of milliseconds since
-// the epoch and 80 random bits, in Crockford base32 (the ULID layout,
-// lowercase). IDs sort by creation time to the millisecond, which keeps the
-// newest-first listing and its cursor on the primary key.
-func NewID(prefix string, now time.Time) string {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
-	_, _ = rand.Read(b[6:]) // crypto/rand.Read never fails (Go 1.24+).
-	out := make([]byte, len(prefix)+1+26)
-	n := copy(out, prefix)
-	out[n] = '_'
-	n++
-	// 128 bits into 26 base32 digits: the first digit carries 3 bits.
-	hi := binary.BigEndian.Uint64(b[:8])
-	lo := binary.BigEndian.Uint64(b[8:])
-	for i := 25; i >= 0; i-- {
-		out[n+i] = crockford[lo&31]
-		lo = lo>>5 | hi<<59
-		hi >>= 5
-	}
-	return string(out)
-}
-
-// ValidID reports whether s looks like an id NewID(prefix, …) made. Handlers
-// use it to answer 404 or 400 without a query.
-func ValidID(prefix, s string) bool {
-	if len(s) != len(prefix)+1+26 || s[:len(prefix)] != prefix || s[len(prefix)] != '_' {
-		return false
-	}
-	for i := len(prefix) + 1; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z') || c == 'i' || c == 'l' || c == 'o' || c == 'u' {
-			return false
-		}
-	}
-	return s[len(prefix)+1] <= '7' // the first digit holds 3 bits
-}

@@ -1,6 +1,7 @@
 package intent
 
 import (
+	"chargeflow/internal/pg"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,16 +9,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // DB is what the store needs from a handle: a *pgxpool.Pool, a *pgx.Conn or
 // a pgx.Tx. Passing a transaction makes the call part of it.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DB = pg.Handle
 
 const chargeColumns = `tenant_id, id, state, amount, currency, payment_method, description, metadata,
 	provider, provider_key, coalesce(provider_charge_id, ''), coalesce(failure_code, ''), coalesce(review_reason, ''),

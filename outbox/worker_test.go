@@ -25,6 +25,7 @@ import (
 	"chargeflow/fakepsp"
 	"chargeflow/intent"
 	"chargeflow/internal/dbtest"
+	"chargeflow/internal/ids"
 	"chargeflow/outbox"
 	"chargeflow/psp"
 )
@@ -98,7 +99,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) (context.Context, *testBundle
 		_ = client.Stop(stopCtx)
 	})
 
-	tenantID := intent.NewID("tn", time.Now())
+	tenantID := ids.New("tn", time.Now())
 	_, err = pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'outbox test')`, tenantID)
 	require.NoError(t, err)
 	return ctx, &testBundle{pool: pool, river: client, pspURL: pspServer.URL, tenantID: tenantID}
@@ -109,7 +110,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) (context.Context, *testBundle
 func (b *testBundle) accept(ctx context.Context, t *testing.T, paymentMethod string, jobs int) intent.Charge {
 	t.Helper()
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	id := intent.NewID("ch", now)
+	id := ids.New("ch", now)
 	c := intent.Charge{TenantID: b.tenantID, ID: id, State: intent.StatePending, Amount: 4200, Currency: "EUR",
 		PaymentMethod: paymentMethod, Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now}
 	keyHash := sha256.Sum256([]byte(id))

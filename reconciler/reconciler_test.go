@@ -25,6 +25,7 @@ import (
 	"chargeflow/fakepsp"
 	"chargeflow/intent"
 	"chargeflow/internal/dbtest"
+	"chargeflow/internal/ids"
 	"chargeflow/psp"
 	"chargeflow/reconciler"
 )
@@ -55,7 +56,7 @@ func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Cleanup(server.Close)
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	tenantID := intent.NewID("tn", time.Now())
+	tenantID := ids.New("tn", time.Now())
 	_, err = pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'reconciler test')`, tenantID)
 	require.NoError(t, err)
 	return ctx, &testBundle{pool: pool, river: riverClient, pspURL: server.URL,
@@ -98,7 +99,7 @@ func (b *testBundle) unknownCharge(ctx context.Context, t *testing.T, amount int
 func (b *testBundle) submittingCharge(ctx context.Context, t *testing.T, amount int64) intent.Charge {
 	t.Helper()
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	id := intent.NewID("ch", now)
+	id := ids.New("ch", now)
 	c := intent.Charge{TenantID: b.tenantID, ID: id, State: intent.StatePending, Amount: amount, Currency: "USD",
 		PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now}
 	keyHash := sha256.Sum256([]byte(id))
@@ -481,7 +482,7 @@ func TestStrandedPending(t *testing.T) {
 	ctx, b := setup(t)
 	pendingWithJob := func() intent.Charge {
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		id := intent.NewID("ch", now)
+		id := ids.New("ch", now)
 		c := intent.Charge{TenantID: b.tenantID, ID: id, State: intent.StatePending, Amount: 100, Currency: "USD",
 			PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now}
 		keyHash := sha256.Sum256([]byte(id))

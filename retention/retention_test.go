@@ -13,6 +13,7 @@ import (
 
 	"chargeflow/intent"
 	"chargeflow/internal/dbtest"
+	"chargeflow/internal/ids"
 	"chargeflow/retention"
 )
 
@@ -22,12 +23,12 @@ func TestCleanup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
-	tenantID := intent.NewID("tn", time.Now())
+	tenantID := ids.New("tn", time.Now())
 	_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'retention')`, tenantID)
 	require.NoError(t, err)
 
 	accept := func(i int, created time.Time, ttl time.Duration) {
-		id := intent.NewID("ch", created)
+		id := ids.New("ch", created)
 		keyHash := sha256.Sum256(fmt.Appendf(nil, "key-%d", i))
 		_, err := intent.Accept(ctx, pool, intent.Acceptance{
 			Charge: intent.Charge{TenantID: tenantID, ID: id, State: intent.StatePending, Amount: 1, Currency: "USD",

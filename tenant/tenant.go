@@ -8,6 +8,8 @@
 package tenant
 
 import (
+	"chargeflow/internal/ids"
+	"chargeflow/internal/pg"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -20,8 +22,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"chargeflow/intent"
 )
 
 // ErrUnauthenticated means the key is malformed, unknown, or revoked. Callers
@@ -32,11 +32,7 @@ var ErrUnauthenticated = errors.New("tenant: invalid api key")
 var ErrNameTaken = errors.New("tenant: name already taken")
 
 // DB is what this package needs from a handle (pool, conn or transaction).
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DB = pg.Handle
 
 // Tenant is one merchant.
 type Tenant struct {
@@ -53,7 +49,7 @@ var secretEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 // Create makes a tenant and its first API key, and returns the key. The key
 // is shown once; only its hash is kept.
 func Create(ctx context.Context, db DB, name string) (Tenant, string, error) {
-	t := Tenant{ID: intent.NewID("tn", time.Now()), Name: name}
+	t := Tenant{ID: ids.New("tn", time.Now()), Name: name}
 	_, err := db.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, $2)`, t.ID, t.Name)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
@@ -91,7 +87,7 @@ func NewKey(ctx context.Context, db DB, tenantID string) (string, error) {
 	encoded := strings.ToLower(secretEncoding.EncodeToString(secret[:]))
 	hash := sha256.Sum256([]byte(encoded))
 	_, err := db.Exec(ctx, `INSERT INTO api_keys (tenant_id, id, secret_hash) VALUES ($1, $2, $3)`,
-		tenantID, intent.NewID("key", time.Now()), hash[:])
+		tenantID, ids.New("key", time.Now()), hash[:])
 	if err != nil {
 		return "", fmt.Errorf("create api key: %w", err)
 	}
@@ -139,7 +135,7 @@ func parseKey(apiKey string) (tenantID, secret string, ok bool) {
 		return "", "", false
 	}
 	ulid, secret, found := strings.Cut(rest, "_")
-	if !found || !intent.ValidID("tn", "tn_"+ulid) || len(secret) != secretEncoding.EncodedLen(32) {
+	if !found || !ids.Valid("tn", "tn_"+ulid) || len(secret) != secretEncoding.EncodedLen(32) {
 		return "", "", false
 	}
 	return "tn_" + ulid, secret, true

@@ -29,6 +29,7 @@ import (
 	"chargeflow/fakepsp"
 	"chargeflow/intent"
 	"chargeflow/internal/dbtest"
+	"chargeflow/internal/ids"
 	"chargeflow/reconciler"
 	"chargeflow/tenant"
 )
@@ -304,7 +305,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	heldID := intent.NewID("ch", now)
+	heldID := ids.New("ch", now)
 	keyHash := sha256.Sum256([]byte(held))
 	_, err = intent.Accept(ctx, tx, intent.Acceptance{
 		Charge: intent.Charge{TenantID: s.tenantID, ID: heldID, State: intent.StatePending, Amount: 500, Currency: "EUR",
