@@ -33,7 +33,7 @@ test: db
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow scenario run all --short --parallel 3
 
-## bench: the performance targets of DESIGN §9, as ratios against baselines on a
+## bench: measure the performance targets as ratios against baselines on a
 ## fresh database (docs/benchmarks.md); BENCHFLAGS adds flags, e.g. --json
 bench: db
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow

@@ -70,7 +70,7 @@ func nonEmpty(s string) *string {
 }
 
 // createCharge accepts a charge once per idempotency key. The order of work
-// is DESIGN §3: (authenticate, rate-limit: middleware) → key header → body →
+// is docs/api.md's: (authenticate, rate-limit: middleware) → key header → body →
 // strict parse and validate → fingerprint → replay check → one transaction.
 func (s *Server) createCharge(c echo.Context) error {
 	t := tenantOf(c)

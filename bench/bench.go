@@ -1,4 +1,4 @@
-// Package bench measures the performance targets of DESIGN §9, always as a
+// Package bench measures the performance targets of docs/benchmarks.md, always as a
 // ratio against a baseline run in the same process, against the same
 // database, at the same concurrency — never as an absolute number, which
 // would say more about the machine than about chargeflow:
@@ -36,7 +36,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The targets of DESIGN §9.
+// The targets of docs/benchmarks.md.
 const (
 	// AcceptTarget is the least API ÷ raw accept throughput.
 	AcceptTarget = 0.8

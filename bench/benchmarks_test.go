@@ -14,7 +14,7 @@ import (
 //	go test -run '^$' -bench . ./bench/
 //	go test -run '^$' -bench 'Accept(Ratio)?$' -benchtime 20000x ./bench/
 //
-// They report the ratios of DESIGN §9 with b.ReportMetric. They open pools
+// They report the ratios of docs/benchmarks.md with b.ReportMetric. They open pools
 // as large as their concurrency: run them alone, not beside the test suite.
 
 // benchBundle is an in-process System and a runner on it.
@@ -79,7 +79,7 @@ func runThroughput(b *testing.B, r *runner, c int, fn op) {
 }
 
 // BenchmarkAcceptRatio runs the raw baseline and the API alternately, b.N
-// charges each, and reports API ÷ raw (DESIGN §9: at least 0.8).
+// charges each, and reports API ÷ raw (target: at least 0.8).
 func BenchmarkAcceptRatio(b *testing.B) {
 	bb := benchSetup(b, defaultAPIMaxConns, 1, Options{Duration: 3 * time.Second})
 	for _, c := range benchConcurrency {
@@ -98,7 +98,7 @@ func BenchmarkAcceptRatio(b *testing.B) {
 
 // BenchmarkReplay replays finished requests while c clients accept new
 // charges, and selects the same records by primary key under the same
-// load; it reports both p99s and their ratio (DESIGN §9: at most 2).
+// load; it reports both p99s and their ratio (target: at most 2).
 func BenchmarkReplay(b *testing.B) {
 	bb := benchSetup(b, defaultAPIMaxConns, 1, Options{Duration: 3 * time.Second})
 	for _, c := range benchConcurrency {

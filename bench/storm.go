@@ -17,7 +17,7 @@ import (
 	"chargeflow/intent"
 )
 
-// StormRequests is the size of the duplicate storm (DESIGN §9).
+// StormRequests is the size of the duplicate storm (docs/benchmarks.md).
 const StormRequests = 200
 
 // StormResult is StormRequests concurrent requests with one key: they must

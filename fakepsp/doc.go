@@ -3,7 +3,7 @@
 // key, keeps a durable ledger that survives restarts, and fails in every way
 // a network and a provider can fail, on demand and reproducibly.
 //
-// It serves the wire protocol of DESIGN.md §10 (the same one chargeflow/psp
+// It serves the wire protocol of docs/provider.md (the same one chargeflow/psp
 // speaks):
 //
 //	POST /v1/charges                  create a charge (Idempotency-Key required)

@@ -54,7 +54,7 @@ type Transition struct {
 	To   State
 }
 
-// transitions is the state machine of DESIGN §2, the only copy in Go. The
+// transitions is the state machine of the package doc, the only copy in Go. The
 // charge_transitions table holds the same rows and the database enforces them.
 var transitions = [...]Transition{
 	{StatePending, StateSubmitting},

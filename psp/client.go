@@ -59,7 +59,7 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 }
 
-// Client calls a provider that speaks the wire protocol of DESIGN.md §10.
+// Client calls a provider that speaks the wire protocol of docs/provider.md.
 // It is safe for concurrent use.
 type Client struct {
 	baseURL    string

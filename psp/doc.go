@@ -36,7 +36,7 @@
 // the W3C traceparent header. Neither carries the request's payment method.
 //
 // The wire protocol is the one served by chargeflow/fakepsp and described in
-// DESIGN.md §10:
+// docs/provider.md:
 //
 //	POST /v1/charges                 Idempotency-Key: <key>, X-Tenant-Tag: <tag>
 //	     {"amount","currency","payment_method","reference"}

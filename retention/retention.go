@@ -1,5 +1,5 @@
 // Package retention deletes what chargeflow keeps only for a while: expired
-// idempotency records (DESIGN §3). Charges and their events are kept.
+// idempotency records (docs/api.md). Charges and their events are kept.
 //
 // The work is a River periodic job, so River's leader election runs it once
 // however many worker processes there are.

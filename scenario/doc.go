@@ -2,5 +2,5 @@
 // that chargeflow never charges twice and never loses or guesses an outcome.
 //
 // CheckLedger compares every charge in the database with every charge that
-// moved money at the provider and names each broken invariant of DESIGN §7.
+// moved money at the provider and names each broken invariant (docs/scenarios.md).
 package scenario

@@ -49,7 +49,7 @@ type Violation struct {
 
 func (v Violation) String() string { return v.Invariant + " " + v.Subject + ": " + v.Detail }
 
-// The invariants of DESIGN §7 that compare the database with the ledger.
+// The invariants of docs/scenarios.md that compare the database with the ledger.
 const (
 	// InvariantAtMostOnce: at most one provider charge per charge.
 	InvariantAtMostOnce = "at_most_one_provider_charge"

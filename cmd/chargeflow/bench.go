@@ -13,7 +13,7 @@ import (
 	"chargeflow/bench"
 )
 
-// runBench measures the performance targets of DESIGN §9 as ratios against
+// runBench measures the performance targets as ratios against
 // baselines run in the same process, on the same database, at the same
 // concurrency; docs/benchmarks.md explains the numbers.
 //

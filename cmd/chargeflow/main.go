@@ -63,7 +63,7 @@ func commands() []command {
 		{"fakepsp", "run the bundled fake payment provider (durable ledger, fault injection)", runFakePSP},
 		{"charge", "operator tools over the API: charge list|get|events|reconcile|resolve", runCharge},
 		{"scenario", "scenario list | scenario run NAME|all: replay crash scenarios against real processes and check the invariants", runScenario},
-		{"bench", "measure DESIGN §9's targets as ratios against baselines on a fresh database (docs/benchmarks.md)", runBench},
+		{"bench", "measure the performance targets as ratios against baselines on a fresh database (docs/benchmarks.md)", runBench},
 		{"all", "every role in one process against the local Postgres, with a demo tenant and a ready curl", runAll},
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"chargeflow/scenario"
 )
 
-// runScenario replays the crash scenarios of DESIGN §7 against real
+// runScenario replays the crash scenarios of docs/scenarios.md against real
 // processes and checks the invariants.
 //
 //	chargeflow scenario list
