@@ -15,6 +15,7 @@ import (
 	"chargeflow/intent"
 	"chargeflow/internal/dbtest"
 	"chargeflow/internal/ids"
+	"chargeflow/submit"
 )
 
 // TestAcceptOneStatement covers the production accept path, which writes
@@ -40,11 +41,13 @@ func TestAcceptOneStatement(t *testing.T) {
 		keyHash := sha256.Sum256([]byte(key))
 		held := []byte(`{"id":"` + id + `","held":true}`)
 		fp := heldFingerprint(t, b)
+		job, err := submit.RowOf(ctx, submit.ChargeArgs{TenantID: b.tenantA.ID, ChargeID: id}, 1)
+		require.NoError(t, err)
 		inserted, err := intent.Accept(ctx, tx, intent.Acceptance{
 			Charge: intent.Charge{TenantID: b.tenantA.ID, ID: id, State: intent.StatePending, Amount: 1000, Currency: "USD",
 				PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now},
 			Actor: "test", KeyHash: keyHash[:], Fingerprint: fp, StatusCode: http.StatusCreated, ResponseBody: held,
-			ExpiresAt: now.Add(time.Hour), Job: &intent.SubmitJob{MaxAttempts: 1},
+			ExpiresAt: now.Add(time.Hour), Job: job,
 		})
 		require.NoError(t, err)
 		require.True(t, inserted)
@@ -69,10 +72,7 @@ func TestAcceptOneStatement(t *testing.T) {
 	t.Run("JobAttemptsAndNotifyCooldown", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, func(o *setupOpts) {
-			o.config = func(c *api.Config) {
-				c.SubmitMaxAttempts = 4
-				c.NotifyCooldown = time.Hour
-			}
+			o.jobs = submit.Config{MaxAttempts: 4, NotifyCooldown: time.Hour}
 		})
 		ctx := context.Background()
 		channel, next := dbtest.ListenRiverInserts(t, b.pool)

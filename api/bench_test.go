@@ -13,16 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"chargeflow/api"
 	"chargeflow/internal/dbtest"
-	"chargeflow/outbox"
+	"chargeflow/submit"
 	"chargeflow/tenant"
 )
 
@@ -33,7 +30,6 @@ import (
 // measured).
 func telemetryModes() []struct {
 	name   string
-	traced bool
 	config func(*api.Config)
 } {
 	withMetrics := func(c *api.Config) {
@@ -41,15 +37,14 @@ func telemetryModes() []struct {
 	}
 	return []struct {
 		name   string
-		traced bool
 		config func(*api.Config)
 	}{
-		{"off", false, func(*api.Config) {}},
-		{"default", true, func(c *api.Config) {
+		{"off", func(*api.Config) {}},
+		{"default", func(c *api.Config) {
 			withMetrics(c)
 			c.TracerProvider = sdktrace.NewTracerProvider()
 		}},
-		{"exported", true, func(c *api.Config) {
+		{"exported", func(c *api.Config) {
 			withMetrics(c)
 			c.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 		}},
@@ -57,22 +52,14 @@ func telemetryModes() []struct {
 }
 
 // benchServer is an API on a fresh database with one tenant.
-func benchServer(b *testing.B, traced bool, config func(*api.Config)) (*api.Server, string) {
+func benchServer(b *testing.B, config func(*api.Config)) (*api.Server, string) {
 	b.Helper()
 	pool := dbtest.NewPool(b, dbtest.URL(b), 20)
-	riverConfig := &river.Config{}
-	if traced {
-		riverConfig.Middleware = []rivertype.Middleware{&outbox.TraceContext{}}
-	}
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), riverConfig)
-	if err != nil {
-		b.Fatal(err)
-	}
 	_, key, err := tenant.Create(context.Background(), pool, "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := api.Config{DB: pool, River: riverClient}
+	cfg := api.Config{DB: pool, Jobs: newQueue(b, pool, submit.Config{})}
 	config(&cfg)
 	server, err := api.New(cfg)
 	if err != nil {
@@ -91,7 +78,7 @@ func benchServer(b *testing.B, traced bool, config func(*api.Config)) (*api.Serv
 func BenchmarkAcceptTelemetry(b *testing.B) {
 	for _, mode := range telemetryModes() {
 		b.Run(mode.name, func(b *testing.B) {
-			server, key := benchServer(b, mode.traced, mode.config)
+			server, key := benchServer(b, mode.config)
 			httpServer := httptest.NewServer(server.Handler())
 			defer httpServer.Close()
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
@@ -129,7 +116,7 @@ func BenchmarkAcceptTelemetry(b *testing.B) {
 func BenchmarkRequestTelemetry(b *testing.B) {
 	for _, mode := range telemetryModes() {
 		b.Run(mode.name, func(b *testing.B) {
-			server, key := benchServer(b, mode.traced, mode.config)
+			server, key := benchServer(b, mode.config)
 			handler := server.Handler()
 			send := func() int {
 				req := httptest.NewRequest(http.MethodPost, "/v1/charges", strings.NewReader(`{"amount": 1`))

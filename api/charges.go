@@ -15,7 +15,7 @@ import (
 	"chargeflow/crashpoint"
 	"chargeflow/intent"
 	"chargeflow/internal/ids"
-	"chargeflow/outbox"
+	"chargeflow/submit"
 )
 
 const chargesRoute = "/v1/charges"
@@ -121,6 +121,10 @@ func (s *Server) createCharge(c echo.Context) error {
 	if err != nil {
 		return fmt.Errorf("encode charge: %w", err)
 	}
+	job, err := s.cfg.Jobs.Row(ctx, submit.ChargeArgs{TenantID: t.ID, ChargeID: id}, now)
+	if err != nil {
+		return err
+	}
 	acceptance := intent.Acceptance{
 		Charge:       charge,
 		Actor:        "api",
@@ -129,11 +133,7 @@ func (s *Server) createCharge(c echo.Context) error {
 		StatusCode:   http.StatusCreated,
 		ResponseBody: response,
 		ExpiresAt:    now.Add(s.cfg.IdempotencyTTL),
-		Job: &intent.SubmitJob{
-			MaxAttempts: s.cfg.SubmitMaxAttempts,
-			Metadata:    outbox.JobMetadata(ctx),
-			Notify:      s.notifyDue(now),
-		},
+		Job:          job,
 	}
 	rec, inserted, err := s.accept(ctx, acceptance)
 	if err != nil {
@@ -197,18 +197,6 @@ func (s *Server) acceptInTx(ctx context.Context, a intent.Acceptance) (intent.Id
 		return intent.IdempotencyRecord{}, false, fmt.Errorf("commit accept: %w", err)
 	}
 	return intent.IdempotencyRecord{}, true, nil
-}
-
-// notifyDue reports whether the next accepted charge should carry River's
-// insert notification: at most one per NotifyCooldown per server, as
-// River's own client does. Under load the workers are awake anyway; a lone
-// charge wakes them at once.
-func (s *Server) notifyDue(now time.Time) bool {
-	last := s.lastNotify.Load()
-	if now.UnixNano()-last < int64(s.cfg.NotifyCooldown) {
-		return false
-	}
-	return s.lastNotify.CompareAndSwap(last, now.UnixNano())
 }
 
 // replay answers a retry with the stored response, byte for byte, or refuses

@@ -8,12 +8,11 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
 	"chargeflow/api"
+	"chargeflow/submit"
 )
 
 // The OpenAPI document describes exactly the routes that are served, and
@@ -47,9 +46,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none")
 	require.NoError(t, err)
 	defer pool.Close()
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-	require.NoError(t, err)
-	server, err := api.New(api.Config{DB: pool, River: riverClient})
+	server, err := api.New(api.Config{DB: pool, Jobs: newQueue(t, pool, submit.Config{})})
 	require.NoError(t, err)
 	param := regexp.MustCompile(`:([a-z_]+)`)
 	var served []string

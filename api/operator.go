@@ -14,6 +14,7 @@ import (
 
 	"chargeflow/api/jsoncanon"
 	"chargeflow/intent"
+	"chargeflow/submit"
 )
 
 // reconcileCharge asks the reconciler to look an unknown charge up at once.
@@ -97,7 +98,7 @@ func (s *Server) resolveCharge(c echo.Context) error {
 			return err
 		}
 		if r.status == intent.StatePending {
-			_, err = s.cfg.River.InsertTx(ctx, tx, intent.SubmitArgs{TenantID: t.ID, ChargeID: id}, nil)
+			err = s.cfg.Jobs.Enqueue(ctx, tx, submit.ChargeArgs{TenantID: t.ID, ChargeID: id})
 		}
 		return err
 	})

@@ -19,17 +19,15 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
-	"github.com/riverqueue/river"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"chargeflow/crashpoint"
+	"chargeflow/submit"
 )
 
 // Config is everything the API needs. Zero values take the defaults.
@@ -38,18 +36,10 @@ type Config struct {
 	// lock_timeout: a request that waits longer than that for another
 	// request holding the same idempotency key gets 409 + Retry-After.
 	DB *pgxpool.Pool
-	// River inserts the charge.submit jobs of the operator's re-submit. An
-	// insert-only client (no queues) is enough. The accept path writes its
-	// job in its own statement (intent.SubmitJob), with SubmitMaxAttempts.
-	River *river.Client[pgx.Tx]
-	// SubmitMaxAttempts is the max_attempts of an accepted charge's
-	// charge.submit job. Default River's, 25.
-	SubmitMaxAttempts int
-	// NotifyCooldown is the least time between two River insert
-	// notifications from this server (each wakes the workers at once;
-	// between two, they find new jobs by polling or by the next one).
-	// Default River's fetch cooldown, 100 ms.
-	NotifyCooldown time.Duration
+	// Jobs makes the charge.submit job of every accepted charge (written by
+	// the accept statement itself, Queue.Row) and of an operator's
+	// re-submit (Queue.Enqueue).
+	Jobs *submit.Queue
 	// Logger receives structured request logs. It never gets API keys,
 	// idempotency keys, payment methods, descriptions or metadata.
 	Logger *slog.Logger
@@ -106,15 +96,27 @@ type Server struct {
 	auth      *authenticator
 	limiter   *tenantLimiter
 	telemetry telemetry
-	// lastNotify is when this server last sent River's insert
-	// notification, in Unix nanoseconds.
-	lastNotify atomic.Int64
+}
+
+// Defaults is the configuration New fills zero fields from (RateBurst
+// aside: twice the rate); the command's flags show the same.
+func Defaults() Config {
+	return Config{
+		Provider:          "fakepsp",
+		MaxBodyBytes:      64 << 10,
+		MaxAmount:         99_999_999,
+		IdempotencyTTL:    24 * time.Hour,
+		RateLimit:         5000,
+		AuthCacheTTL:      10 * time.Second,
+		DBTimeout:         5 * time.Second,
+		ChargeCountMaxAge: 15 * time.Second,
+	}
 }
 
 // New checks the configuration, fills in defaults and builds the handler.
 func New(cfg Config) (*Server, error) {
-	if cfg.DB == nil || cfg.River == nil {
-		return nil, errors.New("api: DB and River are required")
+	if cfg.DB == nil || cfg.Jobs == nil {
+		return nil, errors.New("api: DB and Jobs are required")
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Now == nil {
@@ -123,20 +125,19 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Ready == nil {
 		cfg.Ready = func(ctx context.Context) error { return cfg.DB.Ping(ctx) }
 	}
-	cfg.Provider = cmp.Or(cfg.Provider, "fakepsp")
-	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, 64<<10)
-	cfg.MaxAmount = cmp.Or(cfg.MaxAmount, 99_999_999)
-	cfg.IdempotencyTTL = cmp.Or(cfg.IdempotencyTTL, 24*time.Hour)
+	d := Defaults()
+	cfg.Provider = cmp.Or(cfg.Provider, d.Provider)
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, d.MaxBodyBytes)
+	cfg.MaxAmount = cmp.Or(cfg.MaxAmount, d.MaxAmount)
+	cfg.IdempotencyTTL = cmp.Or(cfg.IdempotencyTTL, d.IdempotencyTTL)
 	if cfg.IdempotencyTTL < time.Hour || cfg.IdempotencyTTL > 7*24*time.Hour {
 		return nil, fmt.Errorf("api: idempotency TTL %s is outside 1h–168h", cfg.IdempotencyTTL)
 	}
-	cfg.RateLimit = cmp.Or(cfg.RateLimit, 5000)
+	cfg.RateLimit = cmp.Or(cfg.RateLimit, d.RateLimit)
 	cfg.RateBurst = cmp.Or(cfg.RateBurst, int(2*cfg.RateLimit)+1)
-	cfg.AuthCacheTTL = cmp.Or(cfg.AuthCacheTTL, 10*time.Second)
-	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, 5*time.Second)
-	cfg.SubmitMaxAttempts = cmp.Or(cfg.SubmitMaxAttempts, river.MaxAttemptsDefault)
-	cfg.NotifyCooldown = cmp.Or(cfg.NotifyCooldown, river.FetchCooldownDefault)
-	cfg.ChargeCountMaxAge = cmp.Or(cfg.ChargeCountMaxAge, 15*time.Second)
+	cfg.AuthCacheTTL = cmp.Or(cfg.AuthCacheTTL, d.AuthCacheTTL)
+	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, d.DBTimeout)
+	cfg.ChargeCountMaxAge = cmp.Or(cfg.ChargeCountMaxAge, d.ChargeCountMaxAge)
 	tel, err := newTelemetry(cfg)
 	if err != nil {
 		return nil, err

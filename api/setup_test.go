@@ -18,6 +18,7 @@ import (
 	"chargeflow/api"
 	"chargeflow/internal/dbtest"
 	"chargeflow/internal/lockedbuf"
+	"chargeflow/submit"
 	"chargeflow/tenant"
 )
 
@@ -39,6 +40,7 @@ type testTenant struct {
 
 type setupOpts struct {
 	config      func(*api.Config)
+	jobs        submit.Config
 	lockTimeout string
 }
 
@@ -59,8 +61,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *testBundle {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-	require.NoError(t, err)
+	jobs := newQueue(t, pool, o.jobs)
 
 	b := &testBundle{dbURL: dbURL, pool: pool, logs: &lockedbuf.Buffer{}}
 	for name, tt := range map[string]*testTenant{"tenant-a": &b.tenantA, "tenant-b": &b.tenantB} {
@@ -71,7 +72,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *testBundle {
 
 	cfg := api.Config{
 		DB:     pool,
-		River:  riverClient,
+		Jobs:   jobs,
 		Logger: slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	if o.config != nil {
@@ -83,6 +84,18 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *testBundle {
 	t.Cleanup(httpServer.Close)
 	b.url = httpServer.URL
 	return b
+}
+
+// newQueue makes the submit queue of an API under test, on an insert-only
+// River client with our middleware, as the command builds it.
+func newQueue(t testing.TB, pool *pgxpool.Pool, cfg submit.Config) *submit.Queue {
+	t.Helper()
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Middleware: submit.Middleware()})
+	require.NoError(t, err)
+	cfg.River = client
+	jobs, err := submit.NewQueue(cfg)
+	require.NoError(t, err)
+	return jobs
 }
 
 type response struct {

@@ -14,6 +14,7 @@ import (
 
 	"chargeflow/intent"
 	"chargeflow/internal/ids"
+	"chargeflow/submit"
 )
 
 // chargeBody is the request every accept sends: a realistic charge, with a
@@ -114,6 +115,11 @@ func (r *rawAcceptor) accept(ctx context.Context, seq int64) error {
 	id := ids.New("ch", now)
 	keyHash := sha256.Sum256([]byte(r.keyPrefix + strconv.FormatInt(seq, 10)))
 	fp := sha256.Sum256([]byte(chargeBody))
+	job, err := submit.RowOf(ctx, submit.ChargeArgs{TenantID: r.tenantID, ChargeID: id}, submit.DefaultMaxAttempts)
+	if err != nil {
+		return err
+	}
+	job.Metadata = []byte(jobMetadata)
 	inserted, err := intent.Accept(ctx, r.pool, intent.Acceptance{
 		Charge: intent.Charge{
 			TenantID: r.tenantID, ID: id, State: intent.StatePending,
@@ -123,7 +129,7 @@ func (r *rawAcceptor) accept(ctx context.Context, seq int64) error {
 		},
 		Actor: "api", KeyHash: keyHash[:], Fingerprint: fp[:],
 		StatusCode: http.StatusCreated, ResponseBody: responseLike(id, now), ExpiresAt: now.Add(24 * time.Hour),
-		Job: &intent.SubmitJob{MaxAttempts: submitMaxAttempts, Metadata: []byte(jobMetadata)},
+		Job: job,
 	})
 	if err != nil {
 		return fmt.Errorf("raw accept: %w", err)
@@ -190,7 +196,7 @@ type CPUPerOp struct {
 // growing, a checkpoint) weighs on both alike. Each leg starts with an
 // unmeasured warm-up at the same concurrency.
 func (r *runner) measureAccept(ctx context.Context, concurrency int) (AcceptResult, error) {
-	pool, err := openPool(ctx, r.sys.DatabaseURL, "chargeflow-bench-raw", int32(concurrency), 0)
+	pool, err := openPool(ctx, r.sys.DatabaseURL, "bench-raw", concurrency)
 	if err != nil {
 		return AcceptResult{}, err
 	}

@@ -134,7 +134,7 @@ func newRunner(ctx context.Context, sys *System, opts Options) (*runner, error) 
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
-	admin, err := openPool(ctx, sys.DatabaseURL, "chargeflow-bench", 2, 0)
+	admin, err := openPool(ctx, sys.DatabaseURL, "bench", 2)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +165,7 @@ const seedCharges = 500
 // (or a server with autovacuum off) would otherwise measure that scan.
 // ANALYZE invalidates the plans every open session holds.
 func (r *runner) seed(ctx context.Context) error {
-	pool, err := openPool(ctx, r.sys.DatabaseURL, "chargeflow-bench-seed", 2, 0)
+	pool, err := openPool(ctx, r.sys.DatabaseURL, "bench-seed", 2)
 	if err != nil {
 		return err
 	}

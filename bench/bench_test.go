@@ -91,7 +91,7 @@ func TestRawAcceptMakesTheAPIsWrites(t *testing.T) {
 	t.Parallel()
 	sys := setup(t, 2, 2)
 	ctx := context.Background()
-	pool, err := openPool(ctx, sys.DatabaseURL, "test", 2, 0)
+	pool, err := openPool(ctx, sys.DatabaseURL, "test", 2)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	rows := func() []int {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"chargeflow/internal/app"
 )
 
 // The Go benchmarks measure the same things as `chargeflow bench`, in
@@ -35,7 +37,7 @@ var benchConcurrency = []int{16, 32}
 // strict parsing, the replay check, then one statement that is its own
 // transaction (intent.Accept with the job).
 func BenchmarkAccept(b *testing.B) {
-	bb := benchSetup(b, defaultAPIMaxConns, 1, Options{})
+	bb := benchSetup(b, app.Defaults().APIPool.MaxConns, 1, Options{})
 	for _, c := range benchConcurrency {
 		b.Run(fmt.Sprintf("clients=%d", c), func(b *testing.B) {
 			client := newAPIClient(bb.sys, fmt.Sprintf("%saccept-%d-%d-", bb.runner.keyPrefix, c, b.N), c)
@@ -51,7 +53,7 @@ func BenchmarkAcceptRawBaseline(b *testing.B) {
 	bb := benchSetup(b, 1, 1, Options{})
 	for _, c := range benchConcurrency {
 		b.Run(fmt.Sprintf("clients=%d", c), func(b *testing.B) {
-			pool, err := openPool(context.Background(), bb.sys.DatabaseURL, "chargeflow-bench-raw", int32(c), 0)
+			pool, err := openPool(context.Background(), bb.sys.DatabaseURL, "bench-raw", c)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -81,7 +83,7 @@ func runThroughput(b *testing.B, r *runner, c int, fn op) {
 // BenchmarkAcceptRatio runs the raw baseline and the API alternately, b.N
 // charges each, and reports API ÷ raw (target: at least 0.8).
 func BenchmarkAcceptRatio(b *testing.B) {
-	bb := benchSetup(b, defaultAPIMaxConns, 1, Options{Duration: 3 * time.Second})
+	bb := benchSetup(b, app.Defaults().APIPool.MaxConns, 1, Options{Duration: 3 * time.Second})
 	for _, c := range benchConcurrency {
 		b.Run(fmt.Sprintf("clients=%d", c), func(b *testing.B) {
 			bb.runner.ops = int64(b.N)
@@ -100,7 +102,7 @@ func BenchmarkAcceptRatio(b *testing.B) {
 // charges, and selects the same records by primary key under the same
 // load; it reports both p99s and their ratio (target: at most 2).
 func BenchmarkReplay(b *testing.B) {
-	bb := benchSetup(b, defaultAPIMaxConns, 1, Options{Duration: 3 * time.Second})
+	bb := benchSetup(b, app.Defaults().APIPool.MaxConns, 1, Options{Duration: 3 * time.Second})
 	for _, c := range benchConcurrency {
 		b.Run(fmt.Sprintf("clients=%d", c), func(b *testing.B) {
 			bb.runner.ops = int64(b.N)
@@ -121,7 +123,7 @@ func BenchmarkReplay(b *testing.B) {
 // (on top of the seed's), then times the worker carrying them to succeeded
 // against the fake provider (its start-up included).
 func BenchmarkSettle(b *testing.B) {
-	bb := benchSetup(b, defaultAPIMaxConns, defaultWorkerConcurrency, Options{})
+	bb := benchSetup(b, app.Defaults().APIPool.MaxConns, app.Defaults().Worker.Concurrency, Options{})
 	ctx := context.Background()
 	const c = 16
 	client := newAPIClient(bb.sys, fmt.Sprintf("%ssettle-%d-", bb.runner.keyPrefix, b.N), c)
@@ -165,7 +167,7 @@ func BenchmarkSettle(b *testing.B) {
 // BenchmarkDuplicateStorm sends StormRequests concurrent requests with one
 // key, b.N times, and fails on any violation.
 func BenchmarkDuplicateStorm(b *testing.B) {
-	bb := benchSetup(b, defaultAPIMaxConns, 4, Options{})
+	bb := benchSetup(b, app.Defaults().APIPool.MaxConns, 4, Options{})
 	ctx := context.Background()
 	stop, err := bb.sys.StartWorker(ctx)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"chargeflow/internal/app"
 	"chargeflow/internal/childproc"
 	"chargeflow/migrations"
 	"chargeflow/tenant"
@@ -65,8 +66,8 @@ func StartProcesses(ctx context.Context, cfg ProcessConfig) (_ *System, err erro
 	sys := &System{
 		Mode:              "process",
 		DatabaseURL:       databaseURL,
-		APIMaxConns:       cmp.Or(cfg.APIMaxConns, defaultAPIMaxConns),
-		WorkerConcurrency: cmp.Or(cfg.WorkerConcurrency, defaultWorkerConcurrency),
+		APIMaxConns:       cmp.Or(cfg.APIMaxConns, app.Defaults().APIPool.MaxConns),
+		WorkerConcurrency: cmp.Or(cfg.WorkerConcurrency, app.Defaults().Worker.Concurrency),
 	}
 	var children []*child
 	sys.close = func(ctx context.Context) error {

@@ -61,7 +61,7 @@ func (r *runner) measureReplay(ctx context.Context, concurrency int) (ReplayResu
 	defer background.http.CloseIdleConnections()
 	probe := newAPIClient(r.sys, r.keyPrefix+fmt.Sprintf("replay-%d-", concurrency), probeConcurrency)
 	defer probe.http.CloseIdleConnections()
-	pool, err := openPool(ctx, r.sys.DatabaseURL, "chargeflow-bench-select", probeConcurrency, 0)
+	pool, err := openPool(ctx, r.sys.DatabaseURL, "bench-select", probeConcurrency)
 	if err != nil {
 		return ReplayResult{}, err
 	}

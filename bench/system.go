@@ -10,37 +10,24 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"chargeflow/api"
 	"chargeflow/fakepsp"
-	"chargeflow/outbox"
+	"chargeflow/internal/app"
 	"chargeflow/psp"
 	"chargeflow/tenant"
 )
 
-// Defaults shared by both ways of starting a System; they are the defaults
-// of `chargeflow api` and `chargeflow worker`.
-const (
-	defaultAPIMaxConns       = 20
-	defaultWorkerConcurrency = 20
-	// benchRateLimit keeps the per-tenant rate limiter out of the way: the
-	// benchmark measures capacity, and one tenant drives all of it. The
-	// limiter still runs (a token bucket per request), so its cost is in
-	// the numbers.
-	benchRateLimit = 1_000_000
-	// submitMaxAttempts is the API's default --submit-max-attempts.
-	submitMaxAttempts = 10
-)
+// benchRateLimit keeps the per-tenant rate limiter out of the way: the
+// benchmark measures capacity, and one tenant drives all of it. The limiter
+// still runs (a token bucket per request), so its cost is in the numbers.
+const benchRateLimit = 1_000_000
 
 // System is the chargeflow a Run measures: an API serving HTTP on loopback
 // against a migrated database with one tenant, a fake provider, and a way
@@ -99,17 +86,19 @@ type InProcessConfig struct {
 }
 
 // StartInProcess builds the API, the fake provider and the worker in this
-// process, configured as `chargeflow api`, `fakepsp` and `worker` configure
-// them: telemetry on (spans made, not exported; metrics recorded), JSON
-// request logs at info (to io.Discard), the TraceContext River middleware.
-// Go benchmarks and tests use it; the API's memory cannot be told apart from
+// process through internal/app, exactly as `chargeflow api`, `fakepsp` and
+// `worker` build them (so the two cannot drift): telemetry on (spans made,
+// not exported; metrics recorded), JSON logs at info (to io.Discard), the
+// commands' defaults but for the rate limit and the sizes in cfg. Go
+// benchmarks and tests use it; the API's memory cannot be told apart from
 // the load generator's this way, so the report leaves it out.
 func StartInProcess(ctx context.Context, cfg InProcessConfig) (_ *System, err error) {
+	defaults := app.Defaults()
 	sys := &System{
 		Mode:              "in-process",
 		DatabaseURL:       cfg.DatabaseURL,
-		APIMaxConns:       cmp.Or(cfg.APIMaxConns, defaultAPIMaxConns),
-		WorkerConcurrency: cmp.Or(cfg.WorkerConcurrency, defaultWorkerConcurrency),
+		APIMaxConns:       cmp.Or(cfg.APIMaxConns, defaults.APIPool.MaxConns),
+		WorkerConcurrency: cmp.Or(cfg.WorkerConcurrency, defaults.Worker.Concurrency),
 	}
 	var closers []func(context.Context) error
 	sys.close = func(ctx context.Context) error {
@@ -124,7 +113,6 @@ func StartInProcess(ctx context.Context, cfg InProcessConfig) (_ *System, err er
 			_ = sys.close(context.WithoutCancel(ctx))
 		}
 	}()
-	logger := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
 	provider, err := fakepsp.New(fakepsp.Config{LedgerPath: filepath.Join(cfg.LedgerDir, "fakepsp-ledger.jsonl"), Dedupe: new(false)})
 	if err != nil {
@@ -138,43 +126,32 @@ func StartInProcess(ctx context.Context, cfg InProcessConfig) (_ *System, err er
 	closers = append(closers, stopPSP)
 	sys.PSPURL = pspURL
 
-	pool, err := openPool(ctx, cfg.DatabaseURL, "chargeflow-api", int32(sys.APIMaxConns), time.Second)
-	if err != nil {
-		return nil, err
-	}
-	closers = append(closers, func(context.Context) error { pool.Close(); return nil })
-	created, apiKey, err := tenant.Create(ctx, pool, "bench")
-	if err != nil {
-		return nil, err
-	}
-	sys.TenantID, sys.APIKey = created.ID, apiKey
-
 	tracerProvider := sdktrace.NewTracerProvider()
 	meterProvider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	closers = append(closers, func(ctx context.Context) error {
 		return errors.Join(tracerProvider.Shutdown(ctx), meterProvider.Shutdown(ctx))
 	})
-	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger:      logger,
-		MaxAttempts: submitMaxAttempts,
-		Middleware:  []rivertype.Middleware{&outbox.TraceContext{}},
-	})
+	o := app.Options{
+		DatabaseURL:    cfg.DatabaseURL,
+		Logger:         slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		TracerProvider: tracerProvider,
+		MeterProvider:  meterProvider,
+		Provider:       psp.Config{BaseURL: pspURL},
+		API:            api.Config{RateLimit: benchRateLimit},
+		APIPool:        app.Pool{MaxConns: sys.APIMaxConns},
+		Worker:         app.Worker{Concurrency: sys.WorkerConcurrency},
+	}
+	a, err := app.NewAPI(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	server, err := api.New(api.Config{
-		DB:                pool,
-		River:             inserter,
-		SubmitMaxAttempts: submitMaxAttempts,
-		Logger:            logger,
-		RateLimit:         benchRateLimit,
-		TracerProvider:    tracerProvider,
-		MeterProvider:     meterProvider,
-	})
+	closers = append(closers, func(context.Context) error { a.Close(); return nil })
+	created, apiKey, err := tenant.Create(ctx, a.Pool, "bench")
 	if err != nil {
 		return nil, err
 	}
-	apiURL, stopAPI, err := serveLoopback(server.Handler(), true)
+	sys.TenantID, sys.APIKey = created.ID, apiKey
+	apiURL, stopAPI, err := serveLoopback(a.Server.Handler(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -182,48 +159,19 @@ func StartInProcess(ctx context.Context, cfg InProcessConfig) (_ *System, err er
 	sys.APIURL = apiURL
 
 	sys.startWorker = func(ctx context.Context) (func() error, error) {
-		return startWorkerInProcess(ctx, sys, logger, tracerProvider, meterProvider)
+		return startWorkerInProcess(ctx, o)
 	}
 	return sys, nil
 }
 
 // startWorkerInProcess runs the outbox worker as `chargeflow worker` does,
 // on its own pool.
-func startWorkerInProcess(ctx context.Context, sys *System, logger *slog.Logger, tp *sdktrace.TracerProvider, mp *sdkmetric.MeterProvider) (func() error, error) {
-	const callTimeout = 10 * time.Second
-	pool, err := openPool(ctx, sys.DatabaseURL, "chargeflow-worker", int32(sys.WorkerConcurrency+5), 0)
+func startWorkerInProcess(ctx context.Context, o app.Options) (func() error, error) {
+	pool, err := app.WorkerPool(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	worker, err := outbox.NewWorker(outbox.Config{
-		DB: pool,
-		Provider: psp.NewClient(psp.Config{BaseURL: sys.PSPURL, Timeout: callTimeout,
-			TracerProvider: tp, MeterProvider: mp}),
-		Logger:         logger,
-		CallTimeout:    callTimeout,
-		TracerProvider: tp,
-		MeterProvider:  mp,
-	})
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, worker); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger:               logger,
-		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: sys.WorkerConcurrency}},
-		Workers:              workers,
-		RetryPolicy:          outbox.RetryPolicy{},
-		JobTimeout:           outbox.JobTimeout(callTimeout),
-		RescueStuckJobsAfter: outbox.JobTimeout(callTimeout) + 2*time.Minute,
-		FetchCooldown:        20 * time.Millisecond,
-		FetchPollInterval:    250 * time.Millisecond,
-		Middleware:           []rivertype.Middleware{&outbox.TraceContext{}},
-	})
+	client, err := app.NewWorker(pool, o)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -233,30 +181,16 @@ func startWorkerInProcess(ctx context.Context, sys *System, logger *slog.Logger,
 		return nil, fmt.Errorf("start worker: %w", err)
 	}
 	return func() error {
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		err := client.Stop(stopCtx)
+		err := app.StopRiver(ctx, client)
 		pool.Close()
 		return err
 	}, nil
 }
 
-// openPool opens a pool the way `chargeflow` roles open theirs.
-func openPool(ctx context.Context, databaseURL, applicationName string, maxConns int32, lockTimeout time.Duration) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(databaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("parse database url: %w", err)
-	}
-	cfg.MaxConns = maxConns
-	cfg.ConnConfig.RuntimeParams["application_name"] = applicationName
-	if lockTimeout > 0 {
-		cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(lockTimeout.Milliseconds(), 10)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("open database pool: %w", err)
-	}
-	return pool, nil
+// openPool opens a pool for the measurements' own connections (baselines,
+// setup, counts), the way the roles open theirs.
+func openPool(ctx context.Context, databaseURL, role string, maxConns int) (*pgxpool.Pool, error) {
+	return app.OpenPool(ctx, databaseURL, role, app.Pool{MaxConns: maxConns})
 }
 
 // serveLoopback serves handler on a free loopback port, with the timeouts

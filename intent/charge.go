@@ -98,17 +98,6 @@ type Event struct {
 	CreatedAt time.Time
 }
 
-// SubmitArgs is the charge.submit River job: carry one charge to its
-// provider. It holds identifiers only; the charge row is the truth, so a job
-// that runs twice, or late, reads the row and acts on what it finds.
-type SubmitArgs struct {
-	TenantID string `json:"tenant_id"`
-	ChargeID string `json:"charge_id"`
-}
-
-// Kind is the River job kind.
-func (SubmitArgs) Kind() string { return "charge.submit" }
-
 // ProviderKeyFor derives the provider idempotency key from a charge id. It
 // never involves the client's idempotency key, and it is the same on every
 // attempt, so the provider can deduplicate whatever we resend.

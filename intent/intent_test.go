@@ -13,16 +13,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"chargeflow/intent"
 	"chargeflow/internal/dbtest"
 	"chargeflow/internal/ids"
-	"chargeflow/outbox"
 )
 
 type testBundle struct {
@@ -377,9 +372,9 @@ func TestCanMove(t *testing.T) {
 	require.False(t, errors.Is(nil, intent.ErrConflict))
 }
 
-// acceptWithJob accepts a charge the way the API does; with job, its
-// charge.submit job is written by the same statement.
-func (b *testBundle) acceptWithJob(ctx context.Context, t *testing.T, key string, job *intent.SubmitJob) intent.Charge {
+// acceptWithJob accepts a charge the way the API does; with job, the job
+// row is written by the same statement.
+func (b *testBundle) acceptWithJob(ctx context.Context, t *testing.T, key string, job *intent.JobRow) intent.Charge {
 	t.Helper()
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	id := ids.New("ch", now)
@@ -401,83 +396,25 @@ func (b *testBundle) acceptWithJob(ctx context.Context, t *testing.T, key string
 	return c
 }
 
-// riverJobRow is what a River job row says, but for its id and times.
-type riverJobRow struct {
-	Args, Kind, Metadata, Queue, State, Tags string
-	MaxAttempts, Priority, Attempt           int
-	UniqueKeyNull, UniqueStatesNull          bool
-	AttemptedAtNull, ErrorsNull, Finalized   bool
-	ScheduledNotLater                        bool
-}
-
-func riverJobRows(ctx context.Context, t *testing.T, db intent.DB) []riverJobRow {
-	t.Helper()
-	rows, err := db.Query(ctx, `
-SELECT args::text, kind, metadata::text, queue, state::text, tags::text, max_attempts, priority, attempt,
-	unique_key IS NULL, unique_states IS NULL, attempted_at IS NULL, errors IS NULL, finalized_at IS NOT NULL,
-	scheduled_at <= now()
-FROM river_job ORDER BY id`)
-	require.NoError(t, err)
-	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (riverJobRow, error) {
-		var j riverJobRow
-		err := row.Scan(&j.Args, &j.Kind, &j.Metadata, &j.Queue, &j.State, &j.Tags, &j.MaxAttempts, &j.Priority, &j.Attempt,
-			&j.UniqueKeyNull, &j.UniqueStatesNull, &j.AttemptedAtNull, &j.ErrorsNull, &j.Finalized, &j.ScheduledNotLater)
-		return j, err
-	})
-	require.NoError(t, err)
-	return jobs
-}
-
-// TestAcceptJobMatchesRiverInsert holds the charge.submit row that Accept
-// writes itself to the row River's client writes for the same job, with the
-// same trace-context middleware, under the same span: if a River upgrade
-// changes what its insert writes, this fails before a worker misreads a job.
-func TestAcceptJobMatchesRiverInsert(t *testing.T) {
+// Accept writes the job row it is given, as given, in its statement, and
+// none without one (package submit holds the row to River's own insert).
+func TestAcceptWritesJobRow(t *testing.T) {
 	t.Parallel()
 	ctx, b := setup(t)
-	ctx, span := sdktrace.NewTracerProvider().Tracer("test").Start(ctx, "accept")
-	defer span.End()
-
-	c := b.acceptWithJob(ctx, t, "key-0000000000000001", &intent.SubmitJob{MaxAttempts: 7, Metadata: outbox.JobMetadata(ctx)})
-	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
-		MaxAttempts: 7,
-		Middleware:  []rivertype.Middleware{&outbox.TraceContext{}},
+	b.accept(ctx, t, "key-0000000000000001")
+	c := b.acceptWithJob(ctx, t, "key-0000000000000002", &intent.JobRow{
+		Kind: "test.kind", Args: []byte(`{"n": 1}`), Queue: "q", Priority: 2, MaxAttempts: 3,
 	})
-	require.NoError(t, err)
-	_, err = client.Insert(ctx, intent.SubmitArgs{TenantID: b.tenantID, ChargeID: c.ID}, nil)
-	require.NoError(t, err)
 
-	jobs := riverJobRows(ctx, t, b.pool)
-	require.Len(t, jobs, 2)
-	require.Equal(t, jobs[1], jobs[0], "Accept's job (first) differs from River's (second)")
-	require.Contains(t, jobs[0].Metadata, span.SpanContext().TraceID().String())
-	require.Equal(t, "charge.submit", jobs[0].Kind)
-	require.Equal(t, "available", jobs[0].State)
+	var kind, args, metadata, queue, state string
+	var priority, maxAttempts, jobs int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&jobs))
+	require.Equal(t, 1, jobs, "one job: the charge accepted without a job row has none")
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT kind, args::text, metadata::text, queue, state::text, priority, max_attempts
+		FROM river_job`).Scan(&kind, &args, &metadata, &queue, &state, &priority, &maxAttempts))
+	require.Equal(t, []any{"test.kind", `{"n": 1}`, "{}", "q", "available", 2, 3},
+		[]any{kind, args, metadata, queue, state, priority, maxAttempts})
 
-	t.Run("NoJobWithoutOne", func(t *testing.T) {
-		ctx, b := setup(t)
-		b.accept(ctx, t, "key-0000000000000002")
-		require.Empty(t, riverJobRows(ctx, t, b.pool))
-	})
-}
-
-// TestAcceptNotifiesRiver proves that an accepted charge asked to notify
-// sends River's insert notification, on River's channel with River's
-// payload, and that one not asked sends none. A sentinel notification sent
-// between the two tells them apart: notifications arrive in commit order.
-func TestAcceptNotifiesRiver(t *testing.T) {
-	t.Parallel()
-	ctx, b := setup(t)
-	channel, next := dbtest.ListenRiverInserts(t, b.pool)
-
-	b.acceptWithJob(ctx, t, "key-0000000000000001", &intent.SubmitJob{MaxAttempts: 3})
-	_, err := b.pool.Exec(ctx, `SELECT pg_notify($1, 'sentinel')`, channel)
-	require.NoError(t, err)
-	b.acceptWithJob(ctx, t, "key-0000000000000002", &intent.SubmitJob{MaxAttempts: 3, Notify: true})
-
-	require.Equal(t, "sentinel", next().Payload, "a charge not asked to notify sent a notification")
-	n := next()
-	require.Equal(t, channel, n.Channel)
-	require.True(t, strings.HasSuffix(channel, "."+intent.RiverInsertTopic), channel)
-	require.JSONEq(t, `{"queue": "default"}`, n.Payload)
+	_, err := intent.Accept(ctx, b.pool, intent.Acceptance{Charge: c, Job: &intent.JobRow{Kind: "test.kind", MaxAttempts: 0}})
+	require.ErrorContains(t, err, "max attempts")
 }

@@ -58,16 +58,9 @@ SELECT `+chargeColumns+`, now() FROM leased`, p.Owner, p.Provider, p.TTL, p.Limi
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Leased, error) {
 		var l Leased
-		var metadata []byte
-		c := &l.Charge
-		err := row.Scan(&c.TenantID, &c.ID, &c.State, &c.Amount, &c.Currency, &c.PaymentMethod, &c.Description, &metadata,
-			&c.Provider, &c.ProviderKey, &c.ProviderChargeID, &c.FailureCode, &c.ReviewReason,
-			&c.Attempts, &c.FirstAttemptAt, &c.LastAttemptAt, &c.UnknownSince, &c.LookupFailures, &c.NextCheckAt,
-			&c.LeaseOwner, &c.LeaseToken, &c.LeaseExpiresAt, &c.CreatedAt, &c.UpdatedAt, &l.Now)
-		if err != nil {
-			return Leased{}, err
-		}
-		return l, decodeMetadata(c, metadata)
+		var err error
+		l.Charge, err = scanCharge(row, &l.Now)
+		return l, err
 	})
 }
 

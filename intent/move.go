@@ -116,3 +116,14 @@ func explainMiss(ctx context.Context, db DB, m Move) error {
 	fenced := m.LeaseToken != 0 && token != m.LeaseToken
 	return &ConflictError{ChargeID: m.ChargeID, Current: state, LeaseToken: token, fenced: fenced}
 }
+
+// TouchPending marks a pending charge as just handled (updated_at = now())
+// without moving it: a stranded charge given a new job is not stranded again
+// until another while has passed.
+func TouchPending(ctx context.Context, db DB, tenantID, chargeID string) error {
+	if _, err := db.Exec(ctx, `UPDATE charges SET updated_at = now() WHERE tenant_id = $1 AND id = $2 AND state = 'pending'`,
+		tenantID, chargeID); err != nil {
+		return fmt.Errorf("touch pending charge %s: %w", chargeID, err)
+	}
+	return nil
+}

@@ -1,7 +1,6 @@
 package intent
 
 import (
-	"chargeflow/internal/pg"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"chargeflow/internal/pg"
 )
 
 // DB is what the store needs from a handle: a *pgxpool.Pool, a *pgx.Conn or
@@ -20,14 +21,16 @@ const chargeColumns = `tenant_id, id, state, amount, currency, payment_method, d
 	attempts, first_attempt_at, last_attempt_at, unknown_since, lookup_failures, next_check_at,
 	coalesce(lease_owner, ''), lease_token, lease_expires_at, created_at, updated_at`
 
-func scanCharge(row pgx.Row) (Charge, error) {
+// scanCharge reads chargeColumns, then any extra columns that follow them
+// into extra.
+func scanCharge(row pgx.Row, extra ...any) (Charge, error) {
 	var c Charge
 	var metadata []byte
-	err := row.Scan(&c.TenantID, &c.ID, &c.State, &c.Amount, &c.Currency, &c.PaymentMethod, &c.Description, &metadata,
+	dest := append([]any{&c.TenantID, &c.ID, &c.State, &c.Amount, &c.Currency, &c.PaymentMethod, &c.Description, &metadata,
 		&c.Provider, &c.ProviderKey, &c.ProviderChargeID, &c.FailureCode, &c.ReviewReason,
 		&c.Attempts, &c.FirstAttemptAt, &c.LastAttemptAt, &c.UnknownSince, &c.LookupFailures, &c.NextCheckAt,
-		&c.LeaseOwner, &c.LeaseToken, &c.LeaseExpiresAt, &c.CreatedAt, &c.UpdatedAt)
-	if err != nil {
+		&c.LeaseOwner, &c.LeaseToken, &c.LeaseExpiresAt, &c.CreatedAt, &c.UpdatedAt}, extra...)
+	if err := row.Scan(dest...); err != nil {
 		return Charge{}, err
 	}
 	return c, decodeMetadata(&c, metadata)
@@ -55,37 +58,33 @@ type Acceptance struct {
 	StatusCode   int
 	ResponseBody []byte
 	ExpiresAt    time.Time
-	// Job, when set, is the charge.submit River job, written by the same
-	// statement: the API's accept is then one round trip and one commit.
-	Job *SubmitJob
+	// Job, when set, is the job that carries the charge to its provider,
+	// written by the same statement: the API's accept is then one round
+	// trip and one commit.
+	Job *JobRow
 }
 
-// SubmitJob is the charge.submit row Accept writes to river_job, the way
-// River's own insert writes it (River documents its table as the insert
-// interface for clients in other languages): kind, args, queue "default",
-// priority 1, available now. TestAcceptJobMatchesRiverInsert holds the two
-// to the same row.
-type SubmitJob struct {
-	// MaxAttempts is the job's attempts before River discards it.
+// JobRow is a row of River's job table that Accept writes in its own
+// statement, so that a charge and the job that carries it commit together
+// in one round trip. intent writes it as given and reads nothing into it;
+// package submit builds it the way River's own insert would.
+type JobRow struct {
+	Kind        string
+	Args        []byte
+	Queue       string
+	Priority    int
 	MaxAttempts int
-	// Metadata is the job's metadata object (the trace context); nil is {}.
+	// Metadata is the job's metadata object; nil is {}.
 	Metadata []byte
-	// Notify sends River's insert notification with the commit, waking
-	// workers now instead of at their next poll. Like River's client, the
-	// caller rate-limits it: one per fetch cooldown is enough.
-	Notify bool
+	// NotifyTopic, when set, makes the statement send pg_notify on the
+	// channel "<current schema>.<NotifyTopic>" with NotifyPayload, delivered
+	// when it commits.
+	NotifyTopic   string
+	NotifyPayload string
 }
-
-// RiverInsertTopic is the channel suffix of River's insert notifications;
-// the channel is "<schema>.river_insert" and the payload names the queue.
-const (
-	RiverInsertTopic = "river_insert"
-	submitQueue      = "default"
-	submitPriority   = 1
-)
 
 // Accept writes the idempotency record, the charge, its creation event and,
-// with a.Job, its charge.submit River job, in one statement. It reports
+// with a.Job, the job that carries it, in one statement. It reports
 // false, and writes nothing, when the tenant already used the key; the
 // caller then reads that record with Idempotency.
 //
@@ -106,15 +105,11 @@ func Accept(ctx context.Context, db DB, a Acceptance) (bool, error) {
 	if c.Metadata == nil {
 		metadata = []byte("{}")
 	}
-	var job SubmitJob
-	var jobArgs []byte
+	var job JobRow
 	if a.Job != nil {
 		job = *a.Job
 		if job.MaxAttempts < 1 {
 			return false, fmt.Errorf("accept charge: job max attempts %d, want at least 1", job.MaxAttempts)
-		}
-		if jobArgs, err = json.Marshal(SubmitArgs{TenantID: c.TenantID, ChargeID: c.ID}); err != nil {
-			return false, fmt.Errorf("encode job args: %w", err)
 		}
 	}
 	if job.Metadata == nil {
@@ -140,15 +135,15 @@ WITH idem AS (
 ), job AS (
 	INSERT INTO river_job (args, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)
 	SELECT $17::jsonb, $18, $19, $20::jsonb, $21, $22, now(), 'available', '{}' FROM charge WHERE $17::jsonb IS NOT NULL
-	RETURNING queue
+	RETURNING 1
 ), notified AS (
-	SELECT pg_notify(coalesce(current_schema(), '') || '.' || $23, '{"queue": "' || queue || '"}') FROM job WHERE $24::boolean
+	SELECT pg_notify(coalesce(current_schema(), '') || '.' || $23, $24) FROM job WHERE $23 <> ''
 )
 SELECT (SELECT count(*) FROM idem), (SELECT count(*) FROM notified)`,
 		c.TenantID, a.KeyHash, a.Fingerprint, c.ID, a.StatusCode, a.ResponseBody, c.CreatedAt, a.ExpiresAt,
 		c.Amount, c.Currency, c.PaymentMethod, c.Description, metadata, c.Provider, c.ProviderKey, a.Actor,
-		jobArgs, SubmitArgs{}.Kind(), job.MaxAttempts, job.Metadata, submitPriority, submitQueue,
-		RiverInsertTopic, job.Notify,
+		job.Args, job.Kind, job.MaxAttempts, job.Metadata, job.Priority, job.Queue,
+		job.NotifyTopic, job.NotifyPayload,
 	).Scan(&inserted, &notified)
 	if err != nil {
 		return false, fmt.Errorf("accept charge: %w", err)

@@ -13,6 +13,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"chargeflow/intent"
+	"chargeflow/submit"
 )
 
 // MetricUnknownOutcomes counts charges the worker moved to unknown, by
@@ -50,7 +51,7 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (telemetry, 
 // startRun opens the span of one run of a charge.submit job. Its parent is
 // whatever TraceContext put in ctx: the span that inserted the job. It
 // carries identifiers only, never the charge's payment details.
-func (t telemetry) startRun(ctx context.Context, job *river.Job[intent.SubmitArgs]) (context.Context, trace.Span) {
+func (t telemetry) startRun(ctx context.Context, job *river.Job[submit.ChargeArgs]) (context.Context, trace.Span) {
 	return t.tracer.Start(ctx, job.Kind, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 		attribute.String("chargeflow.charge.id", job.Args.ChargeID),
 		attribute.String("chargeflow.tenant.id", job.Args.TenantID),

@@ -42,6 +42,8 @@ import (
 	"chargeflow/crashpoint"
 	"chargeflow/intent"
 	"chargeflow/psp"
+	"chargeflow/settle"
+	"chargeflow/submit"
 )
 
 // Config configures the worker. Zero values take the defaults.
@@ -52,9 +54,6 @@ type Config struct {
 	// CrashPoints are armed in tests and scenarios only; nil is disarmed.
 	CrashPoints *crashpoint.Set
 
-	// CallTimeout is how long one provider call may take; it sizes the job's
-	// own timeout. It should match the psp.Client's. Default 10 s.
-	CallTimeout time.Duration
 	// UnknownCheckAfter is how soon after an unknown outcome the reconciler
 	// first looks the key up. A lookup that finds the charge settles it at
 	// once; one that does not waits for the settle window anyway. Default 1 s.
@@ -75,9 +74,13 @@ type Config struct {
 	ResendOnRerun bool
 }
 
+// DefaultUnknownCheckAfter is how soon the reconciler first looks up a
+// charge whose outcome the worker could not know.
+const DefaultUnknownCheckAfter = time.Second
+
 // Worker is the charge.submit worker.
 type Worker struct {
-	river.WorkerDefaults[intent.SubmitArgs]
+	river.WorkerDefaults[submit.ChargeArgs]
 	cfg       Config
 	telemetry telemetry
 }
@@ -88,8 +91,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, errors.New("outbox: DB and Provider are required")
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
-	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, 10*time.Second)
-	cfg.UnknownCheckAfter = cmp.Or(cfg.UnknownCheckAfter, time.Second)
+	cfg.UnknownCheckAfter = cmp.Or(cfg.UnknownCheckAfter, DefaultUnknownCheckAfter)
 	tel, err := newTelemetry(cfg.TracerProvider, cfg.MeterProvider)
 	if err != nil {
 		return nil, err
@@ -97,10 +99,11 @@ func NewWorker(cfg Config) (*Worker, error) {
 	return &Worker{cfg: cfg, telemetry: tel}, nil
 }
 
-// Timeout bounds one run: the call, plus room for the two short
-// transactions around it. River's RescueStuckJobsAfter must exceed it.
-func (w *Worker) Timeout(*river.Job[intent.SubmitArgs]) time.Duration {
-	return JobTimeout(w.cfg.CallTimeout)
+// Timeout bounds one run: the provider client's call timeout, plus room
+// for the two short transactions around it. River's RescueStuckJobsAfter
+// must exceed it.
+func (w *Worker) Timeout(*river.Job[submit.ChargeArgs]) time.Duration {
+	return JobTimeout(w.cfg.Provider.Timeout())
 }
 
 // JobTimeout is how long a charge.submit run may take for a given provider
@@ -111,7 +114,7 @@ func JobTimeout(callTimeout time.Duration) time.Duration { return callTimeout + 
 const actor = "worker"
 
 // Work runs one attempt of a charge.submit job, in its own span.
-func (w *Worker) Work(ctx context.Context, job *river.Job[intent.SubmitArgs]) error {
+func (w *Worker) Work(ctx context.Context, job *river.Job[submit.ChargeArgs]) error {
 	ctx, span := w.telemetry.startRun(ctx, job)
 	defer span.End()
 	log := w.cfg.Logger.With("charge_id", job.Args.ChargeID, "tenant_id", job.Args.TenantID, "job_id", job.ID, "job_attempt", job.Attempt)
@@ -126,7 +129,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[intent.SubmitArgs]) er
 }
 
 // work is one attempt of a charge.submit job.
-func (w *Worker) work(ctx context.Context, job *river.Job[intent.SubmitArgs], log *slog.Logger) error {
+func (w *Worker) work(ctx context.Context, job *river.Job[submit.ChargeArgs], log *slog.Logger) error {
 	args := job.Args
 
 	charge, err := intent.MoveCharge(ctx, w.cfg.DB, intent.Move{
@@ -180,7 +183,8 @@ func (w *Worker) work(ctx context.Context, job *river.Job[intent.SubmitArgs], lo
 	move := intent.Move{TenantID: charge.TenantID, ChargeID: charge.ID, From: intent.StateSubmitting, Actor: actor}
 	switch {
 	case callErr == nil:
-		return w.finish(ctx, job, log, settle(move, charge, answer)...)
+		moves, _ := settle.Moves(move, charge, answer, settle.Call)
+		return w.finish(ctx, job, log, moves...)
 	case errors.Is(callErr, psp.ErrNotApplied):
 		return w.notApplied(ctx, job, log, charge, callErr)
 	default:
@@ -190,34 +194,10 @@ func (w *Worker) work(ctx context.Context, job *river.Job[intent.SubmitArgs], lo
 	}
 }
 
-// settle turns a provider answer into the moves it proves: one, or two
-// for an answer about other money, which the state machine routes through
-// unknown (submitting never goes straight to needs_review).
-func settle(move intent.Move, charge intent.Charge, answer psp.Charge) []intent.Move {
-	if answer.Amount != charge.Amount || answer.Currency != charge.Currency || answer.Reference != charge.ID {
-		toUnknown := move
-		toUnknown.To, toUnknown.Reason = intent.StateUnknown, "provider_answer_mismatch"
-		toReview := move
-		toReview.From, toReview.To, toReview.Reason = intent.StateUnknown, intent.StateNeedsReview, "amount_mismatch"
-		toReview.ReviewReason = fmt.Sprintf("provider answered %d %s for reference %q; the charge is %d %s",
-			answer.Amount, answer.Currency, answer.Reference, charge.Amount, charge.Currency)
-		toReview.Evidence = "provider charge " + answer.ID
-		return []intent.Move{toUnknown, toReview}
-	}
-	if answer.Status == psp.StatusSucceeded {
-		move.To, move.Reason, move.ProviderChargeID = intent.StateSucceeded, "provider_succeeded", answer.ID
-		return []intent.Move{move}
-	}
-	move.To, move.Reason = intent.StateFailed, "provider_declined"
-	move.FailureCode = cmp.Or(answer.DeclineCode, "declined")
-	move.Evidence = "provider charge " + answer.ID
-	return []intent.Move{move}
-}
-
 // notApplied handles an answer that proves nothing was charged: back to
 // pending, and River retries the job with backoff. On the job's last attempt
 // the charge fails as provider_unavailable instead — still proven uncharged.
-func (w *Worker) notApplied(ctx context.Context, job *river.Job[intent.SubmitArgs], log *slog.Logger, charge intent.Charge, callErr error) error {
+func (w *Worker) notApplied(ctx context.Context, job *river.Job[submit.ChargeArgs], log *slog.Logger, charge intent.Charge, callErr error) error {
 	back := intent.Move{
 		TenantID: charge.TenantID, ChargeID: charge.ID,
 		From: intent.StateSubmitting, To: intent.StatePending,
@@ -250,7 +230,7 @@ func (w *Worker) notApplied(ctx context.Context, job *river.Job[intent.SubmitArg
 }
 
 // finish applies the moves and completes the job in one transaction.
-func (w *Worker) finish(ctx context.Context, job *river.Job[intent.SubmitArgs], log *slog.Logger, moves ...intent.Move) error {
+func (w *Worker) finish(ctx context.Context, job *river.Job[submit.ChargeArgs], log *slog.Logger, moves ...intent.Move) error {
 	apply := func(tx pgx.Tx) error {
 		for _, m := range moves {
 			if _, err := intent.MoveCharge(ctx, tx, m); err != nil {
@@ -301,7 +281,7 @@ func fromUnknown(moves []intent.Move) []intent.Move {
 }
 
 // inTx runs fn and River's JobCompleteTx in one transaction.
-func (w *Worker) inTx(ctx context.Context, job *river.Job[intent.SubmitArgs], _ *slog.Logger, fn func(pgx.Tx) error) error {
+func (w *Worker) inTx(ctx context.Context, job *river.Job[submit.ChargeArgs], _ *slog.Logger, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, w.cfg.DB, func(tx pgx.Tx) error {
 		if err := fn(tx); err != nil {
 			return err

@@ -28,6 +28,7 @@ import (
 	"chargeflow/internal/ids"
 	"chargeflow/outbox"
 	"chargeflow/psp"
+	"chargeflow/submit"
 )
 
 // testBundle is a real database, a real fake provider on loopback, and a
@@ -73,7 +74,6 @@ func setup(t *testing.T, opts ...func(*setupOpts)) (context.Context, *testBundle
 	worker, err := outbox.NewWorker(outbox.Config{
 		DB:                pool,
 		Provider:          psp.NewClient(psp.Config{BaseURL: cmp.Or(o.providerURL, pspServer.URL), Timeout: o.callTimeout}),
-		CallTimeout:       o.callTimeout,
 		UnknownCheckAfter: time.Minute,
 		ResendOnRerun:     o.resendOnRerun,
 	})
@@ -120,7 +120,7 @@ func (b *testBundle) accept(ctx context.Context, t *testing.T, paymentMethod str
 			return err
 		}
 		for range jobs {
-			if _, err := b.river.InsertTx(ctx, tx, intent.SubmitArgs{TenantID: c.TenantID, ChargeID: c.ID}, nil); err != nil {
+			if _, err := b.river.InsertTx(ctx, tx, submit.ChargeArgs{TenantID: c.TenantID, ChargeID: c.ID}, nil); err != nil {
 				return err
 			}
 		}

@@ -24,7 +24,10 @@ const (
 	DefaultBaseURL = "http://127.0.0.1:9090"
 
 	// DefaultTimeout bounds one provider call when Config.Timeout is zero.
-	DefaultTimeout = 5 * time.Second
+	// It is the call timeout of the whole system: the worker's job timeout
+	// and the reconciler's settle window and staleness are derived from the
+	// client's Timeout, never configured beside it.
+	DefaultTimeout = 10 * time.Second
 
 	// maxBodyBytes bounds how much of a response is read; a provider answer
 	// is a few hundred bytes, and a larger one is not a charge.
@@ -90,6 +93,9 @@ func NewClient(cfg Config) *Client {
 		telemetry:  newTelemetry(cfg, baseURL),
 	}
 }
+
+// Timeout is how long one call may take: the system's call timeout.
+func (c *Client) Timeout() time.Duration { return c.timeout }
 
 // newTransport returns the default transport: its own pool sized for a
 // worker that talks to one provider at high concurrency, and no proxy, since

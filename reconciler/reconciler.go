@@ -41,15 +41,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	mathrand "math/rand/v2"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -57,7 +54,10 @@ import (
 
 	"chargeflow/crashpoint"
 	"chargeflow/intent"
+	"chargeflow/internal/backoff"
 	"chargeflow/psp"
+	"chargeflow/settle"
+	"chargeflow/submit"
 )
 
 // Provider is what the reconciler knows about the provider it reconciles.
@@ -89,9 +89,8 @@ type Provider struct {
 // Config configures a reconciler. Zero values take the defaults.
 type Config struct {
 	DB *pgxpool.Pool
-	// River inserts the charge.submit job of a re-attempt; an insert-only
-	// client is enough.
-	River       *river.Client[pgx.Tx]
+	// Jobs enqueues the charge.submit job of a re-attempt.
+	Jobs        *submit.Queue
 	Provider    Provider
 	Logger      *slog.Logger
 	CrashPoints *crashpoint.Set
@@ -107,10 +106,9 @@ type Config struct {
 	// Parallelism is how many lookups run at once. Default 8.
 	Parallelism int
 
-	// CallTimeout is the outbox worker's provider call timeout. A charge
-	// in submitting longer than CallTimeout + StaleMargin is taken over.
-	// Defaults 10 s and 10 s.
-	CallTimeout time.Duration
+	// StaleMargin: a charge in submitting longer than the provider
+	// client's call timeout plus StaleMargin is taken over (its worker died
+	// mid-call). Default 10 s.
 	StaleMargin time.Duration
 	// SettleMargin pads the settle window. Default 1 s.
 	SettleMargin time.Duration
@@ -189,10 +187,35 @@ func (r *Result) add(o Result) {
 	r.Stranded += o.Stranded
 }
 
+// Defaults is the configuration New fills zero fields from (ID aside,
+// which defaults to host-pid-random); the command's flags show the same.
+func Defaults() Config {
+	return Config{
+		Interval:          time.Second,
+		BatchSize:         32,
+		LeaseTTL:          30 * time.Second,
+		Parallelism:       8,
+		StaleMargin:       10 * time.Second,
+		SettleMargin:      time.Second,
+		StrandedAfter:     time.Minute,
+		MaxAttempts:       5,
+		MaxUnknownAge:     time.Hour,
+		LookupBackoffBase: time.Second,
+		LookupBackoffCap:  5 * time.Minute,
+		Provider: Provider{
+			StrongLookup:    true,
+			KeyWindow:       24 * time.Hour,
+			KeyWindowMargin: time.Hour,
+			LookupRate:      50,
+			LookupBurst:     10,
+		},
+	}
+}
+
 // New checks cfg and fills its defaults.
 func New(cfg Config) (*Reconciler, error) {
-	if cfg.DB == nil || cfg.River == nil || cfg.Provider.Client == nil || cfg.Provider.Name == "" {
-		return nil, errors.New("reconciler: DB, River and a Provider with a name and a client are required")
+	if cfg.DB == nil || cfg.Jobs == nil || cfg.Provider.Client == nil || cfg.Provider.Name == "" {
+		return nil, errors.New("reconciler: DB, Jobs and a Provider with a name and a client are required")
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.ID == "" {
@@ -201,30 +224,30 @@ func New(cfg Config) (*Reconciler, error) {
 		_, _ = rand.Read(suffix[:])
 		cfg.ID = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "host"), os.Getpid(), hex.EncodeToString(suffix[:]))
 	}
-	cfg.Interval = cmp.Or(cfg.Interval, time.Second)
-	cfg.BatchSize = cmp.Or(cfg.BatchSize, 32)
-	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 30*time.Second)
-	cfg.Parallelism = cmp.Or(cfg.Parallelism, 8)
-	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, 10*time.Second)
-	cfg.StaleMargin = cmp.Or(cfg.StaleMargin, 10*time.Second)
-	cfg.SettleMargin = cmp.Or(cfg.SettleMargin, time.Second)
-	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 5)
-	cfg.StrandedAfter = cmp.Or(cfg.StrandedAfter, time.Minute)
-	cfg.MaxUnknownAge = cmp.Or(cfg.MaxUnknownAge, time.Hour)
-	cfg.LookupBackoffBase = cmp.Or(cfg.LookupBackoffBase, time.Second)
-	cfg.LookupBackoffCap = cmp.Or(cfg.LookupBackoffCap, 5*time.Minute)
+	d := Defaults()
+	cfg.Interval = cmp.Or(cfg.Interval, d.Interval)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, d.BatchSize)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, d.LeaseTTL)
+	cfg.Parallelism = cmp.Or(cfg.Parallelism, d.Parallelism)
+	cfg.StaleMargin = cmp.Or(cfg.StaleMargin, d.StaleMargin)
+	cfg.SettleMargin = cmp.Or(cfg.SettleMargin, d.SettleMargin)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, d.MaxAttempts)
+	cfg.StrandedAfter = cmp.Or(cfg.StrandedAfter, d.StrandedAfter)
+	cfg.MaxUnknownAge = cmp.Or(cfg.MaxUnknownAge, d.MaxUnknownAge)
+	cfg.LookupBackoffBase = cmp.Or(cfg.LookupBackoffBase, d.LookupBackoffBase)
+	cfg.LookupBackoffCap = cmp.Or(cfg.LookupBackoffCap, d.LookupBackoffCap)
 	p := &cfg.Provider
-	p.KeyWindow = cmp.Or(p.KeyWindow, 24*time.Hour)
-	p.KeyWindowMargin = cmp.Or(p.KeyWindowMargin, time.Hour)
-	p.LookupRate = cmp.Or(p.LookupRate, 50)
-	p.LookupBurst = cmp.Or(p.LookupBurst, 10)
+	p.KeyWindow = cmp.Or(p.KeyWindow, d.Provider.KeyWindow)
+	p.KeyWindowMargin = cmp.Or(p.KeyWindowMargin, d.Provider.KeyWindowMargin)
+	p.LookupRate = cmp.Or(p.LookupRate, d.Provider.LookupRate)
+	p.LookupBurst = cmp.Or(p.LookupBurst, d.Provider.LookupBurst)
 	if p.KeyWindowMargin >= p.KeyWindow {
 		return nil, fmt.Errorf("reconciler: key window margin %s must be shorter than the key window %s", p.KeyWindowMargin, p.KeyWindow)
 	}
 	r := &Reconciler{
 		cfg:     cfg,
 		limiter: rate.NewLimiter(rate.Limit(p.LookupRate), p.LookupBurst),
-		settle:  SettleWindow(cfg.CallTimeout, p.MaxApplyDelay, cfg.SettleMargin),
+		settle:  SettleWindow(p.Client.Timeout(), p.MaxApplyDelay, cfg.SettleMargin),
 	}
 	tel, err := newTelemetry(cfg, r.lag)
 	if err != nil {
@@ -302,7 +325,7 @@ func (r *Reconciler) runOnce(ctx context.Context) (Result, error) {
 		Provider:        r.cfg.Provider.Name,
 		TTL:             r.cfg.LeaseTTL,
 		Limit:           r.cfg.BatchSize,
-		StaleSubmitting: r.cfg.CallTimeout + r.cfg.StaleMargin,
+		StaleSubmitting: r.staleAfter(),
 	})
 	if err != nil {
 		return res, err
@@ -347,20 +370,20 @@ func (r *Reconciler) runOnce(ctx context.Context) (Result, error) {
 func (r *Reconciler) requeueStranded(ctx context.Context) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, r.cfg.DB, func(tx pgx.Tx) error {
-		charges, err := intent.LockStranded(ctx, tx, intent.StrandedParams{
+		charges, err := submit.LockStranded(ctx, tx, submit.StrandedParams{
 			Provider: r.cfg.Provider.Name, OlderThan: r.cfg.StrandedAfter, Limit: r.cfg.BatchSize,
 		})
 		if err != nil {
 			return err
 		}
 		for _, c := range charges {
-			if _, err := r.cfg.River.InsertTx(ctx, tx, intent.SubmitArgs{TenantID: c.TenantID, ChargeID: c.ID}, nil); err != nil {
-				return fmt.Errorf("requeue stranded charge %s: %w", c.ID, err)
+			if err := r.cfg.Jobs.Enqueue(ctx, tx, submit.ChargeArgs{TenantID: c.TenantID, ChargeID: c.ChargeID}); err != nil {
+				return fmt.Errorf("requeue stranded charge %s: %w", c.ChargeID, err)
 			}
-			if err := intent.TouchPending(ctx, tx, c.TenantID, c.ID); err != nil {
+			if err := intent.TouchPending(ctx, tx, c.TenantID, c.ChargeID); err != nil {
 				return err
 			}
-			r.cfg.Logger.WarnContext(ctx, "requeued a pending charge whose job River gave up on", "charge_id", c.ID, "tenant_id", c.TenantID)
+			r.cfg.Logger.WarnContext(ctx, "requeued a pending charge whose job River gave up on", "charge_id", c.ChargeID, "tenant_id", c.TenantID)
 		}
 		n = len(charges)
 		return nil
@@ -371,7 +394,14 @@ func (r *Reconciler) requeueStranded(ctx context.Context) (int, error) {
 // lag is how long the most overdue charge of this reconciler's provider has
 // been waiting for it; MetricLag observes it.
 func (r *Reconciler) lag(ctx context.Context) (time.Duration, error) {
-	return intent.ReconcileLag(ctx, r.cfg.DB, r.cfg.Provider.Name, r.cfg.CallTimeout+r.cfg.StaleMargin)
+	return intent.ReconcileLag(ctx, r.cfg.DB, r.cfg.Provider.Name, r.staleAfter())
+}
+
+// staleAfter is how long a charge may sit in submitting before the
+// reconciler takes it: longer than any call can take, plus the margin, so
+// a live worker is never overtaken mid-call.
+func (r *Reconciler) staleAfter() time.Duration {
+	return r.cfg.Provider.Client.Timeout() + r.cfg.StaleMargin
 }
 
 // reconcile decides one leased charge and writes the decision, fenced, in
@@ -409,9 +439,8 @@ func (r *Reconciler) decideAndWrite(ctx context.Context, log *slog.Logger, l int
 	if err := r.limiter.Wait(ctx); err != nil {
 		return Result{}, err
 	}
-	lookupCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-	found, lookupErr := r.cfg.Provider.Client.Lookup(lookupCtx, c.ProviderKey)
-	cancel()
+	// The client bounds the lookup with its call timeout.
+	found, lookupErr := r.cfg.Provider.Client.Lookup(ctx, c.ProviderKey)
 	if err := r.cfg.CrashPoints.Hit(ctx, crashpoint.ReconcilerAfterLookupBeforeUpdate); err != nil {
 		return Result{}, err
 	}
@@ -424,8 +453,7 @@ func (r *Reconciler) decideAndWrite(ctx context.Context, log *slog.Logger, l int
 			if _, err := intent.MoveCharge(ctx, tx, d.move); err != nil {
 				return err
 			}
-			_, err := r.cfg.River.InsertTx(ctx, tx, intent.SubmitArgs{TenantID: c.TenantID, ChargeID: c.ID}, nil)
-			return err
+			return r.cfg.Jobs.Enqueue(ctx, tx, submit.ChargeArgs{TenantID: c.TenantID, ChargeID: c.ID})
 		})
 	}
 	if d.move.To == "" {
@@ -463,27 +491,25 @@ func (r *Reconciler) decide(l intent.Leased, found psp.Charge, lookupErr error) 
 		move.To, move.Reason, move.ReviewReason = intent.StateNeedsReview, reason, why
 		return decision{reason: reason, move: move, counts: Result{NeedsReview: 1}}
 	}
-	keyDeadline := at(c.FirstAttemptAt, c.CreatedAt).Add(p.KeyWindow - p.KeyWindowMargin)
-	unknownFor := now.Sub(at(c.UnknownSince, now))
+	keyDeadline := timeOr(c.FirstAttemptAt, c.CreatedAt).Add(p.KeyWindow - p.KeyWindowMargin)
+	unknownFor := now.Sub(timeOr(c.UnknownSince, now))
 
 	switch {
 	case lookupErr == nil:
-		if found.Amount != c.Amount || found.Currency != c.Currency || found.Reference != c.ID {
-			d := review("amount_mismatch", fmt.Sprintf("provider holds %d %s for reference %q under this key; the charge is %d %s",
-				found.Amount, found.Currency, found.Reference, c.Amount, c.Currency))
-			d.move.Evidence = "provider charge " + found.ID
-			return d
+		moves, outcome := settle.Moves(move, c, found, settle.Lookup)
+		d := decision{reason: moves[0].Reason, move: moves[0]}
+		switch outcome {
+		case settle.Succeeded:
+			d.counts.Succeeded = 1
+		case settle.Declined:
+			d.counts.Failed = 1
+		case settle.Mismatch:
+			d.counts.NeedsReview = 1
 		}
-		if found.Status == psp.StatusSucceeded {
-			move.To, move.Reason, move.ProviderChargeID = intent.StateSucceeded, "lookup_found_succeeded", found.ID
-			return decision{reason: move.Reason, move: move, counts: Result{Succeeded: 1}}
-		}
-		move.To, move.Reason, move.FailureCode = intent.StateFailed, "lookup_found_declined", cmp.Or(found.DeclineCode, "declined")
-		move.Evidence = "provider charge " + found.ID
-		return decision{reason: move.Reason, move: move, counts: Result{Failed: 1}}
+		return d
 
 	case errors.Is(lookupErr, psp.ErrNotFound):
-		settledAt := at(c.LastAttemptAt, c.CreatedAt).Add(r.settle)
+		settledAt := timeOr(c.LastAttemptAt, c.CreatedAt).Add(r.settle)
 		switch {
 		case !now.Before(keyDeadline):
 			return review("key_window_passed", "the provider's idempotency key window is ending; a not-found can no longer prove that no charge exists")
@@ -497,7 +523,7 @@ func (r *Reconciler) decide(l intent.Leased, found psp.Charge, lookupErr error) 
 			return review("attempts_exhausted", fmt.Sprintf("proven not found after %d attempts; no further attempt is made automatically", c.Attempts))
 		}
 		move.To, move.Reason = intent.StatePending, "proven_not_found"
-		move.Evidence = fmt.Sprintf("lookup not found %s after the last send (settle window %s)", now.Sub(at(c.LastAttemptAt, now)).Round(time.Millisecond), r.settle)
+		move.Evidence = fmt.Sprintf("lookup not found %s after the last send (settle window %s)", now.Sub(timeOr(c.LastAttemptAt, now)).Round(time.Millisecond), r.settle)
 		return decision{reason: move.Reason, move: move, requeue: true, counts: Result{Requeued: 1}}
 
 	default:
@@ -528,17 +554,14 @@ func (r *Reconciler) write(ctx context.Context, log *slog.Logger, counts Result,
 	return counts, nil
 }
 
-// backoff is the wait before lookup number n (1-based) of a failing streak.
+// backoff is the wait before lookup number n (1-based) of a failing
+// streak, by the one backoff rule.
 func (r *Reconciler) backoff(n int) time.Duration {
-	d := r.cfg.LookupBackoffCap
-	if n >= 1 && n < 32 {
-		d = min(time.Duration(float64(r.cfg.LookupBackoffBase)*math.Pow(2, float64(n-1))), r.cfg.LookupBackoffCap)
-	}
-	return d + time.Duration(mathrand.Float64()*0.2*float64(d))
+	return backoff.Delay(n, r.cfg.LookupBackoffBase, r.cfg.LookupBackoffCap)
 }
 
-// at returns *t, or fallback when t is nil.
-func at(t *time.Time, fallback time.Time) time.Time {
+// timeOr returns *t, or fallback when t is nil (a time not yet recorded).
+func timeOr(t *time.Time, fallback time.Time) time.Time {
 	if t == nil {
 		return fallback
 	}

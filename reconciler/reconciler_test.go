@@ -28,13 +28,14 @@ import (
 	"chargeflow/internal/ids"
 	"chargeflow/psp"
 	"chargeflow/reconciler"
+	"chargeflow/submit"
 )
 
 // testBundle is a real database, a real fake provider on loopback and an
 // insert-only River client; tests call RunOnce themselves.
 type testBundle struct {
 	pool     *pgxpool.Pool
-	river    *river.Client[pgx.Tx]
+	queue    *submit.Queue
 	pspURL   string
 	provider *psp.Client
 	tenantID string
@@ -54,12 +55,14 @@ func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Cleanup(func() { _ = provider.Close() })
 	server := httptest.NewServer(provider.Handler())
 	t.Cleanup(server.Close)
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Middleware: submit.Middleware()})
+	require.NoError(t, err)
+	jobs, err := submit.NewQueue(submit.Config{River: riverClient})
 	require.NoError(t, err)
 	tenantID := ids.New("tn", time.Now())
 	_, err = pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'reconciler test')`, tenantID)
 	require.NoError(t, err)
-	return ctx, &testBundle{pool: pool, river: riverClient, pspURL: server.URL,
+	return ctx, &testBundle{pool: pool, queue: jobs, pspURL: server.URL,
 		provider: psp.NewClient(psp.Config{BaseURL: server.URL, Timeout: callTimeout}), tenantID: tenantID}
 }
 
@@ -67,9 +70,8 @@ func setup(t *testing.T) (context.Context, *testBundle) {
 func (b *testBundle) newReconciler(t *testing.T, edit ...func(*reconciler.Config)) *reconciler.Reconciler {
 	t.Helper()
 	cfg := reconciler.Config{
-		DB: b.pool, River: b.river,
+		DB: b.pool, Jobs: b.queue,
 		Provider:          reconciler.Provider{Name: "fakepsp", Client: b.provider, StrongLookup: true},
-		CallTimeout:       callTimeout,
 		StaleMargin:       100 * time.Millisecond,
 		SettleMargin:      settleMargin,
 		LeaseTTL:          5 * time.Second,
@@ -491,8 +493,7 @@ func TestStrandedPending(t *testing.T) {
 				StatusCode: 201, ResponseBody: []byte(`{}`), ExpiresAt: now.Add(time.Hour)}); err != nil {
 				return err
 			}
-			_, err := b.river.InsertTx(ctx, tx, intent.SubmitArgs{TenantID: c.TenantID, ChargeID: c.ID}, nil)
-			return err
+			return b.queue.Enqueue(ctx, tx, submit.ChargeArgs{TenantID: c.TenantID, ChargeID: c.ID})
 		}))
 		_, err := b.pool.Exec(ctx, `UPDATE charges SET updated_at = now() - interval '2 minutes' WHERE id = $1`, id)
 		require.NoError(t, err)

@@ -8,8 +8,6 @@
 package tenant
 
 import (
-	"chargeflow/internal/ids"
-	"chargeflow/internal/pg"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -22,6 +20,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"chargeflow/internal/ids"
+	"chargeflow/internal/pg"
 )
 
 // ErrUnauthenticated means the key is malformed, unknown, or revoked. Callers

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"chargeflow/internal/app"
 	"chargeflow/migrations"
 	"chargeflow/tenant"
 )
@@ -22,36 +23,24 @@ const demoTenant = "demo"
 // gives it a fresh API key and prints a curl that works.
 func runAll(ctx context.Context, e env, args []string) error {
 	var c common
-	var a apiFlags
-	var w workerFlags
+	var o app.Options
+	var addr string
 	var p fakepspFlags
-	var r reconcilerFlags
 	fs := newFlagSet("all", e)
 	c.bind(fs, e)
-	a.bind(fs)
-	w.bind(fs, e)
+	bindAPI(fs, &o, &addr)
+	bindProvider(fs, e, &o)
+	bindWorker(fs, &o)
 	p.bind(fs, e, "psp-addr")
-	r.bind(fs, e, true)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	// One process, several roles: each component logs with its own role.
-	logger, err := c.logger(e, "")
+	bindReconciler(fs, &o)
+	r, done, err := setupRole(ctx, e, "all", &c, fs, args)
 	if err != nil {
 		return err
 	}
-	points, err := crashPoints(e, logger.With("role", "all"))
-	if err != nil {
-		return err
-	}
+	defer done()
 
-	tel, err := newTelemetry(ctx, e, "all", logger.With("role", "telemetry"))
-	if err != nil {
-		return err
-	}
-	defer shutdownTelemetry(ctx, tel, logger)
-
-	provider, err := newFakePSP(p, logger.With("role", "fakepsp"))
+	pspLogger := r.base.With("role", "fakepsp")
+	provider, err := newFakePSP(p, pspLogger)
 	if err != nil {
 		return err
 	}
@@ -59,35 +48,40 @@ func runAll(ctx context.Context, e env, args []string) error {
 	pspListening := make(chan string, 1)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return serveFakePSP(ctx, provider, p.addr, logger.With("role", "fakepsp"), func(addr net.Addr) { pspListening <- displayURL(addr) })
+		return serveFakePSP(ctx, provider, p.addr, pspLogger, func(addr net.Addr) { pspListening <- displayURL(addr) })
 	})
 	select {
-	case w.pspURL = <-pspListening:
+	case o.Provider.BaseURL = <-pspListening:
 	case <-ctx.Done():
 		return g.Wait()
 	}
 
-	server, pool, err := newAPI(ctx, c, a, logger.With("role", "api"), points, tel)
+	// Every component works on the API's pool.
+	a, err := app.NewAPI(ctx, r.options(o, c, "api"))
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := migrations.Apply(ctx, pool, logger.With("role", "migrate")); err != nil {
+	defer a.Close()
+	if err := migrations.Apply(ctx, a.Pool, r.base.With("role", "migrate")); err != nil {
 		return err
 	}
-	apiKey, demoID, err := demoKey(ctx, pool)
+	apiKey, demoID, err := demoKey(ctx, a.Pool)
 	if err != nil {
 		return err
 	}
-	w.insertMaxAttempts = a.submitMaxAttempts
-	workerClient, err := newWorkerClient(pool, w, logger.With("role", "worker"), points, tel)
+	workerOptions := r.options(o, c, "worker")
+	workerClient, err := app.NewWorker(a.Pool, workerOptions)
 	if err != nil {
 		return err
 	}
-	g.Go(func() error { return runRiver(ctx, workerClient, logger.With("role", "worker")) })
+	g.Go(func() error { return app.RunRiver(ctx, workerClient, workerOptions.Logger) })
 
-	r.provider, r.pspURL, r.callTimeout = a.provider, w.pspURL, w.callTimeout
-	reconcile, err := newReconciler(pool, workerClient, r, logger.With("role", "reconciler"), points, tel)
+	reconcilerOptions := r.options(o, c, "reconciler")
+	jobs, err := app.NewQueue(workerClient, reconcilerOptions)
+	if err != nil {
+		return err
+	}
+	reconcile, err := app.NewReconciler(a.Pool, jobs, reconcilerOptions)
 	if err != nil {
 		return err
 	}
@@ -95,8 +89,8 @@ func runAll(ctx context.Context, e env, args []string) error {
 
 	var once sync.Once
 	g.Go(func() error {
-		return serveHTTP(ctx, a.addr, server.Handler(), logger.With("role", "api"), serveOptions{ready: func(addr net.Addr) {
-			once.Do(func() { printQuickstart(e, displayURL(addr), w.pspURL, demoID, apiKey) })
+		return serveHTTP(ctx, addr, a.Server.Handler(), r.base.With("role", "api"), serveOptions{ready: func(listening net.Addr) {
+			once.Do(func() { printQuickstart(e, displayURL(listening), o.Provider.BaseURL, demoID, apiKey) })
 		}})
 	})
 	return g.Wait()

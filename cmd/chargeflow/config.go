@@ -13,10 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"chargeflow/crashpoint"
-	"chargeflow/migrations"
+	"chargeflow/internal/app"
+	"chargeflow/psp"
 )
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/chargeflow?sslmode=disable"
@@ -42,16 +41,12 @@ func newFlagSet(name string, e env) *flag.FlagSet {
 }
 
 // logger builds the JSON logger every process writes to stderr.
-func (c *common) logger(e env, role string) (*slog.Logger, error) {
+func (c *common) logger(e env) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
 		return nil, fmt.Errorf("log level %q: %w", c.logLevel, err)
 	}
-	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level}))
-	if role != "" {
-		logger = logger.With("role", role)
-	}
-	return logger, nil
+	return slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level})), nil
 }
 
 // crashPoints arms what CHARGEFLOW_CRASHPOINTS names (tests and scenarios
@@ -76,63 +71,57 @@ func crashPoints(e env, logger *slog.Logger) (*crashpoint.Set, error) {
 }
 
 // roleSetup is what every long-running command has once its flags are
-// parsed: its logger, its crash points and its telemetry.
+// parsed: its loggers, its crash points and its telemetry.
 type roleSetup struct {
+	// base logs without a role; `all` gives each component its own.
+	base *slog.Logger
+	// logger logs as the command's role.
 	logger *slog.Logger
 	points *crashpoint.Set
 	tel    *telemetry
 }
 
-// setupRole parses a role's flags and builds its logger, crash points and
+// setupRole parses a role's flags and builds its loggers, crash points and
 // telemetry. The returned function flushes the telemetry; defer it.
 func setupRole(ctx context.Context, e env, role string, c *common, fs *flag.FlagSet, args []string) (roleSetup, func(), error) {
 	if err := fs.Parse(args); err != nil {
 		return roleSetup{}, nil, err
 	}
-	logger, err := c.logger(e, role)
+	base, err := c.logger(e)
 	if err != nil {
 		return roleSetup{}, nil, err
 	}
+	logger := base.With("role", role)
 	points, err := crashPoints(e, logger)
 	if err != nil {
 		return roleSetup{}, nil, err
 	}
-	tel, err := newTelemetry(ctx, e, role, logger)
+	telLogger := logger
+	if role == "all" {
+		telLogger = base.With("role", "telemetry")
+	}
+	tel, err := newTelemetry(ctx, e, role, telLogger)
 	if err != nil {
 		return roleSetup{}, nil, err
 	}
-	return roleSetup{logger: logger, points: points, tel: tel}, func() { shutdownTelemetry(ctx, tel, logger) }, nil
+	return roleSetup{base: base, logger: logger, points: points, tel: tel}, func() { shutdownTelemetry(ctx, tel, telLogger) }, nil
 }
 
-// poolOptions tune a role's connection pool.
-type poolOptions struct {
-	role     string
-	maxConns int32
-	// lockTimeout, when set, bounds every lock wait of the pool's sessions.
-	lockTimeout time.Duration
+// options fills into o what every component of the process shares: the
+// database, crash points and telemetry, and a logger that logs as component.
+func (r roleSetup) options(o app.Options, c common, component string) app.Options {
+	o.DatabaseURL = c.databaseURL
+	o.Logger = r.base.With("role", component)
+	o.CrashPoints = r.points
+	o.TracerProvider, o.MeterProvider, o.Metrics = r.tel.tracerProvider, r.tel.meterProvider, r.tel.metrics
+	return o
 }
 
-// openPool creates the database if it is missing and opens a pool on it.
-func (c *common) openPool(ctx context.Context, o poolOptions) (*pgxpool.Pool, error) {
-	if err := migrations.CreateDatabase(ctx, c.databaseURL); err != nil {
-		return nil, err
-	}
-	cfg, err := pgxpool.ParseConfig(c.databaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("parse database url: %w", err)
-	}
-	if o.maxConns > 0 {
-		cfg.MaxConns = o.maxConns
-	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = "chargeflow-" + o.role
-	if o.lockTimeout > 0 {
-		cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(o.lockTimeout.Milliseconds(), 10)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("open database pool: %w", err)
-	}
-	return pool, nil
+// bindProvider registers the provider client's flags, shared by every
+// process that calls the provider: its URL and the one call timeout.
+func bindProvider(fs *flag.FlagSet, e env, o *app.Options) {
+	fs.StringVar(&o.Provider.BaseURL, "psp-url", cmp.Or(e.getenv("PSP_URL"), psp.DefaultBaseURL), "the provider's base URL (env PSP_URL)")
+	fs.DurationVar(&o.Provider.Timeout, "call-timeout", psp.DefaultTimeout, "how long one provider call (or lookup) may take before its outcome is unknown; the worker's job timeout and the reconciler's settle window follow from it")
 }
 
 // serveOptions adjust serveHTTP.

@@ -73,10 +73,11 @@ func runFakePSP(ctx context.Context, e env, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	logger, err := c.logger(e, "fakepsp")
+	logger, err := c.logger(e)
 	if err != nil {
 		return err
 	}
+	logger = logger.With("role", "fakepsp")
 	server, err := newFakePSP(f, logger)
 	if err != nil {
 		return err

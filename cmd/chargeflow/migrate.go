@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"chargeflow/internal/app"
 	"chargeflow/migrations"
 	"chargeflow/tenant"
 )
@@ -18,11 +19,12 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	logger, err := c.logger(e, "migrate")
+	logger, err := c.logger(e)
 	if err != nil {
 		return err
 	}
-	pool, err := c.openPool(ctx, poolOptions{role: "migrate", maxConns: 2})
+	logger = logger.With("role", "migrate")
+	pool, err := app.OpenPool(ctx, c.databaseURL, "migrate", app.Pool{MaxConns: 2})
 	if err != nil {
 		return err
 	}
@@ -50,7 +52,7 @@ func runTenant(ctx context.Context, e env, args []string) error {
 	if name == "" {
 		return errors.New("tenant create: --name is required")
 	}
-	pool, err := c.openPool(ctx, poolOptions{role: "tenant", maxConns: 2})
+	pool, err := app.OpenPool(ctx, c.databaseURL, "tenant", app.Pool{MaxConns: 2})
 	if err != nil {
 		return err
 	}

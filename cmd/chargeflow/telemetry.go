@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -24,8 +23,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-
-	"chargeflow/outbox"
 )
 
 // telemetry is how one process observes itself: the tracer and meter
@@ -135,12 +132,6 @@ func newMetrics(res *resource.Resource) (*sdkmetric.MeterProvider, http.Handler,
 	}
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithResource(res))
 	return provider, promhttp.HandlerFor(registry, promhttp.HandlerOpts{}), nil
-}
-
-// riverMiddleware is the middleware of every River client: the trace
-// context travels with each job from its insert to its run.
-func riverMiddleware() []rivertype.Middleware {
-	return []rivertype.Middleware{&outbox.TraceContext{}}
 }
 
 // shutdownTelemetry flushes what the process traced, for at most five

@@ -17,8 +17,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -28,6 +26,7 @@ import (
 
 	"chargeflow/fakepsp"
 	"chargeflow/intent"
+	"chargeflow/internal/app"
 	"chargeflow/internal/dbtest"
 	"chargeflow/internal/ids"
 	"chargeflow/reconciler"
@@ -76,37 +75,35 @@ func startObservedSystem(t *testing.T) *observedSystem {
 	logger := slog.New(slog.DiscardHandler)
 	c := common{databaseURL: dbURL, logLevel: "info"}
 
-	var a apiFlags
-	parseFlags(t, e, a.bind, "--lock-timeout", "100ms")
-	server, pool, err := newAPI(ctx, c, a, logger, nil, s.tel)
+	// The flags of `all`, with the commands' own defaults.
+	var o app.Options
+	var addr string
+	parseFlags(t, e, func(fs *flag.FlagSet) {
+		bindAPI(fs, &o, &addr)
+		bindProvider(fs, e, &o)
+		bindWorker(fs, &o)
+		bindReconciler(fs, &o)
+	}, "--lock-timeout", "100ms", "--psp-url", s.pspURL, "--call-timeout", "300ms", "--unknown-check-after", "1ms", "--concurrency", "4")
+	o = roleSetup{base: logger, tel: s.tel}.options(o, c, "test")
+
+	a, err := app.NewAPI(ctx, o)
 	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	s.pool = pool
-	apiServer := httptest.NewServer(server.Handler())
+	t.Cleanup(a.Close)
+	s.pool = a.Pool
+	apiServer := httptest.NewServer(a.Server.Handler())
 	t.Cleanup(apiServer.Close)
 	s.apiURL = apiServer.URL
 
-	created, key, err := tenant.Create(ctx, pool, "observed")
+	created, key, err := tenant.Create(ctx, a.Pool, "observed")
 	require.NoError(t, err)
 	s.tenantID, s.apiKey = created.ID, key
 
-	var w workerFlags
-	parseFlags(t, e, func(fs *flag.FlagSet) { w.bind(fs, e) },
-		"--psp-url", s.pspURL, "--call-timeout", "300ms", "--unknown-check-after", "1ms", "--concurrency", "4")
-	workerClient, err := newWorkerClient(pool, w, logger, nil, s.tel)
+	workerClient, err := app.NewWorker(a.Pool, o)
 	require.NoError(t, err)
 	require.NoError(t, workerClient.Start(ctx))
-	t.Cleanup(func() {
-		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = workerClient.Stop(stopCtx)
-	})
+	t.Cleanup(func() { _ = app.StopRiver(ctx, workerClient) })
 
-	var r reconcilerFlags
-	parseFlags(t, e, func(fs *flag.FlagSet) { r.bind(fs, e, false) }, "--psp-url", s.pspURL, "--call-timeout", "300ms")
-	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Middleware: riverMiddleware()})
-	require.NoError(t, err)
-	s.reconciler, err = newReconciler(pool, insertOnly, r, logger, nil, s.tel)
+	s.reconciler, err = app.NewReconciler(a.Pool, a.Jobs, o)
 	require.NoError(t, err)
 	return s
 }

@@ -1,4 +1,4 @@
-package outbox_test
+package submit_test
 
 import (
 	"context"
@@ -10,14 +10,14 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"chargeflow/outbox"
+	"chargeflow/submit"
 )
 
 // TraceContext writes the inserting span into the job's metadata, keeping
 // what was there, and makes it the remote parent of the job's run.
 func TestTraceContextCarriesTheInsertingSpan(t *testing.T) {
 	t.Parallel()
-	middleware := &outbox.TraceContext{}
+	middleware := &submit.TraceContext{}
 	ctx, span := sdktrace.NewTracerProvider().Tracer("test").Start(context.Background(), "POST /v1/charges")
 	defer span.End()
 
@@ -48,7 +48,7 @@ func TestTraceContextCarriesTheInsertingSpan(t *testing.T) {
 // with garbage in its metadata) is worked with none.
 func TestTraceContextWithoutASpan(t *testing.T) {
 	t.Parallel()
-	middleware := &outbox.TraceContext{}
+	middleware := &submit.TraceContext{}
 
 	params := []*rivertype.JobInsertParams{{Kind: "charge.submit"}, {Kind: "charge.submit", Metadata: []byte(`{"a": 1}`)}}
 	_, err := middleware.InsertMany(context.Background(), params, func(context.Context) ([]*rivertype.JobInsertResult, error) { return nil, nil })

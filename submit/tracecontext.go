@@ -1,4 +1,4 @@
-package outbox
+package submit
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // that accepted a charge, the charge.submit run and its provider call are
 // one trace. Install it on every River client that inserts or works jobs:
 //
-//	river.Config{Middleware: []rivertype.Middleware{&outbox.TraceContext{}}}
+//	river.Config{Middleware: submit.Middleware()}
 //
 // On insert it writes the current span's context into the job's metadata as
 // "traceparent" (and "tracestate"), the keys and format of the W3C header;
@@ -37,10 +37,14 @@ type traceMetadata struct {
 	TraceState  string `json:"tracestate"`
 }
 
-// JobMetadata is the metadata TraceContext gives a job inserted under ctx,
-// for code that writes the job row itself (the API's one-statement accept).
+// Middleware is what every River client of chargeflow installs, inserting
+// or working: the trace context.
+func Middleware() []rivertype.Middleware { return []rivertype.Middleware{&TraceContext{}} }
+
+// Metadata is the metadata TraceContext gives a job inserted under ctx, for
+// Queue.Row, whose row is written by SQL rather than by River's client.
 // Without a span in ctx it is nil.
-func JobMetadata(ctx context.Context) []byte {
+func Metadata(ctx context.Context) []byte {
 	carrier := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, carrier)
 	if len(carrier) == 0 {

@@ -1,0 +1,331 @@
+// Package app wires chargeflow together: it opens the connection pools and
+// builds the River clients, the API, the outbox worker and the reconciler
+// from one Options struct with one set of defaults. The command (every
+// role), the benchmarks and the tests start the system through it, so the
+// system is wired in exactly one place (docs/architecture.md, "Wiring").
+//
+// Each component keeps its own defaults (api.Defaults, reconciler.Defaults,
+// submit.DefaultMaxAttempts, psp.DefaultTimeout, …); app adds only what
+// belongs to no component — pool sizes and River's client settings — and
+// passes shared values to every component that needs them, so they cannot
+// disagree: the provider client's call timeout is the worker's and the
+// reconciler's, the provider's name is the API's and the reconciler's, and
+// the submit queue is the API's and the reconciler's.
+package app
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"chargeflow/api"
+	"chargeflow/crashpoint"
+	"chargeflow/migrations"
+	"chargeflow/outbox"
+	"chargeflow/psp"
+	"chargeflow/reconciler"
+	"chargeflow/retention"
+	"chargeflow/submit"
+)
+
+// Options is everything a chargeflow process is built from. Zero values
+// take the defaults (Defaults).
+type Options struct {
+	// DatabaseURL names the database; it is created if missing.
+	DatabaseURL string
+	// Logger receives every component's logs. Default: discarded.
+	Logger *slog.Logger
+	// CrashPoints are armed in tests and scenarios only; nil is disarmed.
+	CrashPoints *crashpoint.Set
+	// TracerProvider and MeterProvider go to every component; nil is a
+	// no-op. Metrics serves the API's GET /metrics.
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+	Metrics        http.Handler
+
+	// ProviderName is the provider new charges go to and the one the
+	// reconciler resolves. Default api.Defaults().Provider.
+	ProviderName string
+	// Provider configures the provider client; its Timeout is the one call
+	// timeout of the system (default psp.DefaultTimeout).
+	Provider psp.Config
+
+	// Jobs configures the submit queue (max attempts, notify cooldown).
+	Jobs submit.Config
+
+	// API configures the API; DB, Jobs, Provider, Logger, CrashPoints and
+	// telemetry are filled in by NewAPI. APIPool sizes its pool.
+	API     api.Config
+	APIPool Pool
+
+	// Worker configures the outbox worker's River client.
+	Worker Worker
+
+	// Reconciler configures the reconciler; DB, Jobs, the provider's name
+	// and client, Logger, CrashPoints and telemetry are filled in by
+	// NewReconciler. ReconcilerPool sizes its pool.
+	Reconciler     reconciler.Config
+	ReconcilerPool Pool
+}
+
+// Pool sizes a role's connection pool.
+type Pool struct {
+	// MaxConns is the most connections the pool opens.
+	MaxConns int
+	// LockTimeout, when set, bounds every lock wait of the pool's sessions.
+	LockTimeout time.Duration
+}
+
+// Worker configures the River client that runs the outbox worker and the
+// periodic retention job.
+type Worker struct {
+	// Concurrency is how many charge.submit jobs run at once; the pool
+	// gets five connections more.
+	Concurrency int
+	// UnknownCheckAfter and ResendOnRerun are the outbox.Config fields of
+	// the same names.
+	UnknownCheckAfter time.Duration
+	ResendOnRerun     bool
+	// Retry spaces the attempts of a job whose call was provably not applied.
+	Retry outbox.RetryPolicy
+	// RescueAfter is how long a job may run before River reruns it, as
+	// after a crash. It must exceed outbox.JobTimeout of the call timeout;
+	// default that plus two minutes.
+	RescueAfter time.Duration
+	// RetentionInterval is how often expired idempotency records are
+	// deleted (by River's elected leader only).
+	RetentionInterval time.Duration
+	// FetchCooldown and FetchPollInterval tune how fast River picks new
+	// jobs up: a notification wakes it at once, at most once per cooldown;
+	// without one it polls.
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
+}
+
+// Defaults is the Options every zero field takes. Fields a component
+// defaults itself (api.Config, reconciler.Config, psp.Config, submit.Config)
+// are left zero here, so each default has one home.
+func Defaults() Options {
+	return Options{
+		ProviderName:   api.Defaults().Provider,
+		APIPool:        Pool{MaxConns: 20, LockTimeout: time.Second},
+		ReconcilerPool: Pool{MaxConns: 10},
+		Worker: Worker{
+			Concurrency:       20,
+			UnknownCheckAfter: outbox.DefaultUnknownCheckAfter,
+			Retry:             outbox.RetryPolicy{Base: outbox.DefaultRetryBase, Cap: outbox.DefaultRetryCap},
+			RetentionInterval: 10 * time.Minute,
+			FetchCooldown:     20 * time.Millisecond,
+			FetchPollInterval: 250 * time.Millisecond,
+		},
+	}
+}
+
+// withDefaults fills o's zero fields from Defaults.
+func (o Options) withDefaults() Options {
+	d := Defaults()
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
+	o.ProviderName = cmp.Or(o.ProviderName, d.ProviderName)
+	o.APIPool.MaxConns = cmp.Or(o.APIPool.MaxConns, d.APIPool.MaxConns)
+	o.APIPool.LockTimeout = cmp.Or(o.APIPool.LockTimeout, d.APIPool.LockTimeout)
+	o.ReconcilerPool.MaxConns = cmp.Or(o.ReconcilerPool.MaxConns, d.ReconcilerPool.MaxConns)
+	w, dw := &o.Worker, d.Worker
+	w.Concurrency = cmp.Or(w.Concurrency, dw.Concurrency)
+	w.UnknownCheckAfter = cmp.Or(w.UnknownCheckAfter, dw.UnknownCheckAfter)
+	w.Retry.Base = cmp.Or(w.Retry.Base, dw.Retry.Base)
+	w.Retry.Cap = cmp.Or(w.Retry.Cap, dw.Retry.Cap)
+	w.RetentionInterval = cmp.Or(w.RetentionInterval, dw.RetentionInterval)
+	w.FetchCooldown = cmp.Or(w.FetchCooldown, dw.FetchCooldown)
+	w.FetchPollInterval = cmp.Or(w.FetchPollInterval, dw.FetchPollInterval)
+	return o
+}
+
+// OpenPool creates the database if it is missing and opens a pool on it,
+// named chargeflow-<role> in pg_stat_activity.
+func OpenPool(ctx context.Context, databaseURL, role string, p Pool) (*pgxpool.Pool, error) {
+	if err := migrations.CreateDatabase(ctx, databaseURL); err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if p.MaxConns > 0 {
+		cfg.MaxConns = int32(p.MaxConns)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "chargeflow-" + role
+	if p.LockTimeout > 0 {
+		cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(p.LockTimeout.Milliseconds(), 10)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database pool: %w", err)
+	}
+	return pool, nil
+}
+
+// ProviderClient is the provider client every component of o shares.
+func (o Options) ProviderClient() *psp.Client {
+	cfg := o.Provider
+	cfg.TracerProvider, cfg.MeterProvider = o.TracerProvider, o.MeterProvider
+	return psp.NewClient(cfg)
+}
+
+// NewQueue makes the submit queue on a River client: an insert-only one
+// (NewInserter) or a worker's own.
+func NewQueue(client *river.Client[pgx.Tx], o Options) (*submit.Queue, error) {
+	cfg := o.Jobs
+	cfg.River = client
+	return submit.NewQueue(cfg)
+}
+
+// NewInserter makes the submit queue on an insert-only River client (no
+// queues, runs no jobs), as the API and the reconciler need.
+func NewInserter(pool *pgxpool.Pool, o Options) (*submit.Queue, error) {
+	o = o.withDefaults()
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: o.Logger, Middleware: submit.Middleware()})
+	if err != nil {
+		return nil, fmt.Errorf("river insert client: %w", err)
+	}
+	return NewQueue(client, o)
+}
+
+// API is the HTTP API and the pool it owns.
+type API struct {
+	Server *api.Server
+	Pool   *pgxpool.Pool
+	Jobs   *submit.Queue
+}
+
+// Close closes the API's pool.
+func (a *API) Close() { a.Pool.Close() }
+
+// NewAPI opens the API's pool (with its lock timeout) and builds the API on
+// it. /readyz checks that every migration is applied.
+func NewAPI(ctx context.Context, o Options) (*API, error) {
+	o = o.withDefaults()
+	pool, err := OpenPool(ctx, o.DatabaseURL, "api", o.APIPool)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := NewInserter(pool, o)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	cfg := o.API
+	cfg.DB, cfg.Jobs, cfg.Provider = pool, jobs, o.ProviderName
+	cfg.Logger, cfg.CrashPoints = o.Logger, o.CrashPoints
+	cfg.TracerProvider, cfg.MeterProvider, cfg.Metrics = o.TracerProvider, o.MeterProvider, o.Metrics
+	if cfg.Ready == nil {
+		cfg.Ready = func(ctx context.Context) error { return migrations.Check(ctx, pool) }
+	}
+	server, err := api.New(cfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &API{Server: server, Pool: pool, Jobs: jobs}, nil
+}
+
+// WorkerPool opens the outbox worker's pool: a connection per concurrent
+// job, and five for River's own work.
+func WorkerPool(ctx context.Context, o Options) (*pgxpool.Pool, error) {
+	o = o.withDefaults()
+	return OpenPool(ctx, o.DatabaseURL, "worker", Pool{MaxConns: o.Worker.Concurrency + 5})
+}
+
+// NewWorker builds the River client that runs the outbox worker and the
+// periodic retention job on pool. Start it with RunRiver.
+func NewWorker(pool *pgxpool.Pool, o Options) (*river.Client[pgx.Tx], error) {
+	o = o.withDefaults()
+	provider := o.ProviderClient()
+	worker, err := outbox.NewWorker(outbox.Config{
+		DB:                pool,
+		Provider:          provider,
+		Logger:            o.Logger,
+		CrashPoints:       o.CrashPoints,
+		UnknownCheckAfter: o.Worker.UnknownCheckAfter,
+		ResendOnRerun:     o.Worker.ResendOnRerun,
+		TracerProvider:    o.TracerProvider,
+		MeterProvider:     o.MeterProvider,
+	})
+	if err != nil {
+		return nil, err
+	}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, worker); err != nil {
+		return nil, err
+	}
+	if err := river.AddWorkerSafely(workers, retention.NewWorker(pool, 0, o.Logger)); err != nil {
+		return nil, err
+	}
+	jobTimeout := outbox.JobTimeout(provider.Timeout())
+	rescueAfter := cmp.Or(o.Worker.RescueAfter, jobTimeout+2*time.Minute)
+	if rescueAfter <= jobTimeout {
+		return nil, fmt.Errorf("rescue after %s must exceed the job timeout %s (call timeout + 5s)", rescueAfter, jobTimeout)
+	}
+	return river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger:               o.Logger,
+		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: o.Worker.Concurrency}},
+		Workers:              workers,
+		PeriodicJobs:         []*river.PeriodicJob{retention.PeriodicJob(o.Worker.RetentionInterval)},
+		RetryPolicy:          o.Worker.Retry,
+		JobTimeout:           jobTimeout,
+		RescueStuckJobsAfter: rescueAfter,
+		FetchCooldown:        o.Worker.FetchCooldown,
+		FetchPollInterval:    o.Worker.FetchPollInterval,
+		Middleware:           submit.Middleware(),
+	})
+}
+
+// ReconcilerPool opens the reconciler's pool.
+func ReconcilerPool(ctx context.Context, o Options) (*pgxpool.Pool, error) {
+	o = o.withDefaults()
+	return OpenPool(ctx, o.DatabaseURL, "reconciler", o.ReconcilerPool)
+}
+
+// NewReconciler builds a reconciler on pool; jobs enqueues its re-attempts.
+func NewReconciler(pool *pgxpool.Pool, jobs *submit.Queue, o Options) (*reconciler.Reconciler, error) {
+	o = o.withDefaults()
+	cfg := o.Reconciler
+	cfg.DB, cfg.Jobs = pool, jobs
+	cfg.Provider.Name, cfg.Provider.Client = o.ProviderName, o.ProviderClient()
+	cfg.Logger, cfg.CrashPoints = o.Logger, o.CrashPoints
+	cfg.TracerProvider, cfg.MeterProvider = o.TracerProvider, o.MeterProvider
+	return reconciler.New(cfg)
+}
+
+// RunRiver starts a River client and stops it when ctx is done, letting
+// running jobs finish for up to thirty seconds.
+func RunRiver(ctx context.Context, client *river.Client[pgx.Tx], logger *slog.Logger) error {
+	// Cancelling Start's context would cancel running jobs mid-call; the
+	// stop below is a soft one instead.
+	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("start river: %w", err)
+	}
+	logger.Info("worker started")
+	<-ctx.Done()
+	return StopRiver(ctx, client)
+}
+
+// StopRiver stops a started River client softly, for up to thirty seconds.
+func StopRiver(ctx context.Context, client *river.Client[pgx.Tx]) error {
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := client.Stop(stopCtx); err != nil {
+		return fmt.Errorf("stop river: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,71 @@
+// Package settle turns what a provider says about a charge into the state
+// moves that answer proves. The outbox worker (the answer to its own call)
+// and the reconciler (what a lookup by provider key found) both settle
+// charges through Moves, so the integrity check, the evidence written and
+// the decline code are one rule wherever the answer comes from
+// (docs/architecture.md, "Settling on a provider's answer").
+package settle
+
+import (
+	"cmp"
+	"fmt"
+
+	"chargeflow/intent"
+	"chargeflow/psp"
+)
+
+// Source is where an answer came from; it names the move's reason.
+type Source string
+
+const (
+	// Call is the provider's answer to the worker's own call.
+	Call Source = "provider"
+	// Lookup is what the reconciler's lookup by provider key found.
+	Lookup Source = "lookup_found"
+)
+
+// Outcome is what an answer proved.
+type Outcome string
+
+const (
+	// Succeeded means the provider holds a successful charge for exactly
+	// this charge's money and reference.
+	Succeeded Outcome = "succeeded"
+	// Declined means the provider declined it: a value, not an error.
+	Declined Outcome = "declined"
+	// Mismatch means the provider holds a charge under this key whose
+	// amount, currency or reference is not this charge's. That is never
+	// success: a person must look (needs_review, amount_mismatch).
+	Mismatch Outcome = "mismatch"
+)
+
+// Moves returns the moves answer proves for charge, and what it proved.
+// base names the charge and carries From (submitting or unknown), Actor and,
+// for the reconciler, LeaseToken; every returned move keeps them. A mismatch
+// from submitting is two moves, submitting → unknown → needs_review, since
+// the state machine routes every doubt through unknown; the caller applies
+// them in one transaction.
+func Moves(base intent.Move, charge intent.Charge, answer psp.Charge, src Source) ([]intent.Move, Outcome) {
+	evidence := "provider charge " + answer.ID
+	if answer.Amount != charge.Amount || answer.Currency != charge.Currency || answer.Reference != charge.ID {
+		review := base
+		review.To, review.Reason, review.Evidence = intent.StateNeedsReview, "amount_mismatch", evidence
+		review.ReviewReason = fmt.Sprintf("provider holds %d %s for reference %q under this key; the charge is %d %s",
+			answer.Amount, answer.Currency, answer.Reference, charge.Amount, charge.Currency)
+		if base.From != intent.StateSubmitting {
+			return []intent.Move{review}, Mismatch
+		}
+		toUnknown := base
+		toUnknown.To, toUnknown.Reason = intent.StateUnknown, "provider_answer_mismatch"
+		review.From = intent.StateUnknown
+		return []intent.Move{toUnknown, review}, Mismatch
+	}
+	move := base
+	if answer.Status == psp.StatusSucceeded {
+		move.To, move.Reason, move.ProviderChargeID = intent.StateSucceeded, string(src)+"_succeeded", answer.ID
+		return []intent.Move{move}, Succeeded
+	}
+	move.To, move.Reason, move.Evidence = intent.StateFailed, string(src)+"_declined", evidence
+	move.FailureCode = cmp.Or(answer.DeclineCode, "declined")
+	return []intent.Move{move}, Declined
+}
