@@ -28,21 +28,21 @@ func TestAdminClient(t *testing.T) {
 			{On: fakepsp.OnLookup, Fault: fakepsp.FaultLookupLag, P: 0.5, MS: 250},
 		}}
 		// A trailing slash, as in a configured base URL, is fine.
-		require.NoError(t, fakepsp.SetFaults(t.Context(), b.server.URL+"/", schedule))
+		require.NoError(t, fakepsp.SetFaults(t.Context(), b.url+"/", schedule))
 
 		_, err := b.client.Charge(t.Context(), visa("busy-1"))
 		requirePSPError(t, err, psp.ErrNotApplied, "status_429")
 
 		want := fakepsp.FaultState{Seed: 3, Dedupe: false, Rules: schedule.Rules, Fired: map[string]int{fakepsp.FaultNotProcessed: 1}}
 		require.Equal(t, want, b.provider.Faults())
-		state, err := fakepsp.FetchFaults(t.Context(), b.server.URL)
+		state, err := fakepsp.FetchFaults(t.Context(), b.url)
 		require.NoError(t, err)
 		require.Equal(t, want, state)
 
 		// The empty schedule clears the faults and restores the configured
 		// de-duplication.
-		require.NoError(t, fakepsp.SetFaults(t.Context(), b.server.URL, fakepsp.Schedule{}))
-		state, err = fakepsp.FetchFaults(t.Context(), b.server.URL)
+		require.NoError(t, fakepsp.SetFaults(t.Context(), b.url, fakepsp.Schedule{}))
+		state, err = fakepsp.FetchFaults(t.Context(), b.url)
 		require.NoError(t, err)
 		require.Equal(t, fakepsp.FaultState{Dedupe: true, Rules: []fakepsp.Rule{}, Fired: map[string]int{}}, state)
 		b.charge(t, visa("busy-2"))
@@ -54,7 +54,7 @@ func TestAdminClient(t *testing.T) {
 		b := setup(t, fakepsp.Config{Faults: faults(always(fakepsp.OnCharge, fakepsp.FaultNotProcessed, 0))})
 		before := b.provider.Faults()
 
-		err := fakepsp.SetFaults(t.Context(), b.server.URL, faults(fakepsp.Rule{On: fakepsp.OnLookup, Fault: fakepsp.FaultKeyExpiry, P: 1}))
+		err := fakepsp.SetFaults(t.Context(), b.url, faults(fakepsp.Rule{On: fakepsp.OnLookup, Fault: fakepsp.FaultKeyExpiry, P: 1}))
 		require.ErrorContains(t, err, "set faults: status 400")
 		require.ErrorContains(t, err, "invalid_schedule")
 		require.ErrorContains(t, err, "key_expiry")
