@@ -1,6 +1,7 @@
 package fakepsp
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -19,6 +20,11 @@ import (
 // maxScheduleBytes bounds a POST /_admin/faults body.
 const maxScheduleBytes = 1 << 20
 
+// maxAdminErrorBytes bounds how much of a refused admin call's body goes into
+// the error: enough for the provider's reason, not a whole page from some
+// other server at the wrong address.
+const maxAdminErrorBytes = 4 << 10
+
 // LedgerResponse is the body of GET /_admin/ledger.
 type LedgerResponse struct {
 	// Charges are in the order they were applied; never nil.
@@ -30,7 +36,7 @@ type LedgerResponse struct {
 // applied. It is how tests, the scenario checker and the benchmark read the
 // ground truth.
 func FetchLedger(ctx context.Context, baseURL string, includeDeclines bool) ([]LedgerEntry, error) {
-	url := strings.TrimRight(baseURL, "/") + "/_admin/ledger"
+	url := adminURL(baseURL, "/_admin/ledger")
 	if includeDeclines {
 		url += "?all=true"
 	}
@@ -44,13 +50,82 @@ func FetchLedger(ctx context.Context, baseURL string, includeDeclines bool) ([]L
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("fetch ledger: status %d", resp.StatusCode)
+		return nil, adminStatusError("fetch ledger", resp)
 	}
 	var body LedgerResponse
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 		return nil, fmt.Errorf("decode ledger: %w", err)
 	}
 	return body.Charges, nil
+}
+
+// FetchFaults reads GET /_admin/faults from the fake provider at baseURL: the
+// schedule in force and how often each fault fired since it was set. The
+// scenario runner reads it to count the faults a run exercised.
+func FetchFaults(ctx context.Context, baseURL string) (FaultState, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, adminURL(baseURL, "/_admin/faults"), nil)
+	if err != nil {
+		return FaultState{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return FaultState{}, fmt.Errorf("fetch faults: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return FaultState{}, adminStatusError("fetch faults", resp)
+	}
+	var state FaultState
+	if err := json.NewDecoder(resp.Body).Decode(&state); err != nil {
+		return FaultState{}, fmt.Errorf("decode faults: %w", err)
+	}
+	return state, nil
+}
+
+// SetFaults replaces the fault schedule of the fake provider at baseURL
+// through POST /_admin/faults, which also reseeds its random source and
+// resets the fired counters. It is how tests and the scenario runner change
+// the faults of a provider they reach only over HTTP, for instance one
+// running in another process. A schedule the provider refuses is an error
+// carrying the provider's reason.
+func SetFaults(ctx context.Context, baseURL string, schedule Schedule) error {
+	body, err := json.Marshal(schedule)
+	if err != nil {
+		return fmt.Errorf("encode faults: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, adminURL(baseURL, "/_admin/faults"), bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("set faults: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return adminStatusError("set faults", resp)
+	}
+	// Drain the answer (the new state) so the connection can be reused.
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return nil
+}
+
+// adminURL joins the provider's base URL, with or without a trailing slash,
+// and an admin path.
+func adminURL(baseURL, path string) string {
+	return strings.TrimRight(baseURL, "/") + path
+}
+
+// adminStatusError reports an admin call answered with a status other than
+// 200, with the start of the body: the provider puts its reason there (an
+// invalid schedule names the rule at fault), which a bare status would lose.
+func adminStatusError(op string, resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxAdminErrorBytes))
+	if body = bytes.TrimSpace(body); len(body) == 0 {
+		return fmt.Errorf("%s: status %d", op, resp.StatusCode)
+	}
+	return fmt.Errorf("%s: status %d: %s", op, resp.StatusCode, body)
 }
 
 // Audit is the body of GET /_admin/audit: what an auditor checks an

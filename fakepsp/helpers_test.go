@@ -5,8 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"chargeflow/fakepsp"
+	"chargeflow/fakepsp/fakepsptest"
 	"chargeflow/internal/lockedbuf"
 	"chargeflow/psp"
 )
@@ -23,7 +22,8 @@ import (
 // loopback TCP, and a psp client pointed at it.
 type testBundle struct {
 	provider   *fakepsp.Server
-	server     *httptest.Server
+	url        string
+	http       *http.Client
 	client     *psp.Client
 	ledgerPath string
 }
@@ -33,30 +33,20 @@ type testBundle struct {
 func setup(t *testing.T, cfg fakepsp.Config) *testBundle {
 	t.Helper()
 
-	if cfg.LedgerPath == "" {
-		cfg.LedgerPath = filepath.Join(t.TempDir(), "ledger.jsonl")
-	}
-	provider, err := fakepsp.New(cfg)
-	require.NoError(t, err)
-
-	server := httptest.NewServer(provider.Handler())
-	// Cleanups run last-registered first: the provider closes before the HTTP
-	// server, so connections it holds are released and Close does not wait.
-	t.Cleanup(server.Close)
-	t.Cleanup(func() { require.NoError(t, provider.Close()) })
-
+	started := fakepsptest.Start(t, cfg)
 	return &testBundle{
-		provider:   provider,
-		server:     server,
-		client:     psp.NewClient(psp.Config{BaseURL: server.URL}),
-		ledgerPath: cfg.LedgerPath,
+		provider:   started.Server,
+		url:        started.URL,
+		http:       started.Client(),
+		client:     psp.NewClient(psp.Config{BaseURL: started.URL}),
+		ledgerPath: started.LedgerPath,
 	}
 }
 
 // clientWithTimeout returns a psp client for the bundle's server that gives
 // up after timeout.
 func (b *testBundle) clientWithTimeout(timeout time.Duration) *psp.Client {
-	return psp.NewClient(psp.Config{BaseURL: b.server.URL, Timeout: timeout})
+	return psp.NewClient(psp.Config{BaseURL: b.url, Timeout: timeout})
 }
 
 // response is a raw HTTP answer.
@@ -83,12 +73,12 @@ func (r response) errorCode(t *testing.T) string {
 func (b *testBundle) do(t *testing.T, method, path string, header http.Header, body string) response {
 	t.Helper()
 
-	req, err := http.NewRequestWithContext(t.Context(), method, b.server.URL+path, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), method, b.url+path, strings.NewReader(body))
 	require.NoError(t, err)
 	for name, values := range header {
 		req.Header[name] = values
 	}
-	resp, err := b.server.Client().Do(req)
+	resp, err := b.http.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)

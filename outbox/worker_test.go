@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"chargeflow/fakepsp"
+	"chargeflow/fakepsp/fakepsptest"
 	"chargeflow/intent"
 	"chargeflow/internal/dbtest"
 	"chargeflow/internal/ids"
@@ -61,19 +61,17 @@ func setup(t *testing.T, opts ...func(*setupOpts)) (context.Context, *testBundle
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
 
-	provider, err := fakepsp.New(fakepsp.Config{LedgerPath: filepath.Join(t.TempDir(), "ledger.jsonl"), Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = provider.Close() })
-	handler := provider.Handler()
+	provider := fakepsptest.Start(t, fakepsp.Config{})
+	pspURL := provider.URL
 	if o.wrap != nil {
-		handler = o.wrap(handler)
+		wrapped := httptest.NewServer(o.wrap(provider.Server.Handler()))
+		t.Cleanup(wrapped.Close)
+		pspURL = wrapped.URL
 	}
-	pspServer := httptest.NewServer(handler)
-	t.Cleanup(pspServer.Close)
 
 	worker, err := outbox.NewWorker(outbox.Config{
 		DB:                pool,
-		Provider:          psp.NewClient(psp.Config{BaseURL: cmp.Or(o.providerURL, pspServer.URL), Timeout: o.callTimeout}),
+		Provider:          psp.NewClient(psp.Config{BaseURL: cmp.Or(o.providerURL, pspURL), Timeout: o.callTimeout}),
 		UnknownCheckAfter: time.Minute,
 		ResendOnRerun:     o.resendOnRerun,
 	})
@@ -102,7 +100,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) (context.Context, *testBundle
 	tenantID := ids.New("tn", time.Now())
 	_, err = pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'outbox test')`, tenantID)
 	require.NoError(t, err)
-	return ctx, &testBundle{pool: pool, river: client, pspURL: pspServer.URL, tenantID: tenantID}
+	return ctx, &testBundle{pool: pool, river: client, pspURL: pspURL, tenantID: tenantID}
 }
 
 // accept writes a charge and its job exactly as the API does, with extra
@@ -174,12 +172,15 @@ func (b *testBundle) ledger(t *testing.T) []fakepsp.LedgerEntry {
 }
 
 // faults replaces the provider's fault schedule.
-func (b *testBundle) faults(t *testing.T, schedule string) {
+func (b *testBundle) faults(t *testing.T, schedule fakepsp.Schedule) {
 	t.Helper()
-	resp, err := http.Post(b.pspURL+"/_admin/faults", "application/json", strings.NewReader(schedule))
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, fakepsp.SetFaults(context.Background(), b.pspURL, schedule))
+}
+
+// noDedupe is a schedule of rules with the provider's own de-duplication
+// off, so that only the worker stands between a retry and a second charge.
+func noDedupe(rules ...fakepsp.Rule) fakepsp.Schedule {
+	return fakepsp.Schedule{Seed: 1, Dedupe: new(false), Rules: rules}
 }
 
 func (b *testBundle) reasons(ctx context.Context, t *testing.T, id string) []string {
@@ -236,7 +237,7 @@ func TestWorkSettles(t *testing.T) {
 	t.Run("FiveJobsOneCall", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, func(o *setupOpts) { o.noStart = true })
-		b.faults(t, `{"seed": 1, "dedupe": false, "rules": []}`)
+		b.faults(t, noDedupe())
 
 		c := b.accept(ctx, t, "pm_card_visa", 5)
 		require.NoError(t, b.river.Start(ctx))
@@ -287,7 +288,7 @@ func TestWorkUnknownOutcomes(t *testing.T) {
 		t.Run(tt.fault, func(t *testing.T) {
 			t.Parallel()
 			ctx, b := setup(t, func(o *setupOpts) { o.callTimeout = 300 * time.Millisecond })
-			b.faults(t, fmt.Sprintf(`{"seed": 1, "dedupe": false, "rules": [{"on": "charge", "fault": %q, "p": 1, "ms": %d}]}`, tt.fault, tt.ms))
+			b.faults(t, noDedupe(fakepsp.Rule{On: fakepsp.OnCharge, Fault: tt.fault, P: 1, MS: tt.ms}))
 
 			c := b.accept(ctx, t, "pm_card_visa", 1)
 			got := b.waitFor(ctx, t, c.ID, intent.StateUnknown)
@@ -315,14 +316,14 @@ func TestWorkNotApplied(t *testing.T) {
 	t.Run("RetriesUntilAccepted", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, func(o *setupOpts) { o.maxAttempts = 50 })
-		b.faults(t, `{"seed": 1, "dedupe": false, "rules": [{"on": "charge", "fault": "not_processed", "p": 1}]}`)
+		b.faults(t, noDedupe(fakepsp.Rule{On: fakepsp.OnCharge, Fault: fakepsp.FaultNotProcessed, P: 1}))
 
 		c := b.accept(ctx, t, "pm_card_visa", 1)
 		require.Eventually(t, func() bool {
 			reasons := b.reasons(ctx, t, c.ID)
 			return strings.Count(strings.Join(reasons, " "), "submitting>pending:not_applied:status_429") >= 2
 		}, 20*time.Second, 10*time.Millisecond)
-		b.faults(t, `{"seed": 1, "dedupe": false, "rules": []}`)
+		b.faults(t, noDedupe())
 
 		got := b.waitFor(ctx, t, c.ID, intent.StateSucceeded)
 		require.GreaterOrEqual(t, got.Attempts, 3)
@@ -334,7 +335,7 @@ func TestWorkNotApplied(t *testing.T) {
 	t.Run("AttemptsExhausted", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, func(o *setupOpts) { o.maxAttempts = 3 })
-		b.faults(t, `{"seed": 1, "dedupe": false, "rules": [{"on": "charge", "fault": "not_processed", "p": 1}]}`)
+		b.faults(t, noDedupe(fakepsp.Rule{On: fakepsp.OnCharge, Fault: fakepsp.FaultNotProcessed, P: 1}))
 
 		c := b.accept(ctx, t, "pm_card_visa", 1)
 		got := b.waitFor(ctx, t, c.ID, intent.StateFailed)
@@ -368,7 +369,7 @@ func TestRerunFindsSubmitting(t *testing.T) {
 	t.Run("MovesToUnknownWithoutSending", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, func(o *setupOpts) { o.noStart = true })
-		b.faults(t, `{"seed": 1, "dedupe": false, "rules": []}`)
+		b.faults(t, noDedupe())
 
 		c := b.accept(ctx, t, "pm_card_visa", 1)
 		_, err := intent.MoveCharge(ctx, b.pool, intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StatePending,
@@ -389,7 +390,7 @@ func TestRerunFindsSubmitting(t *testing.T) {
 	t.Run("BrokenModeResends", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, func(o *setupOpts) { o.noStart = true; o.resendOnRerun = true })
-		b.faults(t, `{"seed": 1, "dedupe": false, "rules": []}`)
+		b.faults(t, noDedupe())
 
 		c := b.accept(ctx, t, "pm_card_visa", 1)
 		_, err := intent.MoveCharge(ctx, b.pool, intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StatePending,

@@ -7,9 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +20,7 @@ import (
 
 	"chargeflow/crashpoint"
 	"chargeflow/fakepsp"
+	"chargeflow/fakepsp/fakepsptest"
 	"chargeflow/intent"
 	"chargeflow/internal/dbtest"
 	"chargeflow/internal/ids"
@@ -50,11 +48,7 @@ func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Helper()
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
-	provider, err := fakepsp.New(fakepsp.Config{LedgerPath: filepath.Join(t.TempDir(), "ledger.jsonl")})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = provider.Close() })
-	server := httptest.NewServer(provider.Handler())
-	t.Cleanup(server.Close)
+	fake := fakepsptest.Start(t, fakepsp.Config{})
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Middleware: submit.Middleware()})
 	require.NoError(t, err)
 	jobs, err := submit.NewQueue(submit.Config{River: riverClient})
@@ -62,8 +56,8 @@ func setup(t *testing.T) (context.Context, *testBundle) {
 	tenantID := ids.New("tn", time.Now())
 	_, err = pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'reconciler test')`, tenantID)
 	require.NoError(t, err)
-	return ctx, &testBundle{pool: pool, queue: jobs, pspURL: server.URL,
-		provider: psp.NewClient(psp.Config{BaseURL: server.URL, Timeout: callTimeout}), tenantID: tenantID}
+	return ctx, &testBundle{pool: pool, queue: jobs, pspURL: fake.URL,
+		provider: psp.NewClient(psp.Config{BaseURL: fake.URL, Timeout: callTimeout}), tenantID: tenantID}
 }
 
 // newReconciler builds a reconciler with short timings; edit adjusts it.
@@ -123,12 +117,9 @@ func (b *testBundle) chargeAtProvider(t *testing.T, c intent.Charge, amount int6
 	require.NoError(t, err)
 }
 
-func (b *testBundle) faults(t *testing.T, schedule string) {
+func (b *testBundle) faults(t *testing.T, schedule fakepsp.Schedule) {
 	t.Helper()
-	resp, err := http.Post(b.pspURL+"/_admin/faults", "application/json", strings.NewReader(schedule))
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, fakepsp.SetFaults(context.Background(), b.pspURL, schedule))
 }
 
 func (b *testBundle) get(ctx context.Context, t *testing.T, id string) intent.Charge {
@@ -312,7 +303,7 @@ func TestLookupErrors(t *testing.T) {
 	ctx, b := setup(t)
 	c := b.unknownCharge(ctx, t, 1500)
 	b.chargeAtProvider(t, c, 1500, "pm_card_visa")
-	b.faults(t, `{"seed": 1, "rules": [{"on": "lookup", "fault": "unavailable", "p": 1}]}`)
+	b.faults(t, fakepsp.Schedule{Seed: 1, Rules: []fakepsp.Rule{{On: fakepsp.OnLookup, Fault: fakepsp.FaultUnavailable, P: 1}}})
 	r := b.newReconciler(t, func(c *reconciler.Config) { c.MaxUnknownAge = time.Hour })
 
 	var waits []time.Duration
@@ -329,14 +320,14 @@ func TestLookupErrors(t *testing.T) {
 	require.Less(t, waits[0], waits[1], "backoff grows")
 
 	// Healthy again: the lookup finds the charge.
-	b.faults(t, `{"seed": 1, "rules": []}`)
+	b.faults(t, fakepsp.Schedule{Seed: 1})
 	res, err := r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Succeeded)
 
 	// Down for longer than policy: needs review.
 	d := b.unknownCharge(ctx, t, 1600)
-	b.faults(t, `{"seed": 1, "rules": [{"on": "lookup", "fault": "unavailable", "p": 1}]}`)
+	b.faults(t, fakepsp.Schedule{Seed: 1, Rules: []fakepsp.Rule{{On: fakepsp.OnLookup, Fault: fakepsp.FaultUnavailable, P: 1}}})
 	b.age(ctx, t, d.ID, 2*time.Hour)
 	res, err = r.RunOnce(ctx)
 	require.NoError(t, err)

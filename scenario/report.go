@@ -80,7 +80,7 @@ func (r Report) firedAll(names []string) bool {
 
 // check runs every invariant and fills the report.
 func (s *system) check(ctx context.Context, rep *Report, converged bool, bound time.Duration) error {
-	if err := s.harvestFaults(); err != nil {
+	if err := s.harvestFaults(ctx); err != nil {
 		return err
 	}
 	add := func(vs ...Violation) { rep.Violations = append(rep.Violations, vs...) }

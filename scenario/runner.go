@@ -10,7 +10,6 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"chargeflow/fakepsp"
 	"chargeflow/internal/childproc"
 )
 
@@ -413,33 +413,20 @@ func (s *system) kill(p *proc, role string) {
 
 // setFaults replaces the provider's schedule, first harvesting how often
 // the old one's faults fired.
-func (s *system) setFaults(schedule string) error {
-	if err := s.harvestFaults(); err != nil {
+func (s *system) setFaults(ctx context.Context, schedule fakepsp.Schedule) error {
+	if err := s.harvestFaults(ctx); err != nil {
 		return err
 	}
-	resp, err := http.Post(s.psp.url()+"/_admin/faults", "application/json", strings.NewReader(schedule))
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("set faults: %d %s", resp.StatusCode, body)
-	}
-	return nil
+	return fakepsp.SetFaults(ctx, s.psp.url(), schedule)
 }
 
-func (s *system) harvestFaults() error {
-	resp, err := http.Get(s.psp.url() + "/_admin/faults")
+// harvestFaults adds how often each fault of the schedule in force fired to
+// the run's counts. The provider resets its counters with every new
+// schedule, so this runs before each replacement and once at the end.
+func (s *system) harvestFaults(ctx context.Context) error {
+	state, err := fakepsp.FetchFaults(ctx, s.psp.url())
 	if err != nil {
 		return err
-	}
-	defer resp.Body.Close()
-	var state struct {
-		Fired map[string]int `json:"fired"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&state); err != nil {
-		return fmt.Errorf("read faults: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -452,7 +439,7 @@ func (s *system) harvestFaults() error {
 // calm ends the chaos: no provider faults, crash points disarmed (every
 // process restarted without them), nothing paused.
 func (s *system) calm(ctx context.Context) error {
-	if err := s.setFaults(`{"seed": 1, "rules": []}`); err != nil {
+	if err := s.setFaults(ctx, fakepsp.Schedule{Seed: 1}); err != nil {
 		return err
 	}
 	s.mu.Lock()

@@ -73,12 +73,9 @@ func (s *system) startReconciler(env []string, flags ...string) *process {
 }
 
 // faults replaces the fake provider's fault schedule.
-func (s *system) faults(schedule string) {
+func (s *system) faults(schedule fakepsp.Schedule) {
 	s.t.Helper()
-	resp, err := http.Post(s.pspURL+"/_admin/faults", "application/json", strings.NewReader(schedule))
-	require.NoError(s.t, err)
-	resp.Body.Close()
-	require.Equal(s.t, http.StatusOK, resp.StatusCode)
+	require.NoError(s.t, fakepsp.SetFaults(context.Background(), s.pspURL, schedule))
 }
 
 // reasons counts the events of every charge by reason.

@@ -5,13 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"chargeflow/fakepsp"
 	"chargeflow/intent"
 	"chargeflow/scenario"
 )
@@ -49,9 +49,9 @@ func (s *system) countIn(state string) int {
 func TestThousandChargesWithUnknownOutcomes(t *testing.T) {
 	t.Parallel()
 	s := startSystem(t)
-	s.faults(`{"seed": 7, "dedupe": false, "rules": [
-		{"on": "charge", "fault": "apply_then_timeout", "p": 0.3, "ms": 1500},
-		{"on": "charge", "fault": "drop_before_apply", "p": 0.43, "ms": 50}]}`) // 0.43 of the remaining 70% = 30%
+	s.faults(fakepsp.Schedule{Seed: 7, Dedupe: new(false), Rules: []fakepsp.Rule{
+		{On: fakepsp.OnCharge, Fault: fakepsp.FaultApplyThenTimeout, P: 0.3, MS: 1500},
+		{On: fakepsp.OnCharge, Fault: fakepsp.FaultDropBeforeApply, P: 0.43, MS: 50}}}) // 0.43 of the remaining 70% = 30%
 	s.startWorker()
 	s.startWorker()
 	s.startReconciler(nil, "--max-attempts", "12")
@@ -80,9 +80,9 @@ func TestThousandChargesWithUnknownOutcomes(t *testing.T) {
 // what keeps the first system correct.
 func TestSettleWindowOutlastsLookupLag(t *testing.T) {
 	t.Parallel()
-	const faults = `{"seed": 3, "dedupe": false, "rules": [
-		{"on": "charge", "fault": "apply_then_timeout", "p": 1, "ms": 1500},
-		{"on": "lookup", "fault": "lookup_lag", "p": 1, "ms": 3000}]}`
+	faults := fakepsp.Schedule{Seed: 3, Dedupe: new(false), Rules: []fakepsp.Rule{
+		{On: fakepsp.OnCharge, Fault: fakepsp.FaultApplyThenTimeout, P: 1, MS: 1500},
+		{On: fakepsp.OnLookup, Fault: fakepsp.FaultLookupLag, P: 1, MS: 3000}}}
 	run := func(maxApplyDelay string) (*system, []string) {
 		s := startSystem(t)
 		s.faults(faults)
@@ -118,9 +118,9 @@ func TestSettleWindowOutlastsLookupLag(t *testing.T) {
 func TestLookupUnavailableThenHealthy(t *testing.T) {
 	t.Parallel()
 	s := startSystem(t)
-	s.faults(`{"seed": 5, "dedupe": false, "rules": [
-		{"on": "charge", "fault": "apply_then_timeout", "p": 0.5, "ms": 1500},
-		{"on": "lookup", "fault": "unavailable", "p": 1}]}`)
+	s.faults(fakepsp.Schedule{Seed: 5, Dedupe: new(false), Rules: []fakepsp.Rule{
+		{On: fakepsp.OnCharge, Fault: fakepsp.FaultApplyThenTimeout, P: 0.5, MS: 1500},
+		{On: fakepsp.OnLookup, Fault: fakepsp.FaultUnavailable, P: 1}}})
 	s.startWorker()
 	s.startReconciler(nil)
 	ids := s.postMany("lookup-down", 20)
@@ -138,7 +138,7 @@ func TestLookupUnavailableThenHealthy(t *testing.T) {
 	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT coalesce(max(lookup_failures), 0) FROM charges`).Scan(&failures))
 	require.GreaterOrEqual(t, failures, 2, "lookups were retried with backoff")
 
-	s.faults(`{"seed": 5, "dedupe": false, "rules": []}`)
+	s.faults(fakepsp.Schedule{Seed: 5, Dedupe: new(false)})
 	s.waitNoneIn(time.Minute, "pending", "submitting", "unknown")
 	require.Empty(t, s.violations())
 	require.Equal(t, len(ids), s.countIn("succeeded"))
@@ -155,14 +155,14 @@ func TestLookupUnavailableForeverForSomeKeys(t *testing.T) {
 
 	// Lookups fail for everyone while the doomed charges are made; then a
 	// rule per doomed provider key keeps failing theirs, and only theirs.
-	const chargeFault = `{"on": "charge", "fault": "apply_then_timeout", "p": 1, "ms": 1500}`
-	s.faults(`{"seed": 9, "dedupe": false, "rules": [{"on": "lookup", "fault": "unavailable", "p": 1}, ` + chargeFault + `]}`)
+	chargeFault := fakepsp.Rule{On: fakepsp.OnCharge, Fault: fakepsp.FaultApplyThenTimeout, P: 1, MS: 1500}
+	s.faults(fakepsp.Schedule{Seed: 9, Dedupe: new(false), Rules: []fakepsp.Rule{{On: fakepsp.OnLookup, Fault: fakepsp.FaultUnavailable, P: 1}, chargeFault}})
 	doomed := s.postMany("doomed", 5)
-	var rules []string
+	var rules []fakepsp.Rule
 	for _, id := range doomed {
-		rules = append(rules, fmt.Sprintf(`{"on": "lookup", "fault": "unavailable", "p": 1, "key_prefix": %q}`, intent.ProviderKeyFor(id)))
+		rules = append(rules, fakepsp.Rule{On: fakepsp.OnLookup, Fault: fakepsp.FaultUnavailable, P: 1, KeyPrefix: intent.ProviderKeyFor(id)})
 	}
-	s.faults(`{"seed": 9, "dedupe": false, "rules": [` + strings.Join(rules, ", ") + `, ` + chargeFault + `]}`)
+	s.faults(fakepsp.Schedule{Seed: 9, Dedupe: new(false), Rules: append(rules, chargeFault)})
 	healthy := s.postMany("healthy", 5)
 
 	s.waitNoneIn(2*time.Minute, "pending", "submitting", "unknown")

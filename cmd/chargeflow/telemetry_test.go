@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"chargeflow/fakepsp"
+	"chargeflow/fakepsp/fakepsptest"
 	"chargeflow/intent"
 	"chargeflow/internal/app"
 	"chargeflow/internal/dbtest"
@@ -64,12 +64,7 @@ func startObservedSystem(t *testing.T) *observedSystem {
 		_ = meterProvider.Shutdown(ctx)
 	})
 
-	provider, err := fakepsp.New(fakepsp.Config{LedgerPath: filepath.Join(t.TempDir(), "ledger.jsonl"), Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = provider.Close() })
-	pspServer := httptest.NewServer(provider.Handler())
-	t.Cleanup(pspServer.Close)
-	s.pspURL = pspServer.URL
+	s.pspURL = fakepsptest.Start(t, fakepsp.Config{}).URL
 
 	e := env{getenv: func(string) string { return "" }, stdout: io.Discard, stderr: io.Discard}
 	logger := slog.New(slog.DiscardHandler)
@@ -142,12 +137,9 @@ func (s *observedSystem) waitForState(t *testing.T, chargeID string, state inten
 	}, 20*time.Second, 5*time.Millisecond, "charge %s never reached %s", chargeID, state)
 }
 
-func (s *observedSystem) faults(t *testing.T, schedule string) {
+func (s *observedSystem) faults(t *testing.T, schedule fakepsp.Schedule) {
 	t.Helper()
-	resp, err := http.Post(s.pspURL+"/_admin/faults", "application/json", strings.NewReader(schedule))
-	require.NoError(t, err)
-	require.NoError(t, resp.Body.Close())
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, fakepsp.SetFaults(context.Background(), s.pspURL, schedule))
 }
 
 // span waits for an ended span matching name and, when set, charge id.
@@ -238,12 +230,12 @@ func TestTraceFollowsAChargeFromRequestToProvider(t *testing.T) {
 
 	// A call whose answer is lost: the charge goes unknown, and the
 	// reconciler's lookup finds it.
-	s.faults(t, `{"rules": [{"on": "charge", "fault": "apply_then_timeout", "p": 1, "ms": 1000}]}`)
+	s.faults(t, fakepsp.Schedule{Rules: []fakepsp.Rule{{On: fakepsp.OnCharge, Fault: fakepsp.FaultApplyThenTimeout, P: 1, MS: 1000}}})
 	resp = s.post(t, "canary-idem-key-lost-0001", body)
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
 	lostID := strings.TrimPrefix(resp.Header.Get("Location"), "/v1/charges/")
 	s.waitForState(t, lostID, intent.StateUnknown)
-	s.faults(t, `{"rules": []}`)
+	s.faults(t, fakepsp.Schedule{})
 	lostRun := s.span(t, "charge.submit", lostID)
 	require.Equal(t, "unknown", attr(s.child(t, lostRun, "psp.charge"), "psp.outcome"))
 
@@ -313,11 +305,11 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 
 	// An unknown outcome, resolved by the reconciler.
-	s.faults(t, `{"rules": [{"on": "charge", "fault": "apply_then_timeout", "p": 1, "ms": 1000}]}`)
+	s.faults(t, fakepsp.Schedule{Rules: []fakepsp.Rule{{On: fakepsp.OnCharge, Fault: fakepsp.FaultApplyThenTimeout, P: 1, MS: 1000}}})
 	lost := s.post(t, "metrics-key-lost-0001", body)
 	lostID := strings.TrimPrefix(lost.Header.Get("Location"), "/v1/charges/")
 	s.waitForState(t, lostID, intent.StateUnknown)
-	s.faults(t, `{"rules": []}`)
+	s.faults(t, fakepsp.Schedule{})
 	require.Eventually(t, func() bool {
 		res, err := s.reconciler.RunOnce(ctx)
 		require.NoError(t, err)
