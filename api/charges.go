@@ -6,8 +6,11 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -243,10 +246,22 @@ type listView struct {
 	HasMore bool         `json:"has_more"`
 }
 
+// stateList names every state, for an error that lists them.
+func stateList() string {
+	names := make([]string, 0, len(intent.States()))
+	for _, s := range intent.States() {
+		names = append(names, string(s))
+	}
+	return strings.Join(names, ", ")
+}
+
 // listCharges answers a page of charges, newest first.
 func (s *Server) listCharges(c echo.Context) error {
 	params := intent.ListParams{TenantID: tenantOf(c).ID, Limit: 10}
-	for name, values := range c.QueryParams() {
+	query := c.QueryParams()
+	// In a fixed order, so the parameter a problem names does not vary.
+	for _, name := range slices.Sorted(maps.Keys(query)) {
+		values := query[name]
 		if len(values) != 1 {
 			return fieldProblem(CodeInvalidParameter, name, "give each query parameter once")
 		}
@@ -255,7 +270,7 @@ func (s *Server) listCharges(c echo.Context) error {
 		case "status":
 			params.State = intent.State(value)
 			if !params.State.Valid() {
-				return fieldProblem(CodeInvalidParameter, name, "status must be one of pending, submitting, unknown, succeeded, failed, needs_review")
+				return fieldProblem(CodeInvalidParameter, name, "status must be one of "+stateList())
 			}
 		case "limit":
 			n, err := strconv.Atoi(value)

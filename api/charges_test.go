@@ -473,6 +473,16 @@ func TestReadCharges(t *testing.T) {
 		for _, query := range []string{"?status=done", "?limit=0", "?limit=101", "?limit=x", "?starting_after=nope", "?colour=red", "?limit=1&limit=2"} {
 			requireProblem(t, b.get(t, b.tenantA, "/v1/charges"+query), http.StatusBadRequest, api.CodeInvalidParameter)
 		}
+
+		// Several bad parameters: the problem always names the same one
+		// (the first by name), not whichever a map visits first.
+		for range 20 {
+			p := requireProblem(t, b.get(t, b.tenantA, "/v1/charges?status=done&limit=0&starting_after=nope"),
+				http.StatusBadRequest, api.CodeInvalidParameter)
+			require.Equal(t, "limit", p["field"])
+		}
+		p := requireProblem(t, b.get(t, b.tenantA, "/v1/charges?status=done"), http.StatusBadRequest, api.CodeInvalidParameter)
+		require.Contains(t, p["detail"], "pending, submitting, unknown, succeeded, failed, needs_review")
 	})
 }
 

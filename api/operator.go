@@ -157,9 +157,12 @@ func parseResolution(body []byte) (resolution, error) {
 			return resolution{}, err
 		}
 	}
-	for name, value := range map[string]string{"status": string(r.status), "evidence": r.evidence, "operator": r.operator} {
-		if value == "" {
-			return resolution{}, fieldProblem(CodeMissingField, name, name+" is required")
+	// In a fixed order, so the field a problem names does not vary.
+	for _, required := range []struct{ name, value string }{
+		{"status", string(r.status)}, {"evidence", r.evidence}, {"operator", r.operator},
+	} {
+		if required.value == "" {
+			return resolution{}, fieldProblem(CodeMissingField, required.name, required.name+" is required")
 		}
 	}
 	switch {

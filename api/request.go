@@ -298,7 +298,7 @@ func findCardNumber(v jsoncanon.Value, path string) (string, bool) {
 				child = path + "." + m.Name
 			}
 			if containsPAN(m.Name) {
-				return cmpPath(path, "(member name)"), true
+				return pathOr(path, "(member name)"), true
 			}
 			if p, ok := findCardNumber(m.Value, safeFieldName(child)); ok {
 				return p, true
@@ -308,7 +308,8 @@ func findCardNumber(v jsoncanon.Value, path string) (string, bool) {
 	return "", false
 }
 
-func cmpPath(path, fallback string) string {
+// pathOr is path, or fallback for the top level (whose path is empty).
+func pathOr(path, fallback string) string {
 	if path == "" {
 		return fallback
 	}

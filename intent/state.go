@@ -1,5 +1,7 @@
 package intent
 
+import "slices"
+
 // State is where a charge is in its life. The zero value is not a state.
 type State string
 
@@ -35,13 +37,7 @@ func States() []State {
 }
 
 // Valid reports whether s is one of the states.
-func (s State) Valid() bool {
-	switch s {
-	case StatePending, StateSubmitting, StateUnknown, StateSucceeded, StateFailed, StateNeedsReview:
-		return true
-	}
-	return false
-}
+func (s State) Valid() bool { return slices.Contains(States(), s) }
 
 // Terminal reports whether nothing may move a charge out of s.
 func (s State) Terminal() bool {
