@@ -29,10 +29,7 @@ func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Helper()
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
-	tenantID := ids.New("tn", time.Now())
-	_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'intent test')`, tenantID)
-	require.NoError(t, err)
-	return ctx, &testBundle{pool: pool, tenantID: tenantID}
+	return ctx, &testBundle{pool: pool, tenantID: dbtest.Tenant(t, pool, "intent test")}
 }
 
 // accept creates a pending charge without its job.
@@ -374,26 +371,10 @@ func TestCanMove(t *testing.T) {
 
 // acceptWithJob accepts a charge the way the API does; with job, the job
 // row is written by the same statement.
-func (b *testBundle) acceptWithJob(ctx context.Context, t *testing.T, key string, job *intent.JobRow) intent.Charge {
+func (b *testBundle) acceptWithJob(_ context.Context, t *testing.T, key string, job *intent.JobRow) intent.Charge {
 	t.Helper()
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	id := ids.New("ch", now)
-	c := intent.Charge{
-		TenantID: b.tenantID, ID: id, State: intent.StatePending,
-		Amount: 1000, Currency: "USD", PaymentMethod: "pm_card_visa",
-		Metadata: map[string]string{"order": "A-1"},
-		Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id),
-		CreatedAt: now, UpdatedAt: now,
-	}
-	keyHash := sha256.Sum256([]byte(key))
-	inserted, err := intent.Accept(ctx, b.pool, intent.Acceptance{
-		Charge: c, Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:],
-		StatusCode: 201, ResponseBody: []byte(`{"id":"` + id + `"}`), ExpiresAt: now.Add(time.Hour),
-		Job: job,
-	})
-	require.NoError(t, err)
-	require.True(t, inserted)
-	return c
+	return dbtest.PendingCharge(t, b.pool, dbtest.Charge{TenantID: b.tenantID, Key: key, Metadata: map[string]string{"order": "A-1"},
+		Job: func(string) *intent.JobRow { return job }})
 }
 
 // Accept writes the job row it is given, as given, in its statement, and

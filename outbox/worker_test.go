@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"net"
@@ -25,7 +24,6 @@ import (
 	"chargeflow/fakepsp/fakepsptest"
 	"chargeflow/intent"
 	"chargeflow/internal/dbtest"
-	"chargeflow/internal/ids"
 	"chargeflow/outbox"
 	"chargeflow/psp"
 	"chargeflow/submit"
@@ -97,26 +95,16 @@ func setup(t *testing.T, opts ...func(*setupOpts)) (context.Context, *testBundle
 		_ = client.Stop(stopCtx)
 	})
 
-	tenantID := ids.New("tn", time.Now())
-	_, err = pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'outbox test')`, tenantID)
-	require.NoError(t, err)
-	return ctx, &testBundle{pool: pool, river: client, pspURL: pspURL, tenantID: tenantID}
+	return ctx, &testBundle{pool: pool, river: client, pspURL: pspURL, tenantID: dbtest.Tenant(t, pool, "outbox test")}
 }
 
 // accept writes a charge and its job exactly as the API does, with extra
 // duplicate jobs when asked.
 func (b *testBundle) accept(ctx context.Context, t *testing.T, paymentMethod string, jobs int) intent.Charge {
 	t.Helper()
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	id := ids.New("ch", now)
-	c := intent.Charge{TenantID: b.tenantID, ID: id, State: intent.StatePending, Amount: 4200, Currency: "EUR",
-		PaymentMethod: paymentMethod, Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now}
-	keyHash := sha256.Sum256([]byte(id))
+	var c intent.Charge
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		if _, err := intent.Accept(ctx, tx, intent.Acceptance{Charge: c, Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:],
-			StatusCode: 201, ResponseBody: []byte(`{}`), ExpiresAt: now.Add(time.Hour)}); err != nil {
-			return err
-		}
+		c = dbtest.PendingCharge(t, tx, dbtest.Charge{TenantID: b.tenantID, Amount: 4200, Currency: "EUR", PaymentMethod: paymentMethod})
 		for range jobs {
 			if _, err := b.river.InsertTx(ctx, tx, submit.ChargeArgs{TenantID: c.TenantID, ChargeID: c.ID}, nil); err != nil {
 				return err

@@ -3,7 +3,6 @@ package reconciler_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -23,7 +22,6 @@ import (
 	"chargeflow/fakepsp/fakepsptest"
 	"chargeflow/intent"
 	"chargeflow/internal/dbtest"
-	"chargeflow/internal/ids"
 	"chargeflow/psp"
 	"chargeflow/reconciler"
 	"chargeflow/submit"
@@ -53,11 +51,8 @@ func setup(t *testing.T) (context.Context, *testBundle) {
 	require.NoError(t, err)
 	jobs, err := submit.NewQueue(submit.Config{River: riverClient})
 	require.NoError(t, err)
-	tenantID := ids.New("tn", time.Now())
-	_, err = pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'reconciler test')`, tenantID)
-	require.NoError(t, err)
 	return ctx, &testBundle{pool: pool, queue: jobs, pspURL: fake.URL,
-		provider: psp.NewClient(psp.Config{BaseURL: fake.URL, Timeout: callTimeout}), tenantID: tenantID}
+		provider: psp.NewClient(psp.Config{BaseURL: fake.URL, Timeout: callTimeout}), tenantID: dbtest.Tenant(t, pool, "reconciler test")}
 }
 
 // newReconciler builds a reconciler with short timings; edit adjusts it.
@@ -94,15 +89,8 @@ func (b *testBundle) unknownCharge(ctx context.Context, t *testing.T, amount int
 
 func (b *testBundle) submittingCharge(ctx context.Context, t *testing.T, amount int64) intent.Charge {
 	t.Helper()
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	id := ids.New("ch", now)
-	c := intent.Charge{TenantID: b.tenantID, ID: id, State: intent.StatePending, Amount: amount, Currency: "USD",
-		PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now}
-	keyHash := sha256.Sum256([]byte(id))
-	_, err := intent.Accept(ctx, b.pool, intent.Acceptance{Charge: c, Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:],
-		StatusCode: 201, ResponseBody: []byte(`{}`), ExpiresAt: now.Add(time.Hour)})
-	require.NoError(t, err)
-	c, err = intent.MoveCharge(ctx, b.pool, intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StatePending,
+	c := dbtest.PendingCharge(t, b.pool, dbtest.Charge{TenantID: b.tenantID, Amount: amount})
+	c, err := intent.MoveCharge(ctx, b.pool, intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StatePending,
 		To: intent.StateSubmitting, Actor: "test", Reason: "submit", CountAttempt: true})
 	require.NoError(t, err)
 	return c
@@ -474,19 +462,12 @@ func TestStrandedPending(t *testing.T) {
 	t.Parallel()
 	ctx, b := setup(t)
 	pendingWithJob := func() intent.Charge {
-		now := time.Now().UTC().Truncate(time.Microsecond)
-		id := ids.New("ch", now)
-		c := intent.Charge{TenantID: b.tenantID, ID: id, State: intent.StatePending, Amount: 100, Currency: "USD",
-			PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now}
-		keyHash := sha256.Sum256([]byte(id))
+		var c intent.Charge
 		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			if _, err := intent.Accept(ctx, tx, intent.Acceptance{Charge: c, Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:],
-				StatusCode: 201, ResponseBody: []byte(`{}`), ExpiresAt: now.Add(time.Hour)}); err != nil {
-				return err
-			}
+			c = dbtest.PendingCharge(t, tx, dbtest.Charge{TenantID: b.tenantID, Amount: 100})
 			return b.queue.Enqueue(ctx, tx, submit.ChargeArgs{TenantID: c.TenantID, ChargeID: c.ID})
 		}))
-		_, err := b.pool.Exec(ctx, `UPDATE charges SET updated_at = now() - interval '2 minutes' WHERE id = $1`, id)
+		_, err := b.pool.Exec(ctx, `UPDATE charges SET updated_at = now() - interval '2 minutes' WHERE id = $1`, c.ID)
 		require.NoError(t, err)
 		return c
 	}

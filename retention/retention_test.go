@@ -23,9 +23,7 @@ func TestCleanup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
-	tenantID := ids.New("tn", time.Now())
-	_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'retention')`, tenantID)
-	require.NoError(t, err)
+	tenantID := dbtest.Tenant(t, pool, "retention")
 
 	accept := func(i int, created time.Time, ttl time.Duration) {
 		id := ids.New("ch", created)

@@ -2,7 +2,6 @@ package submit_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 
 	"chargeflow/intent"
 	"chargeflow/internal/dbtest"
-	"chargeflow/internal/ids"
 	"chargeflow/submit"
 )
 
@@ -29,10 +27,7 @@ func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Helper()
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
-	tenantID := ids.New("tn", time.Now())
-	_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'submit test')`, tenantID)
-	require.NoError(t, err)
-	return ctx, &testBundle{pool: pool, tenantID: tenantID}
+	return ctx, &testBundle{pool: pool, tenantID: dbtest.Tenant(t, pool, "submit test")}
 }
 
 // queue makes a Queue on an insert-only River client with our middleware.
@@ -48,25 +43,9 @@ func (b *testBundle) queue(t *testing.T, cfg submit.Config) *submit.Queue {
 
 // accept accepts a pending charge the way the API does, its job row (if
 // any) written by the same statement.
-func (b *testBundle) accept(ctx context.Context, t *testing.T, key string, job func(chargeID string) *intent.JobRow) intent.Charge {
+func (b *testBundle) accept(_ context.Context, t *testing.T, key string, job func(chargeID string) *intent.JobRow) intent.Charge {
 	t.Helper()
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	id := ids.New("ch", now)
-	c := intent.Charge{
-		TenantID: b.tenantID, ID: id, State: intent.StatePending,
-		Amount: 1000, Currency: "USD", PaymentMethod: "pm_card_visa",
-		Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id),
-		CreatedAt: now, UpdatedAt: now,
-	}
-	keyHash := sha256.Sum256([]byte(key))
-	inserted, err := intent.Accept(ctx, b.pool, intent.Acceptance{
-		Charge: c, Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:],
-		StatusCode: 201, ResponseBody: []byte(`{"id":"` + id + `"}`), ExpiresAt: now.Add(time.Hour),
-		Job: job(id),
-	})
-	require.NoError(t, err)
-	require.True(t, inserted)
-	return c
+	return dbtest.PendingCharge(t, b.pool, dbtest.Charge{TenantID: b.tenantID, Key: key, Job: job})
 }
 
 // riverJobRow is what a River job row says, but for its id and times.

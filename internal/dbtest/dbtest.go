@@ -12,6 +12,7 @@ package dbtest
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"log/slog"
 	"net/url"
@@ -26,6 +27,9 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver pgtestdb connects with
 	"github.com/peterldowns/pgtestdb"
 
+	"chargeflow/intent"
+	"chargeflow/internal/ids"
+	"chargeflow/internal/pg"
 	"chargeflow/migrations"
 )
 
@@ -166,4 +170,55 @@ func ListenRiverInserts(t testing.TB, pool *pgxpool.Pool) (string, func() *pgcon
 		}
 		return n
 	}
+}
+
+// Tenant inserts a tenant called name and returns its id: what a test needs
+// before it can write a charge.
+func Tenant(t testing.TB, db pg.Handle, name string) string {
+	t.Helper()
+	id := ids.New("tn", time.Now())
+	if _, err := db.Exec(context.Background(), `INSERT INTO tenants (id, name) VALUES ($1, $2)`, id, name); err != nil {
+		t.Fatalf("dbtest: insert tenant: %v", err)
+	}
+	return id
+}
+
+// Charge describes a charge for PendingCharge; zero fields take 1,000 USD
+// paid with pm_card_visa.
+type Charge struct {
+	TenantID      string
+	Amount        int64
+	Currency      string
+	PaymentMethod string
+	Metadata      map[string]string
+	// Key is the idempotency key; default the charge's id.
+	Key string
+	// Job, when set, makes the job row the accept statement writes.
+	Job func(chargeID string) *intent.JobRow
+}
+
+// PendingCharge accepts a charge as the API does — its idempotency record,
+// the charge (pending, provider fakepsp) and its creation event, and its job
+// row when spec.Job says so — on db (a pool, or a test's transaction).
+func PendingCharge(t testing.TB, db pg.Handle, spec Charge) intent.Charge {
+	t.Helper()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	id := ids.New("ch", now)
+	c := intent.Charge{
+		TenantID: spec.TenantID, ID: id, State: intent.StatePending,
+		Amount: cmp.Or(spec.Amount, 1000), Currency: cmp.Or(spec.Currency, "USD"),
+		PaymentMethod: cmp.Or(spec.PaymentMethod, "pm_card_visa"), Metadata: spec.Metadata,
+		Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now,
+	}
+	keyHash := sha256.Sum256([]byte(cmp.Or(spec.Key, id)))
+	a := intent.Acceptance{Charge: c, Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:],
+		StatusCode: 201, ResponseBody: []byte(`{"id":"` + id + `"}`), ExpiresAt: now.Add(time.Hour)}
+	if spec.Job != nil {
+		a.Job = spec.Job(id)
+	}
+	inserted, err := intent.Accept(context.Background(), db, a)
+	if err != nil || !inserted {
+		t.Fatalf("dbtest: accept charge: inserted %v, err %v", inserted, err)
+	}
+	return c
 }
