@@ -24,6 +24,7 @@ run: db
 ## test: formatting, vet, every test with -race, a short fuzz run, the bootstrap script's own test,
 ## and the crash-scenario catalogue with short timings (a 2,000-charge soak included)
 test: db
+	@scripts/ensure-docker-compose
 	@unformatted=$$(gofmt -l .); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...

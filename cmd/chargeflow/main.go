@@ -65,6 +65,7 @@ func commands() []command {
 		{"scenario", "scenario list | scenario run NAME|all: replay crash scenarios against real processes and check the invariants", runScenario},
 		{"bench", "measure the performance targets as ratios against baselines on a fresh database (docs/benchmarks.md)", runBench},
 		{"all", "every role in one process against the local Postgres, with a demo tenant and a ready curl", runAll},
+		{"healthcheck", "healthcheck --url URL: GET it, exit 0 on a 2xx (the container image's HEALTHCHECK)", runHealthcheck},
 	}
 }
 

@@ -1,0 +1,418 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+)
+
+// The deploy files can't be run here (no Docker daemon, no registry), so
+// these tests check what can be checked without one: docker-compose.yml
+// parses, and every command, flag and environment variable that it and the
+// Dockerfile hand the binary is one the binary has (docs/deployment.md).
+
+// composeService is what the tests read of one service in the output of
+// `docker-compose config`, which has resolved the anchors and merge keys.
+type composeService struct {
+	Image       string                    `yaml:"image"`
+	Build       *struct{ Context string } `yaml:"build"`
+	Entrypoint  any                       `yaml:"entrypoint"`
+	Command     any                       `yaml:"command"`
+	Environment map[string]*string        `yaml:"environment"`
+	Healthcheck *struct {
+		Test    []string `yaml:"test"`
+		Disable bool     `yaml:"disable"`
+	} `yaml:"healthcheck"`
+}
+
+// env returns the service's environment as plain strings.
+func (s composeService) env() map[string]string {
+	m := make(map[string]string, len(s.Environment))
+	for k, v := range s.Environment {
+		if v != nil {
+			m[k] = *v
+		} else {
+			m[k] = ""
+		}
+	}
+	return m
+}
+
+// repoRoot is the top of the repository: the tests run in cmd/chargeflow.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	root, err = filepath.EvalSymlinks(root)
+	require.NoError(t, err)
+	require.FileExists(t, filepath.Join(root, "go.mod"))
+	return root
+}
+
+// composeConfig runs `docker-compose config` on the repository's
+// docker-compose.yml, which validates it, and returns its services. DOCKER_HOST
+// points at nothing, so this also shows no Docker daemon is needed.
+func composeConfig(t *testing.T, root string) map[string]composeService {
+	t.Helper()
+	bin, err := exec.LookPath("docker-compose")
+	if err != nil {
+		t.Fatalf("docker-compose is not on PATH, so docker-compose.yml cannot be validated: run scripts/ensure-docker-compose (as root it installs Debian's docker-compose package; make test runs it)")
+	}
+	cmd := exec.Command(bin, "--project-directory", root, "-f", filepath.Join(root, "docker-compose.yml"), "config")
+	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix:///nonexistent/docker.sock")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "docker-compose config rejects docker-compose.yml:\n%s", stderr.String())
+	var config struct {
+		Services map[string]composeService `yaml:"services"`
+	}
+	require.NoError(t, yaml.Unmarshal(stdout.Bytes(), &config), "docker-compose config printed:\n%s", stdout.String())
+	require.NotEmpty(t, config.Services, "docker-compose config printed:\n%s", stdout.String())
+	return config.Services
+}
+
+// recordingEnv is a getenv that answers from a fixed environment and
+// remembers every name it was asked for.
+type recordingEnv struct {
+	values map[string]string
+	mu     sync.Mutex
+	asked  map[string]bool
+}
+
+func newRecordingEnv(values map[string]string) *recordingEnv {
+	return &recordingEnv{values: values, asked: map[string]bool{}}
+}
+
+func (r *recordingEnv) getenv(name string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked[name] = true
+	return r.values[name]
+}
+
+// startupReachesDatabase names the commands whose start-up reads all of its
+// environment (flags, crash points, telemetry, broken modes) before it first
+// needs the database, and does nothing else with side effects before then. Run
+// with a cancelled context they stop right there, so envReads can run their
+// real start-up. Any other command is only run with -h: the fake provider, say,
+// would open its ledger and a listener first. A command missing here can only
+// make the check stricter, never let an unread variable through.
+var startupReachesDatabase = map[string]bool{"migrate": true, "api": true, "worker": true, "reconciler": true}
+
+// checkArgs requires that args (a subcommand and its flags) are a real
+// subcommand with real flags: the flag package rejects an unknown flag before
+// it reaches a trailing -h, so only real ones end in flag.ErrHelp. It returns
+// the environment variables the command read while binding its flags.
+func checkArgs(t *testing.T, what string, args []string, values map[string]string) map[string]bool {
+	t.Helper()
+	require.NotEmpty(t, args, "%s: no command", what)
+	// Cancelled: were -h ever not reached, the command stops at its first
+	// wait instead of serving.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rec := newRecordingEnv(values)
+	var stderr bytes.Buffer
+	err := run(ctx, append(slices.Clone(args), "-h"), rec.getenv, io.Discard, &stderr)
+	require.ErrorIs(t, err, flag.ErrHelp, "%s: `chargeflow %s` is not a subcommand with real flags:\n%s", what, strings.Join(args, " "), stderr.String())
+	return rec.asked
+}
+
+// envReads returns every environment variable `chargeflow args…` reads,
+// answering from values: while binding its flags (through checkArgs) and, for
+// the commands of startupReachesDatabase, during its real start-up.
+func envReads(t *testing.T, what string, args []string, values map[string]string) map[string]bool {
+	t.Helper()
+	read := checkArgs(t, what, args, values)
+	if !startupReachesDatabase[args[0]] {
+		return read
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rec := newRecordingEnv(values)
+	var stderr bytes.Buffer
+	err := run(ctx, args, rec.getenv, io.Discard, &stderr)
+	require.ErrorIs(t, err, context.Canceled, "%s: `chargeflow %s` did not get as far as the database; its start-up failed:\n%s", what, strings.Join(args, " "), stderr.String())
+	for name := range rec.asked {
+		read[name] = true
+	}
+	return read
+}
+
+// unreadEnv returns, sorted, the variables of env that `chargeflow args…`
+// never reads.
+func unreadEnv(t *testing.T, what string, args []string, env map[string]string) []string {
+	t.Helper()
+	read := envReads(t, what, args, env)
+	var unread []string
+	for name := range env {
+		if !read[name] {
+			unread = append(unread, name)
+		}
+	}
+	slices.Sort(unread)
+	return unread
+}
+
+// stringList is a command or entrypoint in its list form. The shell form is
+// refused: the image has no shell, and a list is what the binary gets.
+func stringList(t *testing.T, what string, v any) []string {
+	t.Helper()
+	items, ok := v.([]any)
+	require.True(t, ok, "%s: want a YAML list such as [\"api\", \"--addr\", \"0.0.0.0:8080\"], got %#v", what, v)
+	out := make([]string, len(items))
+	for i, item := range items {
+		s, ok := item.(string)
+		require.True(t, ok, "%s: item %d is %#v, not a string", what, i, item)
+		out[i] = s
+	}
+	return out
+}
+
+func TestDockerCompose(t *testing.T) {
+	t.Parallel()
+
+	root := repoRoot(t)
+	services := composeConfig(t, root)
+	binary := dockerfileEntrypoint(t, root)
+
+	var names []string
+	for name := range services {
+		names = append(names, name)
+	}
+	for _, want := range []string{"postgres", "migrate", "api", "worker", "reconciler", "fakepsp", "jaeger"} {
+		require.Contains(t, names, want, "docker-compose.yml has no %s service", want)
+	}
+
+	// The chargeflow services are those built from the repository's
+	// Dockerfile, all as the one image.
+	var chargeflow []string
+	for name, s := range services {
+		if s.Build == nil {
+			continue
+		}
+		dir, err := filepath.EvalSymlinks(s.Build.Context)
+		require.NoError(t, err, "%s: build context", name)
+		require.Equal(t, root, dir, "%s: built from somewhere else than the repository", name)
+		require.Equal(t, "chargeflow:local", s.Image, "%s: every chargeflow service uses the one image", name)
+		chargeflow = append(chargeflow, name)
+	}
+	slices.Sort(chargeflow)
+	require.Equal(t, []string{"api", "fakepsp", "migrate", "reconciler", "worker"}, chargeflow)
+
+	for _, name := range chargeflow {
+		s := services[name]
+		require.Nil(t, s.Entrypoint, "%s: the entrypoint is the image's (the binary); put the subcommand in command:", name)
+		command := stringList(t, name+" command", s.Command)
+		values := s.env()
+
+		unread := unreadEnv(t, name, command, values)
+		require.Empty(t, unread, "%s: `chargeflow %s` never reads these variables; remove them or fix their names", name, command[0])
+
+		// A probe runs the binary by its path (there is no shell); the
+		// image's own HEALTHCHECK is checked with the Dockerfile.
+		if hc := s.Healthcheck; hc != nil && !hc.Disable && !slices.Equal(hc.Test, []string{"NONE"}) {
+			require.GreaterOrEqual(t, len(hc.Test), 3, "%s: health check %q", name, hc.Test)
+			require.Equal(t, []string{"CMD", binary}, hc.Test[:2], "%s: a health check runs the binary itself, in the exec form (the image has no shell or curl)", name)
+			require.Equal(t, "healthcheck", hc.Test[2], "%s: health check %q", name, hc.Test)
+			checkArgs(t, name+" healthcheck", hc.Test[2:], values)
+		}
+	}
+
+	// The trace of a charge goes from the API request to the provider call,
+	// through the worker; the reconciler's lookups are traced too. All of
+	// them export to Jaeger, which takes OTLP over HTTP on 4318.
+	for _, name := range []string{"api", "worker", "reconciler"} {
+		values := services[name].env()
+		endpoint, err := otlpTracesEndpoint(env{getenv: func(k string) string { return values[k] }})
+		require.NoError(t, err, name)
+		require.Equal(t, "http://jaeger:4318/v1/traces", endpoint, "%s: its traces go to Jaeger", name)
+	}
+	require.Equal(t, "true", services["jaeger"].env()["COLLECTOR_OTLP_ENABLED"], "jaeger: OTLP must be on")
+}
+
+// TestDeployEnvCheck shows that the check above catches a misspelt variable,
+// and one that is real but read by another command only.
+func TestDeployEnvCheck(t *testing.T) {
+	t.Parallel()
+
+	api := []string{"api", "--addr", "0.0.0.0:8080"}
+	require.Empty(t, unreadEnv(t, "api", api, map[string]string{
+		"DATABASE_URL":                "postgres://postgres@127.0.0.1:1/chargeflow?sslmode=disable",
+		"LOG_LEVEL":                   "info",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1",
+		"OTEL_SERVICE_NAME":           "api",
+		"CHARGEFLOW_CRASHPOINTS":      "",
+	}))
+	require.Equal(t, []string{"DATABSE_URL", "PSP_URL"}, unreadEnv(t, "api", api, map[string]string{
+		"DATABSE_URL": "postgres://postgres@127.0.0.1:1/chargeflow?sslmode=disable",
+		"PSP_URL":     "http://127.0.0.1:1",
+	}))
+	// The fake provider reads no database and sends no traces.
+	require.Equal(t, []string{"DATABASE_URL", "OTEL_EXPORTER_OTLP_ENDPOINT"}, unreadEnv(t, "fakepsp", []string{"fakepsp", "--addr", "0.0.0.0:9090"}, map[string]string{
+		"DATABASE_URL":                "postgres://postgres@127.0.0.1:1/chargeflow?sslmode=disable",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1",
+		"LOG_LEVEL":                   "info",
+	}))
+}
+
+// dockerInstruction is one instruction of a Dockerfile: its keyword in upper
+// case and its arguments, continuation lines joined.
+type dockerInstruction struct {
+	keyword string
+	args    string
+}
+
+// dockerStage is one FROM and the instructions after it.
+type dockerStage struct {
+	from         string
+	instructions []dockerInstruction
+}
+
+// parseDockerfile splits the repository's Dockerfile into stages. It knows
+// the default escape character and comments only, which is all it uses.
+func parseDockerfile(t *testing.T, root string) []dockerStage {
+	t.Helper()
+	f, err := os.Open(filepath.Join(root, "Dockerfile"))
+	require.NoError(t, err)
+	defer f.Close()
+	var stages []dockerStage
+	var pending string
+	scanner := bufio.NewScanner(f)
+	for scanner.Scan() {
+		line := strings.TrimSpace(scanner.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if rest, ok := strings.CutSuffix(line, "\\"); ok {
+			pending += rest + " "
+			continue
+		}
+		line, pending = pending+line, ""
+		keyword, args, _ := strings.Cut(line, " ")
+		in := dockerInstruction{keyword: strings.ToUpper(keyword), args: strings.TrimSpace(args)}
+		if in.keyword == "FROM" {
+			stages = append(stages, dockerStage{from: in.args})
+			continue
+		}
+		require.NotEmpty(t, stages, "Dockerfile: %s before the first FROM", in.keyword)
+		stages[len(stages)-1].instructions = append(stages[len(stages)-1].instructions, in)
+	}
+	require.NoError(t, scanner.Err())
+	require.Empty(t, pending, "Dockerfile ends in a continuation line")
+	return stages
+}
+
+// with returns the stage's instructions that have keyword.
+func (s dockerStage) with(keyword string) []dockerInstruction {
+	var out []dockerInstruction
+	for _, in := range s.instructions {
+		if in.keyword == keyword {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// execForm parses a JSON array argument: the exec form, no shell.
+func execForm(t *testing.T, what, args string) []string {
+	t.Helper()
+	var list []string
+	require.NoError(t, json.Unmarshal([]byte(args), &list), "%s: want the exec form, a JSON array (the image has no shell), got %s", what, args)
+	require.NotEmpty(t, list, what)
+	return list
+}
+
+// dockerfileEntrypoint returns the path of the binary the final stage runs.
+func dockerfileEntrypoint(t *testing.T, root string) string {
+	t.Helper()
+	stages := parseDockerfile(t, root)
+	require.NotEmpty(t, stages)
+	final := stages[len(stages)-1]
+	entrypoints := final.with("ENTRYPOINT")
+	require.Len(t, entrypoints, 1, "Dockerfile: the final stage needs one ENTRYPOINT")
+	entrypoint := execForm(t, "ENTRYPOINT", entrypoints[0].args)
+	require.Len(t, entrypoint, 1, "Dockerfile: ENTRYPOINT is the binary alone, so a command is a subcommand and its flags")
+	require.True(t, filepath.IsAbs(entrypoint[0]), "Dockerfile: ENTRYPOINT %q is not an absolute path", entrypoint[0])
+	return entrypoint[0]
+}
+
+func TestDockerfile(t *testing.T) {
+	t.Parallel()
+
+	root := repoRoot(t)
+	stages := parseDockerfile(t, root)
+	require.GreaterOrEqual(t, len(stages), 2, "Dockerfile: want a build stage and a final stage")
+	build, final := stages[0], stages[len(stages)-1]
+	require.True(t, strings.HasPrefix(build.from, "golang:"), "Dockerfile: build from the official Go image, not %s", build.from)
+	finalImage, _, _ := strings.Cut(final.from, " ")
+	require.True(t, finalImage == "scratch" || strings.HasPrefix(finalImage, "gcr.io/distroless/static"),
+		"Dockerfile: the final stage is minimal (distroless static or scratch), not %s", final.from)
+
+	// A static build: no cgo, so nothing to link against at run time.
+	var built bool
+	for _, stage := range stages[:len(stages)-1] {
+		for _, in := range stage.with("RUN") {
+			if strings.Contains(in.args, "go build") {
+				require.Contains(t, in.args, "CGO_ENABLED=0", "Dockerfile: %s", in.args)
+				require.Contains(t, in.args, "-trimpath", "Dockerfile: %s", in.args)
+				require.Contains(t, in.args, "./cmd/chargeflow", "Dockerfile: %s", in.args)
+				built = true
+			}
+		}
+	}
+	require.True(t, built, "Dockerfile: no stage before the last runs go build")
+
+	// A numeric, non-root user: a runtime can check it without /etc/passwd.
+	users := final.with("USER")
+	require.NotEmpty(t, users, "Dockerfile: the final stage sets no USER, so it runs as root")
+	uid, _, _ := strings.Cut(users[len(users)-1].args, ":")
+	n, err := strconv.ParseUint(uid, 10, 32)
+	require.NoError(t, err, "Dockerfile: USER %s is not numeric", users[len(users)-1].args)
+	require.NotZero(t, n, "Dockerfile: USER %s is root", users[len(users)-1].args)
+
+	// The binary is where ENTRYPOINT says, and CMD is a real subcommand.
+	binary := dockerfileEntrypoint(t, root)
+	var copied bool
+	for _, in := range final.with("COPY") {
+		fields := strings.Fields(in.args)
+		copied = copied || fields[len(fields)-1] == binary
+	}
+	require.True(t, copied, "Dockerfile: nothing is copied to the ENTRYPOINT %s", binary)
+	cmds := final.with("CMD")
+	require.Len(t, cmds, 1, "Dockerfile: the final stage needs one CMD")
+	checkArgs(t, "Dockerfile CMD", execForm(t, "CMD", cmds[0].args), nil)
+
+	// The health check runs the binary: the image has no curl or shell.
+	healthchecks := final.with("HEALTHCHECK")
+	require.Len(t, healthchecks, 1, "Dockerfile: the final stage needs one HEALTHCHECK")
+	_, probe, ok := strings.Cut(healthchecks[0].args, "CMD ")
+	require.True(t, ok, "Dockerfile: HEALTHCHECK %s has no CMD", healthchecks[0].args)
+	test := execForm(t, "HEALTHCHECK CMD", probe)
+	require.Equal(t, binary, test[0], "Dockerfile: the health check runs the binary")
+	require.Greater(t, len(test), 1, "Dockerfile: HEALTHCHECK CMD %q", test)
+	require.Equal(t, "healthcheck", test[1], "Dockerfile: HEALTHCHECK CMD %q", test)
+	checkArgs(t, "Dockerfile HEALTHCHECK", test[1:], nil)
+
+	// The build context leaves out the private PostgreSQL clusters (another
+	// owner, mode 0700: unreadable) and the repository's history.
+	ignore, err := os.ReadFile(filepath.Join(root, ".dockerignore"))
+	require.NoError(t, err)
+	lines := strings.Split(string(ignore), "\n")
+	for _, want := range []string{".data", ".git"} {
+		require.Contains(t, lines, want, ".dockerignore leaves %s in the build context", want)
+	}
+}
