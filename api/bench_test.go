@@ -19,6 +19,7 @@ import (
 
 	"chargeflow/api"
 	"chargeflow/internal/dbtest"
+	"chargeflow/psp"
 	"chargeflow/submit"
 	"chargeflow/tenant"
 )
@@ -59,7 +60,8 @@ func benchServer(b *testing.B, config func(*api.Config)) (*api.Server, string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := api.Config{DB: pool, Jobs: newQueue(b, pool, submit.Config{})}
+	cfg := api.Config{DB: pool, Jobs: newQueue(b, pool, submit.Config{}),
+		ProviderClient: psp.NewClient(psp.Config{}), ProviderKeyWindow: time.Hour} // no resolutions here
 	config(&cfg)
 	server, err := api.New(cfg)
 	if err != nil {

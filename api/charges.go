@@ -255,37 +255,11 @@ func stateList() string {
 	return strings.Join(names, ", ")
 }
 
-// listCharges answers a page of charges, newest first.
+// listCharges answers a page of the tenant's charges, newest first.
 func (s *Server) listCharges(c echo.Context) error {
-	params := intent.ListParams{TenantID: tenantOf(c).ID, Limit: 10}
-	query := c.QueryParams()
-	// In a fixed order, so the parameter a problem names does not vary.
-	for _, name := range slices.Sorted(maps.Keys(query)) {
-		values := query[name]
-		if len(values) != 1 {
-			return fieldProblem(CodeInvalidParameter, name, "give each query parameter once")
-		}
-		value := values[0]
-		switch name {
-		case "status":
-			params.State = intent.State(value)
-			if !params.State.Valid() {
-				return fieldProblem(CodeInvalidParameter, name, "status must be one of "+stateList())
-			}
-		case "limit":
-			n, err := strconv.Atoi(value)
-			if err != nil || n < 1 || n > 100 {
-				return fieldProblem(CodeInvalidParameter, name, "limit must be an integer from 1 to 100")
-			}
-			params.Limit = n
-		case "starting_after":
-			if !ids.Valid("ch", value) {
-				return fieldProblem(CodeInvalidParameter, name, "starting_after must be a charge id")
-			}
-			params.StartingAfter = value
-		default:
-			return fieldProblem(CodeInvalidParameter, safeFieldName(name), "unknown query parameter")
-		}
+	params, err := listParams(c, intent.ListParams{TenantID: tenantOf(c).ID, Limit: 10})
+	if err != nil {
+		return err
 	}
 	ctx, cancel := s.dbContext(c)
 	defer cancel()
@@ -300,6 +274,46 @@ func (s *Server) listCharges(c echo.Context) error {
 	return s.writeJSON(c, http.StatusOK, page)
 }
 
+// listParams parses a listing's query onto params: status, limit,
+// starting_after and, for operators (params.AllTenants), tenant.
+func listParams(c echo.Context, params intent.ListParams) (intent.ListParams, error) {
+	query := c.QueryParams()
+	// In a fixed order, so the parameter a problem names does not vary.
+	for _, name := range slices.Sorted(maps.Keys(query)) {
+		values := query[name]
+		if len(values) != 1 {
+			return params, fieldProblem(CodeInvalidParameter, safeFieldName(name), "give each query parameter once")
+		}
+		value := values[0]
+		switch {
+		case name == "status":
+			params.State = intent.State(value)
+			if !params.State.Valid() {
+				return params, fieldProblem(CodeInvalidParameter, name, "status must be one of "+stateList())
+			}
+		case name == "limit":
+			n, err := strconv.Atoi(value)
+			if err != nil || n < 1 || n > 100 {
+				return params, fieldProblem(CodeInvalidParameter, name, "limit must be an integer from 1 to 100")
+			}
+			params.Limit = n
+		case name == "starting_after":
+			if !ids.Valid("ch", value) {
+				return params, fieldProblem(CodeInvalidParameter, name, "starting_after must be a charge id")
+			}
+			params.StartingAfter = value
+		case name == "tenant" && params.AllTenants:
+			if !ids.Valid("tn", value) {
+				return params, fieldProblem(CodeInvalidParameter, name, "tenant must be a tenant id")
+			}
+			params.TenantID = value
+		default:
+			return params, fieldProblem(CodeInvalidParameter, safeFieldName(name), "unknown query parameter")
+		}
+	}
+	return params, nil
+}
+
 type eventView struct {
 	ID        int64        `json:"id"`
 	From      *string      `json:"from"`
@@ -309,6 +323,21 @@ type eventView struct {
 	Attempt   int          `json:"attempt"`
 	Evidence  *string      `json:"evidence"`
 	CreatedAt time.Time    `json:"created_at"`
+	// Action names an operator action that moved nothing (a forced
+	// lookup); From is then null and To the state the charge stayed in.
+	Action *string `json:"action,omitempty"`
+}
+
+// eventViews renders an audit trail.
+func eventViews(events []intent.Event) []eventView {
+	views := make([]eventView, 0, len(events))
+	for _, e := range events {
+		views = append(views, eventView{
+			ID: e.ID, From: nonEmpty(string(e.From)), To: e.To, Actor: e.Actor, Reason: e.Reason,
+			Attempt: e.Attempt, Evidence: nonEmpty(e.Evidence), CreatedAt: e.CreatedAt.UTC(), Action: nonEmpty(e.Action),
+		})
+	}
+	return views
 }
 
 // listEvents answers a charge's audit trail, oldest first.
@@ -323,16 +352,9 @@ func (s *Server) listEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	views := make([]eventView, 0, len(events))
-	for _, e := range events {
-		views = append(views, eventView{
-			ID: e.ID, From: nonEmpty(string(e.From)), To: e.To, Actor: e.Actor, Reason: e.Reason,
-			Attempt: e.Attempt, Evidence: nonEmpty(e.Evidence), CreatedAt: e.CreatedAt.UTC(),
-		})
-	}
 	return s.writeJSON(c, http.StatusOK, struct {
 		Data []eventView `json:"data"`
-	}{views})
+	}{eventViews(events)})
 }
 
 func (s *Server) writeJSON(c echo.Context, status int, v any) error {

@@ -47,6 +47,8 @@ const (
 	logProblemKey = "chargeflow.log.problem"
 	logReplayKey  = "chargeflow.log.replayed"
 	logTenantKey  = "chargeflow.log.tenant_id"
+	// logOperatorKey is the operator's id (never the token) on /ops/ routes.
+	logOperatorKey = "chargeflow.log.operator_id"
 )
 
 // logRequests writes one structured line per request. It logs ids, route,
@@ -74,6 +76,9 @@ func (s *Server) logRequests(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		if v, ok := c.Get(logChargeKey).(string); ok {
 			attrs = append(attrs, slog.String("charge_id", v))
+		}
+		if v, ok := c.Get(logOperatorKey).(string); ok {
+			attrs = append(attrs, slog.String("operator_id", v))
 		}
 		if v, ok := c.Get(logReplayKey).(bool); ok && v {
 			attrs = append(attrs, slog.Bool("replayed", true))

@@ -6,12 +6,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
 	"chargeflow/api"
+	"chargeflow/psp"
 	"chargeflow/submit"
 )
 
@@ -46,7 +48,8 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none")
 	require.NoError(t, err)
 	defer pool.Close()
-	server, err := api.New(api.Config{DB: pool, Jobs: newQueue(t, pool, submit.Config{})})
+	server, err := api.New(api.Config{DB: pool, Jobs: newQueue(t, pool, submit.Config{}),
+		ProviderClient: psp.NewClient(psp.Config{}), ProviderKeyWindow: time.Hour})
 	require.NoError(t, err)
 	param := regexp.MustCompile(`:([a-z_]+)`)
 	var served []string

@@ -28,6 +28,8 @@ const (
 	CodeChargeNotUnknown      Code = "charge_not_unknown"
 	CodeDatabaseUnavailable   Code = "database_unavailable"
 	CodeDuplicateMember       Code = "duplicate_member"
+	CodeEvidenceMismatch      Code = "evidence_mismatch"
+	CodeForbidden             Code = "forbidden"
 	CodeIdempotencyKeyInvalid Code = "idempotency_key_invalid"
 	CodeIdempotencyKeyMissing Code = "idempotency_key_missing"
 	CodeIdempotencyKeyReused  Code = "idempotency_key_reused"
@@ -36,11 +38,14 @@ const (
 	CodeInvalidJSON           Code = "invalid_json"
 	CodeInvalidParameter      Code = "invalid_parameter"
 	CodeInvalidUTF8           Code = "invalid_utf8"
+	CodeKeyWindowPassed       Code = "key_window_passed"
 	CodeMethodNotAllowed      Code = "method_not_allowed"
 	CodeMissingField          Code = "missing_field"
 	CodeNotFound              Code = "not_found"
 	CodeNotReady              Code = "not_ready"
+	CodeProviderUnavailable   Code = "provider_unavailable"
 	CodeRateLimited           Code = "rate_limited"
+	CodeReconcileTooSoon      Code = "reconcile_too_soon"
 	CodeRequestInProgress     Code = "request_in_progress"
 	CodeUnauthorized          Code = "unauthorized"
 	CodeUnknownField          Code = "unknown_field"
@@ -58,6 +63,8 @@ var codeInfo = map[Code]struct {
 	CodeChargeNotUnknown:      {http.StatusConflict, "Charge is not unknown"},
 	CodeDatabaseUnavailable:   {http.StatusServiceUnavailable, "Database unavailable"},
 	CodeDuplicateMember:       {http.StatusBadRequest, "Duplicate JSON member"},
+	CodeEvidenceMismatch:      {http.StatusConflict, "The provider's records contradict the resolution"},
+	CodeForbidden:             {http.StatusForbidden, "Forbidden"},
 	CodeIdempotencyKeyInvalid: {http.StatusBadRequest, "Invalid Idempotency-Key"},
 	CodeIdempotencyKeyMissing: {http.StatusBadRequest, "Missing Idempotency-Key"},
 	CodeIdempotencyKeyReused:  {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
@@ -66,11 +73,14 @@ var codeInfo = map[Code]struct {
 	CodeInvalidJSON:           {http.StatusBadRequest, "Invalid JSON"},
 	CodeInvalidParameter:      {http.StatusBadRequest, "Invalid query parameter"},
 	CodeInvalidUTF8:           {http.StatusBadRequest, "Invalid UTF-8"},
+	CodeKeyWindowPassed:       {http.StatusConflict, "The provider's idempotency key window has passed"},
 	CodeMethodNotAllowed:      {http.StatusMethodNotAllowed, "Method not allowed"},
 	CodeMissingField:          {http.StatusBadRequest, "Missing field"},
 	CodeNotFound:              {http.StatusNotFound, "Not found"},
 	CodeNotReady:              {http.StatusServiceUnavailable, "Not ready"},
+	CodeProviderUnavailable:   {http.StatusServiceUnavailable, "Provider unavailable"},
 	CodeRateLimited:           {http.StatusTooManyRequests, "Rate limit exceeded"},
+	CodeReconcileTooSoon:      {http.StatusTooManyRequests, "Looked up too recently"},
 	CodeRequestInProgress:     {http.StatusConflict, "Request in progress"},
 	CodeUnauthorized:          {http.StatusUnauthorized, "Unauthorized"},
 	CodeUnknownField:          {http.StatusBadRequest, "Unknown field"},

@@ -19,7 +19,11 @@ func (s *Server) routes(e *echo.Echo) {
 	v1.GET("/charges/:id", s.getCharge)
 	v1.GET("/charges/:id/events", s.listEvents)
 
-	// Operator actions: audited in the charge's events.
-	v1.POST("/charges/:id/reconcile", s.reconcileCharge)
-	v1.POST("/charges/:id/resolve", s.resolveCharge)
+	// The operator plane: operator tokens only; every action is audited in
+	// the charge's events (ops.go).
+	ops := e.Group("/ops/v1", s.authenticateOperator)
+	ops.GET("/charges", s.opsListCharges)
+	ops.GET("/charges/:id", s.opsGetCharge)
+	ops.POST("/charges/:id/reconcile", s.opsReconcile, requireAdmin)
+	ops.POST("/charges/:id/resolve", s.opsResolve, requireAdmin)
 }

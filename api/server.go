@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"chargeflow/crashpoint"
+	"chargeflow/psp"
 	"chargeflow/submit"
 )
 
@@ -53,6 +54,17 @@ type Config struct {
 
 	// Provider names the provider new charges go to. Default "fakepsp".
 	Provider string
+	// ProviderClient looks charges up at the provider, to check an
+	// operator's resolution against its records. Required.
+	ProviderClient *psp.Client
+	// ProviderKeyWindow is how long after a charge's first send the
+	// provider still de-duplicates its key, less a safety margin: past it an
+	// operator cannot send the charge again. Required; internal/app derives
+	// it from the reconciler's key window and margin, so the two agree.
+	ProviderKeyWindow time.Duration
+	// ReconcileFloor is the least time between an operator's forced lookup
+	// of a charge and the previous lookup. Default 30 s.
+	ReconcileFloor time.Duration
 	// MaxBodyBytes caps a request body. Default 64 KiB.
 	MaxBodyBytes int64
 	// MaxAmount caps a charge's amount, in minor units. Default 99,999,999.
@@ -110,13 +122,14 @@ func Defaults() Config {
 		AuthCacheTTL:      10 * time.Second,
 		DBTimeout:         5 * time.Second,
 		ChargeCountMaxAge: 15 * time.Second,
+		ReconcileFloor:    30 * time.Second,
 	}
 }
 
 // New checks the configuration, fills in defaults and builds the handler.
 func New(cfg Config) (*Server, error) {
-	if cfg.DB == nil || cfg.Jobs == nil {
-		return nil, errors.New("api: DB and Jobs are required")
+	if cfg.DB == nil || cfg.Jobs == nil || cfg.ProviderClient == nil || cfg.ProviderKeyWindow <= 0 {
+		return nil, errors.New("api: DB, Jobs, ProviderClient and a ProviderKeyWindow are required")
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Now == nil {
@@ -138,6 +151,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.AuthCacheTTL = cmp.Or(cfg.AuthCacheTTL, d.AuthCacheTTL)
 	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, d.DBTimeout)
 	cfg.ChargeCountMaxAge = cmp.Or(cfg.ChargeCountMaxAge, d.ChargeCountMaxAge)
+	cfg.ReconcileFloor = cmp.Or(cfg.ReconcileFloor, d.ReconcileFloor)
 	tel, err := newTelemetry(cfg)
 	if err != nil {
 		return nil, err

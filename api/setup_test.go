@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -16,8 +17,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"chargeflow/api"
+	"chargeflow/fakepsp"
+	"chargeflow/fakepsp/fakepsptest"
 	"chargeflow/internal/dbtest"
 	"chargeflow/internal/lockedbuf"
+	"chargeflow/operator"
+	"chargeflow/psp"
 	"chargeflow/submit"
 	"chargeflow/tenant"
 )
@@ -30,7 +35,17 @@ type testBundle struct {
 	pool    *pgxpool.Pool
 	tenantA testTenant
 	tenantB testTenant
-	logs    *lockedbuf.Buffer
+	// admin and viewer are operator tokens.
+	admin  testOperator
+	viewer testOperator
+	// psp is the real fake provider the API checks resolutions against.
+	psp  *fakepsptest.Provider
+	logs *lockedbuf.Buffer
+}
+
+type testOperator struct {
+	Name  string
+	Token string
 }
 
 type testTenant struct {
@@ -70,10 +85,23 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *testBundle {
 		tt.ID, tt.Key = created.ID, key
 	}
 
+	for _, op := range []struct {
+		into *testOperator
+		name string
+		role operator.Role
+	}{{&b.admin, "alice", operator.RoleAdmin}, {&b.viewer, "victor", operator.RoleViewer}} {
+		_, token, err := operator.Create(ctx, pool, op.name, op.role)
+		require.NoError(t, err)
+		*op.into = testOperator{Name: op.name, Token: token}
+	}
+	b.psp = fakepsptest.Start(t, fakepsp.Config{})
+
 	cfg := api.Config{
-		DB:     pool,
-		Jobs:   jobs,
-		Logger: slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		DB:                pool,
+		Jobs:              jobs,
+		ProviderClient:    psp.NewClient(psp.Config{BaseURL: b.psp.URL, Timeout: 2 * time.Second}),
+		ProviderKeyWindow: 23 * time.Hour,
+		Logger:            slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	if o.config != nil {
 		o.config(&cfg)

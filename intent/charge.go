@@ -23,7 +23,25 @@ var (
 	// ErrIllegalMove means the move is not in the state machine. In Go it is
 	// refused before any SQL; the database refuses it too (SQLSTATE CF001).
 	ErrIllegalMove = errors.New("intent: illegal state move")
+
+	// ErrTooSoon means an operator forced a lookup too soon after the last
+	// one; *TooSoonError says how long to wait.
+	ErrTooSoon = errors.New("intent: too soon after the last lookup")
 )
+
+// TooSoonError says how long until another forced lookup is allowed. It
+// matches ErrTooSoon with errors.Is.
+type TooSoonError struct {
+	ChargeID string
+	Wait     time.Duration
+}
+
+func (e *TooSoonError) Error() string {
+	return fmt.Sprintf("charge %s: looked up too recently; wait %s", e.ChargeID, e.Wait)
+}
+
+// Is makes errors.Is(err, ErrTooSoon) work.
+func (e *TooSoonError) Is(target error) bool { return target == ErrTooSoon }
 
 // ConflictError says what the charge looked like when a move lost its
 // compare-and-set. It matches ErrConflict or ErrFenced with errors.Is.
@@ -80,21 +98,30 @@ type Charge struct {
 	LeaseToken     int64
 	LeaseExpiresAt *time.Time
 
+	// LastLookupAt is when the reconciler last looked the key up without
+	// settling the charge; ForcedCheckAt when an operator last forced a
+	// lookup. Forced lookups are spaced by a floor from both.
+	LastLookupAt  *time.Time
+	ForcedCheckAt *time.Time
+
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
 
 // Event is one row of a charge's audit trail: a move, who made it and why.
 type Event struct {
-	ID        int64
-	TenantID  string
-	ChargeID  string
-	From      State // "" for the creation event
-	To        State
-	Actor     string
-	Reason    string
-	Attempt   int
-	Evidence  string
+	ID       int64
+	TenantID string
+	ChargeID string
+	From     State // "" for the creation event
+	To       State
+	Actor    string
+	Reason   string
+	Attempt  int
+	Evidence string
+	// Action names an operator action that moved nothing (From is then
+	// empty and To is the state the charge stayed in).
+	Action    string
 	CreatedAt time.Time
 }
 

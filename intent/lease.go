@@ -83,6 +83,7 @@ func RescheduleCheck(ctx context.Context, db DB, r Recheck) error {
 	tag, err := db.Exec(ctx, `UPDATE charges SET
 		next_check_at = now() + $4::interval,
 		lookup_failures = CASE WHEN $5 THEN lookup_failures + 1 ELSE 0 END,
+		last_lookup_at = now(),
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND state = 'unknown' AND lease_token = $3`,
 		r.TenantID, r.ChargeID, r.LeaseToken, r.After, r.LookupFailed)
@@ -95,18 +96,52 @@ func RescheduleCheck(ctx context.Context, db DB, r Recheck) error {
 	return nil
 }
 
-// RequestCheck asks the reconciler to look at an unknown charge at once
-// (an operator's "reconcile now"). It does not touch a lease: a reconciler
-// holding one finishes first. It returns ErrConflict if the charge is not
-// unknown.
-func RequestCheck(ctx context.Context, db DB, tenantID, chargeID string) (Charge, error) {
-	c, err := scanCharge(db.QueryRow(ctx, `UPDATE charges SET next_check_at = now(), updated_at = now()
-		WHERE tenant_id = $1 AND id = $2 AND state = 'unknown' RETURNING `+chargeColumns, tenantID, chargeID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Charge{}, explainMiss(ctx, db, Move{TenantID: tenantID, ChargeID: chargeID, From: StateUnknown})
+// ForcedCheck is an operator's request to look an unknown charge up now.
+type ForcedCheck struct {
+	ChargeID string
+	// Actor is "operator:<name>"; it signs the action's event.
+	Actor string
+	// Floor is the least time since the last lookup, forced or not.
+	Floor time.Duration
+}
+
+// ForceCheck makes an unknown charge's check due now and records the
+// operator's action as an event of the charge, in one statement. It does not
+// touch a lease: a reconciler holding one finishes first. It returns a
+// *TooSoonError when the last lookup (or forced one) is within f.Floor, a
+// *ConflictError when the charge is not unknown, and ErrNotFound.
+func ForceCheck(ctx context.Context, db DB, f ForcedCheck) (Charge, error) {
+	c, err := scanCharge(db.QueryRow(ctx, `
+WITH forced AS (
+	UPDATE charges SET next_check_at = now(), forced_check_at = now(), updated_at = now()
+	WHERE id = $1 AND state = 'unknown'
+	  AND (last_lookup_at IS NULL OR last_lookup_at <= now() - $2::interval)
+	  AND (forced_check_at IS NULL OR forced_check_at <= now() - $2::interval)
+	RETURNING *
+), event AS (
+	INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, action)
+	SELECT tenant_id, id, NULL, state, $3, 'operator_reconcile', attempts, 'reconcile_requested' FROM forced
+)
+SELECT `+chargeColumns+` FROM forced`, f.ChargeID, f.Floor, f.Actor))
+	if !errors.Is(err, pgx.ErrNoRows) {
+		if err != nil {
+			return Charge{}, fmt.Errorf("force check of %s: %w", f.ChargeID, err)
+		}
+		return c, nil
 	}
-	if err != nil {
-		return Charge{}, fmt.Errorf("request check of %s: %w", chargeID, err)
+	var state State
+	var waitSeconds float64
+	err = db.QueryRow(ctx, `SELECT state, extract(epoch FROM greatest(
+			coalesce(last_lookup_at + $2::interval - now(), '0'),
+			coalesce(forced_check_at + $2::interval - now(), '0')))::float8
+		FROM charges WHERE id = $1`, f.ChargeID, f.Floor).Scan(&state, &waitSeconds)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Charge{}, fmt.Errorf("charge %s: %w", f.ChargeID, ErrNotFound)
+	case err != nil:
+		return Charge{}, fmt.Errorf("force check of %s: %w", f.ChargeID, err)
+	case state != StateUnknown:
+		return Charge{}, &ConflictError{ChargeID: f.ChargeID, Current: state}
 	}
-	return c, nil
+	return Charge{}, &TooSoonError{ChargeID: f.ChargeID, Wait: max(time.Duration(waitSeconds*float64(time.Second)), time.Millisecond)}
 }

@@ -19,7 +19,7 @@ type DB = pg.Handle
 const chargeColumns = `tenant_id, id, state, amount, currency, payment_method, description, metadata,
 	provider, provider_key, coalesce(provider_charge_id, ''), coalesce(failure_code, ''), coalesce(review_reason, ''),
 	attempts, first_attempt_at, last_attempt_at, unknown_since, lookup_failures, next_check_at,
-	coalesce(lease_owner, ''), lease_token, lease_expires_at, created_at, updated_at`
+	coalesce(lease_owner, ''), lease_token, lease_expires_at, last_lookup_at, forced_check_at, created_at, updated_at`
 
 // scanCharge reads chargeColumns, then any extra columns that follow them
 // into extra.
@@ -29,7 +29,7 @@ func scanCharge(row pgx.Row, extra ...any) (Charge, error) {
 	dest := append([]any{&c.TenantID, &c.ID, &c.State, &c.Amount, &c.Currency, &c.PaymentMethod, &c.Description, &metadata,
 		&c.Provider, &c.ProviderKey, &c.ProviderChargeID, &c.FailureCode, &c.ReviewReason,
 		&c.Attempts, &c.FirstAttemptAt, &c.LastAttemptAt, &c.UnknownSince, &c.LookupFailures, &c.NextCheckAt,
-		&c.LeaseOwner, &c.LeaseToken, &c.LeaseExpiresAt, &c.CreatedAt, &c.UpdatedAt}, extra...)
+		&c.LeaseOwner, &c.LeaseToken, &c.LeaseExpiresAt, &c.LastLookupAt, &c.ForcedCheckAt, &c.CreatedAt, &c.UpdatedAt}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return Charge{}, err
 	}
@@ -206,7 +206,10 @@ func Get(ctx context.Context, db DB, tenantID, id string) (Charge, error) {
 
 // ListParams selects a page of a tenant's charges, newest first.
 type ListParams struct {
-	TenantID string
+	// TenantID names the tenant; it is required unless AllTenants is set
+	// (operators only).
+	TenantID   string
+	AllTenants bool
 	// State filters by state; "" lists every state.
 	State State
 	// Limit is the page size.
@@ -217,8 +220,11 @@ type ListParams struct {
 
 // List returns a page of charges and whether more follow it.
 func List(ctx context.Context, db DB, p ListParams) ([]Charge, bool, error) {
+	if p.TenantID == "" && !p.AllTenants {
+		return nil, false, errors.New("intent: list charges of which tenant?")
+	}
 	rows, err := db.Query(ctx, `SELECT `+chargeColumns+` FROM charges
-		WHERE tenant_id = $1 AND ($2 = '' OR state = $2) AND ($3 = '' OR id < $3)
+		WHERE ($1 = '' OR tenant_id = $1) AND ($2 = '' OR state = $2) AND ($3 = '' OR id < $3)
 		ORDER BY id DESC LIMIT $4`, p.TenantID, string(p.State), p.StartingAfter, p.Limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("list charges: %w", err)
@@ -237,14 +243,14 @@ func List(ctx context.Context, db DB, p ListParams) ([]Charge, bool, error) {
 // least its creation event, so none means the charge is not the tenant's.
 func Events(ctx context.Context, db DB, tenantID, chargeID string) ([]Event, error) {
 	rows, err := db.Query(ctx, `SELECT id, tenant_id, charge_id, coalesce(from_state, ''), to_state, actor, reason,
-		attempt, coalesce(evidence, ''), created_at
+		attempt, coalesce(evidence, ''), coalesce(action, ''), created_at
 		FROM charge_events WHERE tenant_id = $1 AND charge_id = $2 ORDER BY id`, tenantID, chargeID)
 	if err != nil {
 		return nil, fmt.Errorf("list events of %s: %w", chargeID, err)
 	}
 	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
 		var e Event
-		err := row.Scan(&e.ID, &e.TenantID, &e.ChargeID, &e.From, &e.To, &e.Actor, &e.Reason, &e.Attempt, &e.Evidence, &e.CreatedAt)
+		err := row.Scan(&e.ID, &e.TenantID, &e.ChargeID, &e.From, &e.To, &e.Actor, &e.Reason, &e.Attempt, &e.Evidence, &e.Action, &e.CreatedAt)
 		return e, err
 	})
 	if err != nil {
@@ -254,4 +260,18 @@ func Events(ctx context.Context, db DB, tenantID, chargeID string) ([]Event, err
 		return nil, fmt.Errorf("charge %s: %w", chargeID, ErrNotFound)
 	}
 	return events, nil
+}
+
+// Find reads one charge by its id alone, whatever its tenant: for
+// operators, never for merchants (who use Get). Ids are unique across
+// tenants (80 random bits each).
+func Find(ctx context.Context, db DB, id string) (Charge, error) {
+	c, err := scanCharge(db.QueryRow(ctx, `SELECT `+chargeColumns+` FROM charges WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Charge{}, fmt.Errorf("charge %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Charge{}, fmt.Errorf("read charge %s: %w", id, err)
+	}
+	return c, nil
 }

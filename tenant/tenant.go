@@ -9,13 +9,8 @@ package tenant
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base32"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +18,7 @@ import (
 
 	"chargeflow/internal/ids"
 	"chargeflow/internal/pg"
+	"chargeflow/internal/secret"
 )
 
 // ErrUnauthenticated means the key is malformed, unknown, or revoked. Callers
@@ -42,10 +38,6 @@ type Tenant struct {
 	// RateLimit is requests per second; 0 means the server's default.
 	RateLimit int
 }
-
-const keyPrefix = "cfk_"
-
-var secretEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // Create makes a tenant and its first API key, and returns the key. The key
 // is shown once; only its hash is kept.
@@ -81,29 +73,29 @@ func ByName(ctx context.Context, db DB, name string) (Tenant, bool, error) {
 	return t, true, nil
 }
 
+// keys is the kind of a tenant's API key: "cfk_", the tenant id without
+// "tn_", "_", the secret.
+func keys() secret.Kind { return secret.Kind{Prefix: "cfk_", OwnerPrefix: "tn"} }
+
 // NewKey adds an API key to a tenant and returns it.
 func NewKey(ctx context.Context, db DB, tenantID string) (string, error) {
-	var secret [32]byte
-	_, _ = rand.Read(secret[:]) // crypto/rand.Read never fails (Go 1.24+).
-	encoded := strings.ToLower(secretEncoding.EncodeToString(secret[:]))
-	hash := sha256.Sum256([]byte(encoded))
+	key, hash := keys().Mint(tenantID)
 	_, err := db.Exec(ctx, `INSERT INTO api_keys (tenant_id, id, secret_hash) VALUES ($1, $2, $3)`,
-		tenantID, ids.New("key", time.Now()), hash[:])
+		tenantID, ids.New("key", time.Now()), hash)
 	if err != nil {
 		return "", fmt.Errorf("create api key: %w", err)
 	}
-	return keyPrefix + strings.TrimPrefix(tenantID, "tn_") + "_" + encoded, nil
+	return key, nil
 }
 
 // Authenticate returns the tenant a key belongs to. Every active key of that
 // tenant is compared, in constant time, so the time taken does not depend on
 // how much of the secret matched.
 func Authenticate(ctx context.Context, db DB, apiKey string) (Tenant, error) {
-	tenantID, secret, ok := parseKey(apiKey)
+	tenantID, presented, ok := keys().Parse(apiKey)
 	if !ok {
 		return Tenant{}, ErrUnauthenticated
 	}
-	presented := sha256.Sum256([]byte(secret))
 	rows, err := db.Query(ctx, `SELECT t.name, coalesce(t.rate_limit, 0), k.secret_hash
 		FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
 		WHERE k.tenant_id = $1 AND k.revoked_at IS NULL`, tenantID)
@@ -112,32 +104,19 @@ func Authenticate(ctx context.Context, db DB, apiKey string) (Tenant, error) {
 	}
 	defer rows.Close()
 	t := Tenant{ID: tenantID}
-	match := 0
+	match := false
 	for rows.Next() {
 		var hash []byte
 		if err := rows.Scan(&t.Name, &t.RateLimit, &hash); err != nil {
 			return Tenant{}, fmt.Errorf("authenticate: %w", err)
 		}
-		match |= subtle.ConstantTimeCompare(hash, presented[:])
+		match = secret.Matches(hash, presented) || match
 	}
 	if err := rows.Err(); err != nil {
 		return Tenant{}, fmt.Errorf("authenticate: %w", err)
 	}
-	if match != 1 {
+	if !match {
 		return Tenant{}, ErrUnauthenticated
 	}
 	return t, nil
-}
-
-// parseKey splits a key into the tenant id it names and its secret.
-func parseKey(apiKey string) (tenantID, secret string, ok bool) {
-	rest, found := strings.CutPrefix(apiKey, keyPrefix)
-	if !found {
-		return "", "", false
-	}
-	ulid, secret, found := strings.Cut(rest, "_")
-	if !found || !ids.Valid("tn", "tn_"+ulid) || len(secret) != secretEncoding.EncodedLen(32) {
-		return "", "", false
-	}
-	return "tn_" + ulid, secret, true
 }

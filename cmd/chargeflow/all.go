@@ -11,7 +11,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"chargeflow/internal/app"
+	"chargeflow/internal/pg"
 	"chargeflow/migrations"
+	"chargeflow/operator"
 	"chargeflow/tenant"
 )
 
@@ -33,6 +35,7 @@ func runAll(ctx context.Context, e env, args []string) error {
 	bindWorker(fs, &o)
 	p.bind(fs, e, "psp-addr")
 	bindReconciler(fs, &o)
+	bindKeyWindow(fs, &o)
 	r, done, err := setupRole(ctx, e, "all", &c, fs, args)
 	if err != nil {
 		return err
@@ -69,6 +72,10 @@ func runAll(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
+	opsToken, err := demoOperatorToken(ctx, a.Pool)
+	if err != nil {
+		return err
+	}
 	workerOptions := r.options(o, c, "worker")
 	workerClient, err := app.NewWorker(a.Pool, workerOptions)
 	if err != nil {
@@ -90,7 +97,7 @@ func runAll(ctx context.Context, e env, args []string) error {
 	var once sync.Once
 	g.Go(func() error {
 		return serveHTTP(ctx, addr, a.Server.Handler(), r.base.With("role", "api"), serveOptions{ready: func(listening net.Addr) {
-			once.Do(func() { printQuickstart(e, displayURL(listening), o.Provider.BaseURL, demoID, apiKey) })
+			once.Do(func() { printQuickstart(e, displayURL(listening), o.Provider.BaseURL, demoID, apiKey, opsToken) })
 		}})
 	})
 	return g.Wait()
@@ -111,9 +118,24 @@ func demoKey(ctx context.Context, db tenant.DB) (apiKey, tenantID string, err er
 	return apiKey, demo.ID, err
 }
 
+// demoOperator is the admin operator `chargeflow all` creates for the
+// quickstart.
+const demoOperator = "demo-admin"
+
+// demoOperatorToken makes sure the demo operator exists and gives it a
+// fresh token (tokens are stored hashed, so an old one cannot be shown).
+func demoOperatorToken(ctx context.Context, db pg.Handle) (string, error) {
+	_, token, found, err := operator.ResetToken(ctx, db, demoOperator)
+	if err != nil || found {
+		return token, err
+	}
+	_, token, err = operator.Create(ctx, db, demoOperator, operator.RoleAdmin)
+	return token, err
+}
+
 // printQuickstart shows the demo tenant's fresh key and a curl to try. It
 // goes to stdout, on purpose and only here: logs never carry API keys.
-func printQuickstart(e env, baseURL, pspURL, tenantID, apiKey string) {
+func printQuickstart(e env, baseURL, pspURL, tenantID, apiKey, opsToken string) {
 	var nonce [6]byte
 	_, _ = rand.Read(nonce[:])
 	key := "demo-order-" + hex.EncodeToString(nonce[:])
@@ -134,7 +156,11 @@ Then follow it (pending, then succeeded within a second) and its audit trail:
   curl -sS %[1]s/v1/charges/<id>/events -H 'Authorization: Bearer %[3]s'
 
 The provider's ledger (what really moved money): curl -sS %[5]s/_admin/ledger
+As an operator (the demo admin's token; every tenant's charges, timelines, resolve):
+
+  curl -sS '%[1]s/ops/v1/charges?status=needs_review' -H 'Authorization: Bearer %[6]s'
+
 Other test cards: pm_card_chargeDeclined, pm_card_chargeDeclinedInsufficientFunds, pm_card_chargeDeclinedExpiredCard
 
-`, baseURL, tenantID, apiKey, key, pspURL)
+`, baseURL, tenantID, apiKey, key, pspURL, opsToken)
 }

@@ -21,6 +21,7 @@ func bindAPI(fs *flag.FlagSet, o *app.Options, addr *string) {
 	fs.StringVar(&o.ProviderName, "provider", d.ProviderName, "the provider new charges go to")
 	bindSubmitMaxAttempts(fs, o)
 	fs.IntVar(&o.APIPool.MaxConns, "max-conns", d.APIPool.MaxConns, "database connections")
+	fs.DurationVar(&o.API.ReconcileFloor, "reconcile-floor", da.ReconcileFloor, "least time between an operator's forced lookup of a charge and the previous lookup")
 }
 
 // bindSubmitMaxAttempts registers --submit-max-attempts, a flag of every
@@ -37,6 +38,8 @@ func runAPI(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet("api", e)
 	c.bind(fs, e)
 	bindAPI(fs, &o, &addr)
+	bindProvider(fs, e, &o) // to check operators' resolutions with the provider
+	bindKeyWindow(fs, &o)
 	r, done, err := setupRole(ctx, e, "api", &c, fs, args)
 	if err != nil {
 		return err

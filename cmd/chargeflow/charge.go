@@ -15,26 +15,34 @@ import (
 	"time"
 )
 
-// runCharge is the operator's view of the API: the same endpoints, the same
+// runCharge is a client of the API: the same endpoints, the same
 // authentication and the same audit trail as any client, so there is one
-// implementation of every action.
+// implementation of every action. Reads are a merchant's (a tenant's API
+// key); reconcile and resolve are an operator's (an operator token, against
+// /ops/v1; the operator named in the audit trail is the token's).
 //
 //	chargeflow charge list [--status S] [--limit N] [--starting-after ID]
 //	chargeflow charge get ID
 //	chargeflow charge events ID
 //	chargeflow charge reconcile ID
-//	chargeflow charge resolve ID --status succeeded|failed|pending --evidence TEXT --operator NAME
+//	chargeflow charge resolve ID --status succeeded|failed|pending --evidence TEXT
 //	                             [--provider-charge-id PY] [--failure-code CODE]
 func runCharge(ctx context.Context, e env, args []string) error {
-	usage := errors.New("usage: chargeflow charge list|get|events|reconcile|resolve [ID] [flags] (API at --api-url, key from --api-key or CHARGEFLOW_API_KEY)")
+	usage := errors.New("usage: chargeflow charge list|get|events|reconcile|resolve [ID] [flags] " +
+		"(API at --api-url; reads with --api-key or CHARGEFLOW_API_KEY, reconcile and resolve with --operator-token or CHARGEFLOW_OPERATOR_TOKEN)")
 	if len(args) == 0 {
 		return usage
 	}
 	action, args := args[0], args[1:]
-	var apiURL, apiKey string
+	var apiURL, credential string
 	fs := newFlagSet("charge "+action, e)
 	fs.StringVar(&apiURL, "api-url", cmp.Or(e.getenv("CHARGEFLOW_API_URL"), "http://127.0.0.1:8080"), "the API's base URL (env CHARGEFLOW_API_URL)")
-	fs.StringVar(&apiKey, "api-key", e.getenv("CHARGEFLOW_API_KEY"), "the tenant's API key (env CHARGEFLOW_API_KEY)")
+	operatorAction := action == "reconcile" || action == "resolve"
+	if operatorAction {
+		fs.StringVar(&credential, "operator-token", e.getenv("CHARGEFLOW_OPERATOR_TOKEN"), "an admin operator's token (env CHARGEFLOW_OPERATOR_TOKEN)")
+	} else {
+		fs.StringVar(&credential, "api-key", e.getenv("CHARGEFLOW_API_KEY"), "the tenant's API key (env CHARGEFLOW_API_KEY)")
+	}
 
 	var method, path string
 	var body []byte
@@ -63,11 +71,10 @@ func runCharge(ctx context.Context, e env, args []string) error {
 			path += "?" + q.Encode()
 		}
 	case "get", "events", "reconcile", "resolve":
-		var r struct{ status, evidence, operator, providerChargeID, failureCode string }
+		var r struct{ status, evidence, providerChargeID, failureCode string }
 		if action == "resolve" {
 			fs.StringVar(&r.status, "status", "", "succeeded, failed or pending (a new attempt with the same provider key)")
 			fs.StringVar(&r.evidence, "evidence", "", "what you checked and where (recorded in the charge's events)")
-			fs.StringVar(&r.operator, "operator", "", "who resolves it (recorded in the charge's events)")
 			fs.StringVar(&r.providerChargeID, "provider-charge-id", "", "the provider's charge id (with --status succeeded)")
 			fs.StringVar(&r.failureCode, "failure-code", "", "the failure code (with --status failed)")
 		}
@@ -83,10 +90,10 @@ func runCharge(ctx context.Context, e env, args []string) error {
 		case "events":
 			path += "/events"
 		case "reconcile":
-			method, path = http.MethodPost, path+"/reconcile"
+			method, path = http.MethodPost, "/ops/v1/charges/"+url.PathEscape(id)+"/reconcile"
 		case "resolve":
-			method, path = http.MethodPost, path+"/resolve"
-			fields := map[string]string{"status": r.status, "evidence": r.evidence, "operator": r.operator}
+			method, path = http.MethodPost, "/ops/v1/charges/"+url.PathEscape(id)+"/resolve"
+			fields := map[string]string{"status": r.status, "evidence": r.evidence}
 			if r.providerChargeID != "" {
 				fields["provider_charge_id"] = r.providerChargeID
 			}
@@ -101,22 +108,25 @@ func runCharge(ctx context.Context, e env, args []string) error {
 	default:
 		return usage
 	}
-	if apiKey == "" {
+	switch {
+	case credential == "" && operatorAction:
+		return fmt.Errorf("charge %s: no operator token: pass --operator-token or set CHARGEFLOW_OPERATOR_TOKEN (chargeflow operator create)", action)
+	case credential == "":
 		return errors.New("charge: no API key: pass --api-key or set CHARGEFLOW_API_KEY")
 	}
-	return callAPI(ctx, e, method, strings.TrimRight(apiURL, "/")+path, apiKey, body)
+	return callAPI(ctx, e, method, strings.TrimRight(apiURL, "/")+path, credential, body)
 }
 
 // callAPI makes one call and prints the answer, indented. A problem answer
 // goes to stderr and becomes the command's error.
-func callAPI(ctx context.Context, e env, method, target, apiKey string, body []byte) error {
+func callAPI(ctx context.Context, e env, method, target, credential string, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, target, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Authorization", "Bearer "+credential)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -257,9 +257,9 @@ func TestDeployEnvCheck(t *testing.T) {
 		"OTEL_SERVICE_NAME":           "api",
 		"CHARGEFLOW_CRASHPOINTS":      "",
 	}))
-	require.Equal(t, []string{"DATABSE_URL", "PSP_URL"}, unreadEnv(t, "api", api, map[string]string{
-		"DATABSE_URL": "postgres://postgres@127.0.0.1:1/chargeflow?sslmode=disable",
-		"PSP_URL":     "http://127.0.0.1:1",
+	require.Equal(t, []string{"CHARGEFLOW_BROKEN", "DATABSE_URL"}, unreadEnv(t, "api", api, map[string]string{
+		"DATABSE_URL":       "postgres://postgres@127.0.0.1:1/chargeflow?sslmode=disable",
+		"CHARGEFLOW_BROKEN": "resend_on_rerun", // the worker's negative control
 	}))
 	// The fake provider reads no database and sends no traces.
 	require.Equal(t, []string{"DATABASE_URL", "OTEL_EXPORTER_OTLP_ENDPOINT"}, unreadEnv(t, "fakepsp", []string{"fakepsp", "--addr", "0.0.0.0:9090"}, map[string]string{

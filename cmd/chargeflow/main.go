@@ -4,11 +4,12 @@
 //
 //	chargeflow migrate                  apply every migration (River's included)
 //	chargeflow tenant create --name N   create a tenant, print {"tenant_id","api_key"}
+//	chargeflow operator create --name N --role admin|viewer   create an operator, print {"operator_id","token"}
 //	chargeflow api                      the HTTP API
 //	chargeflow worker                   the outbox worker (charge.submit jobs)
 //	chargeflow reconciler               the reconciler (unknown outcomes, with proof)
 //	chargeflow fakepsp                  the bundled fake payment provider
-//	chargeflow charge list|get|events|reconcile|resolve   operator tools over the API
+//	chargeflow charge list|get|events|reconcile|resolve   a client of the API (reads: tenant key; reconcile, resolve: operator token)
 //	chargeflow scenario list|run        crash scenarios against real processes, with an invariant checker
 //	chargeflow bench                    the performance targets, as ratios against baselines
 //	chargeflow all                      every role in one process, with a demo tenant
@@ -57,11 +58,12 @@ func commands() []command {
 	return []command{
 		{"migrate", "apply every migration, River's included (safe to run twice, or from two processes at once)", runMigrate},
 		{"tenant", "tenant create --name NAME: create a tenant and an API key, print them as JSON", runTenant},
+		{"operator", "operator create --name NAME --role admin|viewer: create an operator and a token for /ops/, print them as JSON", runOperator},
 		{"api", "serve the HTTP API", runAPI},
 		{"worker", "run the outbox worker: carry pending charges to the provider", runWorker},
 		{"reconciler", "run the reconciler: resolve unknown outcomes with proof (any number of them)", runReconciler},
 		{"fakepsp", "run the bundled fake payment provider (durable ledger, fault injection)", runFakePSP},
-		{"charge", "operator tools over the API: charge list|get|events|reconcile|resolve", runCharge},
+		{"charge", "a client of the API: charge list|get|events (tenant key), charge reconcile|resolve (operator token)", runCharge},
 		{"scenario", "scenario list | scenario run NAME|all: replay crash scenarios against real processes and check the invariants", runScenario},
 		{"bench", "measure the performance targets as ratios against baselines on a fresh database (docs/benchmarks.md)", runBench},
 		{"all", "every role in one process against the local Postgres, with a demo tenant and a ready curl", runAll},

@@ -8,6 +8,7 @@ import (
 
 	"chargeflow/internal/app"
 	"chargeflow/migrations"
+	"chargeflow/operator"
 	"chargeflow/tenant"
 )
 
@@ -62,6 +63,42 @@ func runTenant(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	out, err := json.Marshal(map[string]string{"tenant_id": t.ID, "api_key": key})
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(e.stdout, "%s\n", out)
+	return err
+}
+
+// runOperator manages operators: `operator create --name NAME --role
+// admin|viewer` prints {"operator_id", "token"}. The token is shown once;
+// only its hash is kept.
+func runOperator(ctx context.Context, e env, args []string) error {
+	if len(args) == 0 || args[0] != "create" {
+		return errors.New("usage: chargeflow operator create --name NAME --role admin|viewer")
+	}
+	var c common
+	var name, role string
+	fs := newFlagSet("operator create", e)
+	c.bind(fs, e)
+	fs.StringVar(&name, "name", "", "the operator's name (unique; signs their actions in the audit trail)")
+	fs.StringVar(&role, "role", "", "admin (reads, forces lookups, resolves) or viewer (reads)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if name == "" || role == "" {
+		return errors.New("operator create: --name and --role are required")
+	}
+	pool, err := app.OpenPool(ctx, c.databaseURL, "operator", app.Pool{MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	op, token, err := operator.Create(ctx, pool, name, operator.Role(role))
+	if err != nil {
+		return err
+	}
+	out, err := json.Marshal(map[string]string{"operator_id": op.ID, "token": token})
 	if err != nil {
 		return err
 	}

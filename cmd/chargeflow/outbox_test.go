@@ -41,7 +41,7 @@ func startSystem(t *testing.T) *system {
 	s.startFakePSP()
 	// Every process keeps a small pool: tests run side by side on one
 	// server, and its max_connections is shared by all of them.
-	api := start(t, []string{"DATABASE_URL=" + s.dbURL}, "api", "--addr", "127.0.0.1:0", "--max-conns", "4")
+	api := start(t, []string{"DATABASE_URL=" + s.dbURL, "PSP_URL=" + s.pspURL}, "api", "--addr", "127.0.0.1:0", "--max-conns", "4")
 	s.apiURL = api.listenAddr()
 	return s
 }

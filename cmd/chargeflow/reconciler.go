@@ -11,15 +11,13 @@ import (
 )
 
 // bindReconciler registers the reconciler's own flags into o. The
-// provider's URL, name and call timeout, the submit job's attempts and the
-// pool size are registered by the caller (runReconciler, or runAll from
-// the API's and the worker's flags).
+// provider's URL, name, call timeout and key window, the submit job's
+// attempts and the pool size are registered by the caller (runReconciler,
+// or runAll from the API's and the worker's flags).
 func bindReconciler(fs *flag.FlagSet, o *app.Options) {
 	d, rc := reconciler.Defaults(), &o.Reconciler
 	fs.BoolVar(&rc.Provider.StrongLookup, "strong-lookup", d.Provider.StrongLookup, "the provider's lookup by key is strongly consistent, so a not-found after the settle window proves no charge exists")
 	fs.DurationVar(&rc.Provider.MaxApplyDelay, "max-apply-delay", d.Provider.MaxApplyDelay, "the longest the provider may take to apply a request or show it to lookups (widens the settle window)")
-	fs.DurationVar(&rc.Provider.KeyWindow, "key-window", d.Provider.KeyWindow, "how long the provider remembers an idempotency key")
-	fs.DurationVar(&rc.Provider.KeyWindowMargin, "key-window-margin", d.Provider.KeyWindowMargin, "how long before the key window ends to stop trusting not-found")
 	fs.Float64Var(&rc.Provider.LookupRate, "lookup-rate", d.Provider.LookupRate, "lookups per second at the provider, per reconciler process")
 	fs.DurationVar(&rc.StaleMargin, "stale-margin", d.StaleMargin, "how long past the call timeout a charge may sit in submitting before the reconciler takes it")
 	fs.DurationVar(&rc.SettleMargin, "settle-margin", d.SettleMargin, "padding of the settle window")
@@ -42,6 +40,7 @@ func runReconciler(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet("reconciler", e)
 	c.bind(fs, e)
 	bindProvider(fs, e, &o)
+	bindKeyWindow(fs, &o)
 	fs.StringVar(&o.ProviderName, "provider", app.Defaults().ProviderName, "the provider whose charges this reconciler resolves")
 	bindSubmitMaxAttempts(fs, &o)
 	fs.IntVar(&o.ReconcilerPool.MaxConns, "max-conns", app.Defaults().ReconcilerPool.MaxConns, "database connections")
@@ -70,4 +69,13 @@ func runReconciler(ctx context.Context, e env, args []string) error {
 	g.Go(func() error { return serveMetrics(ctx, metricsAddr, setup.tel, setup.logger) })
 	g.Go(func() error { return r.Run(ctx) })
 	return g.Wait()
+}
+
+// bindKeyWindow registers how long the provider de-duplicates a key: the
+// reconciler stops trusting not-found before it ends, and the API refuses an
+// operator's re-attempt after it.
+func bindKeyWindow(fs *flag.FlagSet, o *app.Options) {
+	d, p := reconciler.Defaults().Provider, &o.Reconciler.Provider
+	fs.DurationVar(&p.KeyWindow, "key-window", d.KeyWindow, "how long the provider remembers an idempotency key")
+	fs.DurationVar(&p.KeyWindowMargin, "key-window-margin", d.KeyWindowMargin, "how long before the key window ends to stop trusting not-found or re-sending")
 }

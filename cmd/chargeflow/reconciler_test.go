@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -179,8 +180,14 @@ func TestLookupUnavailableForeverForSomeKeys(t *testing.T) {
 	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT review_reason FROM charges WHERE id = $1`, doomed[0]).Scan(&reason))
 	require.Contains(t, reason, "lookups have failed")
 
-	// An operator resolves one with evidence, through the CLI.
-	env := map[string]string{"CHARGEFLOW_API_URL": s.apiURL, "CHARGEFLOW_API_KEY": s.apiKey}
+	// An operator resolves one with evidence, through the CLI, once the
+	// provider answers lookups again (the API checks the resolution with it).
+	s.faults(fakepsp.Schedule{Seed: 9, Dedupe: new(false)})
+	created := runInProcess(t, map[string]string{"DATABASE_URL": s.dbURL}, "operator", "create", "--name", "ops@example.com", "--role", "admin")
+	var op struct{ Token string }
+	require.NoError(t, json.Unmarshal([]byte(created), &op))
+	require.True(t, strings.HasPrefix(op.Token, "cfo_"), created)
+	env := map[string]string{"CHARGEFLOW_API_URL": s.apiURL, "CHARGEFLOW_API_KEY": s.apiKey, "CHARGEFLOW_OPERATOR_TOKEN": op.Token}
 	listed := runInProcess(t, env, "charge", "list", "--status", "needs_review")
 	require.Contains(t, listed, doomed[0])
 	var ledgerID string
@@ -190,7 +197,7 @@ func TestLookupUnavailableForeverForSomeKeys(t *testing.T) {
 		}
 	}
 	resolved := runInProcess(t, env, "charge", "resolve", doomed[0], "--status", "succeeded", "--provider-charge-id", ledgerID,
-		"--evidence", "Provider dashboard shows "+ledgerID+" captured", "--operator", "ops@example.com")
+		"--evidence", "Provider dashboard shows "+ledgerID+" captured")
 	var charge struct{ Status string }
 	require.NoError(t, json.Unmarshal([]byte(resolved), &charge))
 	require.Equal(t, "succeeded", charge.Status)
@@ -198,8 +205,8 @@ func TestLookupUnavailableForeverForSomeKeys(t *testing.T) {
 	require.Contains(t, events, `"actor": "operator:ops@example.com"`)
 
 	var stderr bytes.Buffer
-	err := run(context.Background(), []string{"charge", "resolve", doomed[0], "--status", "failed", "--evidence", "second thoughts here",
-		"--operator", "ops"}, func(k string) string { return env[k] }, &bytes.Buffer{}, &stderr)
+	err := run(context.Background(), []string{"charge", "resolve", doomed[0], "--status", "failed", "--evidence", "second thoughts here"},
+		func(k string) string { return env[k] }, &bytes.Buffer{}, &stderr)
 	require.Error(t, err, "a resolved charge is not in review any more")
 	require.Contains(t, stderr.String(), "charge_not_in_review")
 }

@@ -151,6 +151,14 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// keyWindow is how long after a charge's first send a new attempt is still
+// de-duplicated by the provider: its key window less the margin, as the
+// reconciler counts it (reconciler.Defaults for zero fields).
+func (o Options) keyWindow() time.Duration {
+	d, p := reconciler.Defaults().Provider, o.Reconciler.Provider
+	return cmp.Or(p.KeyWindow, d.KeyWindow) - cmp.Or(p.KeyWindowMargin, d.KeyWindowMargin)
+}
+
 // OpenPool creates the database if it is missing and opens a pool on it,
 // named chargeflow-<role> in pg_stat_activity.
 func OpenPool(ctx context.Context, databaseURL, role string, p Pool) (*pgxpool.Pool, error) {
@@ -226,6 +234,7 @@ func NewAPI(ctx context.Context, o Options) (*API, error) {
 	}
 	cfg := o.API
 	cfg.DB, cfg.Jobs, cfg.Provider = pool, jobs, o.ProviderName
+	cfg.ProviderClient, cfg.ProviderKeyWindow = o.ProviderClient(), o.keyWindow()
 	cfg.Logger, cfg.CrashPoints = o.Logger, o.CrashPoints
 	cfg.TracerProvider, cfg.MeterProvider, cfg.Metrics = o.TracerProvider, o.MeterProvider, o.Metrics
 	if cfg.Ready == nil {

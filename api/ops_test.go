@@ -1,0 +1,368 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"chargeflow/api"
+	"chargeflow/fakepsp"
+	"chargeflow/intent"
+	"chargeflow/psp"
+)
+
+// walk moves a charge along the given states, as the worker and the
+// reconciler would.
+func (b *testBundle) walk(t *testing.T, tt testTenant, id string, states ...intent.State) {
+	t.Helper()
+	ctx := context.Background()
+	from := intent.StatePending
+	for _, to := range states {
+		m := intent.Move{TenantID: tt.ID, ChargeID: id, From: from, To: to, Actor: "test", Reason: "test", CountAttempt: to == intent.StateSubmitting}
+		if to == intent.StateNeedsReview {
+			m.ReviewReason = "lookup_unavailable"
+		}
+		_, err := intent.MoveCharge(ctx, b.pool, m)
+		require.NoError(t, err)
+		from = to
+	}
+}
+
+func (b *testBundle) newCharge(t *testing.T, tt testTenant, key string) string {
+	t.Helper()
+	resp := b.post(t, tt, key, validBody)
+	require.Equal(t, http.StatusCreated, resp.status)
+	return strings.TrimPrefix(resp.header.Get("Location"), "/v1/charges/")
+}
+
+// inReview makes a charge of tenant A that is in needs_review.
+func (b *testBundle) inReview(t *testing.T, key string) string {
+	t.Helper()
+	id := b.newCharge(t, b.tenantA, key)
+	b.walk(t, b.tenantA, id, intent.StateSubmitting, intent.StateUnknown, intent.StateNeedsReview)
+	return id
+}
+
+// chargeAtProvider applies a charge at the fake provider under the
+// charge's provider key, as a lost call would have, and returns the
+// provider's charge id.
+func (b *testBundle) chargeAtProvider(t *testing.T, id string, amount int64, currency string) string {
+	t.Helper()
+	answer, err := psp.NewClient(psp.Config{BaseURL: b.psp.URL}).Charge(context.Background(), psp.ChargeRequest{Key: intent.ProviderKeyFor(id), Amount: amount,
+		Currency: currency, PaymentMethod: "pm_card_visa", Reference: id})
+	require.NoError(t, err)
+	return answer.ID
+}
+
+// ops calls an /ops/v1 route with a bearer credential.
+func (b *testBundle) ops(t *testing.T, credential, method, path, body string) response {
+	t.Helper()
+	headers := []string{"Content-Type", "application/json"}
+	if credential != "" {
+		headers = append(headers, "Authorization", "Bearer "+credential)
+	}
+	return b.request(t, method, "/ops/v1"+path, body, headers...)
+}
+
+func (b *testBundle) resolve(t *testing.T, credential, id, body string) response {
+	t.Helper()
+	return b.ops(t, credential, http.MethodPost, "/charges/"+id+"/resolve", body)
+}
+
+// opsCharge reads a charge as an operator.
+func (b *testBundle) opsCharge(t *testing.T, id string) (charge map[string]any, events []map[string]any) {
+	t.Helper()
+	resp := b.ops(t, b.viewer.Token, http.MethodGet, "/charges/"+id, "")
+	require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
+	var view struct {
+		Events []map[string]any `json:"events"`
+	}
+	require.NoError(t, json.Unmarshal(resp.body, &charge))
+	require.NoError(t, json.Unmarshal(resp.body, &view))
+	return charge, view.Events
+}
+
+func (b *testBundle) lastEvent(t *testing.T, id string) map[string]any {
+	t.Helper()
+	_, events := b.opsCharge(t, id)
+	return events[len(events)-1]
+}
+
+// ledger counts what the fake provider applied: charges and lookups are
+// not both here, but a refused resolution must never have sent a charge.
+func (b *testBundle) ledger(t *testing.T) int {
+	t.Helper()
+	entries, err := fakepsp.FetchLedger(context.Background(), b.psp.URL, true)
+	require.NoError(t, err)
+	return len(entries)
+}
+
+// A merchant's API key never serves /ops/; a viewer reads but cannot act;
+// a refusal changes nothing.
+func TestOpsAuthentication(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.inReview(t, "ops-auth-key-000001")
+	before := b.stored(t)
+	resolveBody := `{"status": "failed", "evidence": "provider report has no such charge"}`
+
+	routes := []struct{ method, path, body string }{
+		{http.MethodGet, "/charges", ""},
+		{http.MethodGet, "/charges/" + id, ""},
+		{http.MethodPost, "/charges/" + id + "/reconcile", ""},
+		{http.MethodPost, "/charges/" + id + "/resolve", resolveBody},
+	}
+	for _, r := range routes {
+		for _, credential := range []string{"", b.tenantA.Key, b.tenantB.Key, "cfo_nonsense", b.admin.Token + "x"} {
+			requireProblem(t, b.ops(t, credential, r.method, r.path, r.body), http.StatusUnauthorized, api.CodeUnauthorized)
+		}
+	}
+	for _, r := range routes[2:] {
+		requireProblem(t, b.ops(t, b.viewer.Token, r.method, r.path, r.body), http.StatusForbidden, api.CodeForbidden)
+	}
+	require.Equal(t, before, b.stored(t), "no refusal changed anything")
+	require.Equal(t, http.StatusOK, b.ops(t, b.viewer.Token, http.MethodGet, "/charges/"+id, "").status)
+
+	// And the old merchant-key operator routes are gone.
+	for _, action := range []string{"resolve", "reconcile"} {
+		resp := b.request(t, http.MethodPost, "/v1/charges/"+id+"/"+action, resolveBody,
+			"Authorization", "Bearer "+b.tenantA.Key, "Content-Type", "application/json")
+		require.Contains(t, []int{http.StatusNotFound, http.StatusMethodNotAllowed}, resp.status, "body: %s", resp.body)
+	}
+	require.Equal(t, before, b.stored(t))
+}
+
+func TestOpsResolve(t *testing.T) {
+	t.Parallel()
+
+	// A resolve to succeeded is checked against the provider: it holds that
+	// charge, with this amount and currency, under the charge's key.
+	t.Run("ToSucceededVerifiedAndAudited", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.inReview(t, "resolve-key-00000001")
+		providerID := b.chargeAtProvider(t, id, 1000, "USD")
+
+		resp := b.resolve(t, b.admin.Token, id, `{"status": "succeeded", "provider_charge_id": "`+providerID+`",
+			"evidence": "Found it in the provider dashboard, captured 10:42 UTC"}`)
+		require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
+		var charge map[string]any
+		require.NoError(t, json.Unmarshal(resp.body, &charge))
+		require.Equal(t, "succeeded", charge["status"])
+		require.Equal(t, providerID, charge["provider_charge_id"])
+
+		event := b.lastEvent(t, id)
+		require.Equal(t, "needs_review", event["from"])
+		require.Equal(t, "succeeded", event["to"])
+		require.Equal(t, "operator:"+b.admin.Name, event["actor"], "the operator is the token's")
+		require.Equal(t, "Found it in the provider dashboard, captured 10:42 UTC", event["evidence"])
+
+		again := b.resolve(t, b.admin.Token, id, `{"status": "failed", "evidence": "changed my mind entirely"}`)
+		requireProblem(t, again, http.StatusConflict, api.CodeChargeNotInReview)
+	})
+
+	// A forged resolve — a provider charge id the provider never made for
+	// this key, or one about other money — is 409 and changes nothing.
+	t.Run("ForgedIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		nothing := b.inReview(t, "resolve-key-00000002")
+		otherMoney := b.inReview(t, "resolve-key-00000003")
+		otherMoneyID := b.chargeAtProvider(t, otherMoney, 999, "USD")
+		real := b.inReview(t, "resolve-key-00000004")
+		b.chargeAtProvider(t, real, 1000, "USD")
+		before, ledger := b.stored(t), b.ledger(t)
+
+		for _, tc := range []struct{ name, id, providerID string }{
+			{"ProviderHasNothing", nothing, "py_made_up"},
+			{"OtherMoney", otherMoney, otherMoneyID},
+			{"OtherProviderID", real, "py_made_up"},
+		} {
+			resp := b.resolve(t, b.admin.Token, tc.id, `{"status": "succeeded", "provider_charge_id": "`+tc.providerID+`",
+				"evidence": "trust me, it was definitely paid"}`)
+			requireProblem(t, resp, http.StatusConflict, api.CodeEvidenceMismatch)
+			require.Equal(t, before, b.stored(t), "%s changed nothing", tc.name)
+			require.Equal(t, "needs_review", b.lastEvent(t, tc.id)["to"], tc.name)
+		}
+		require.Equal(t, ledger, b.ledger(t), "no provider charge was made")
+
+		// Failed or a new attempt while the provider holds a success: refused.
+		for _, status := range []string{"failed", "pending"} {
+			resp := b.resolve(t, b.admin.Token, real, `{"status": "`+status+`", "evidence": "customer says it was not charged"}`)
+			requireProblem(t, resp, http.StatusConflict, api.CodeEvidenceMismatch)
+		}
+		require.Equal(t, before, b.stored(t))
+	})
+
+	t.Run("ToPendingQueuesAnAttempt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.inReview(t, "resolve-key-00000005")
+		require.Equal(t, 1, b.jobsFor(t, id))
+
+		resp := b.resolve(t, b.admin.Token, id, `{"status": "pending", "evidence": "Provider support confirmed no charge exists for this key"}`)
+		require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
+		require.Equal(t, 2, b.jobsFor(t, id), "a new charge.submit job, in the same transaction")
+	})
+
+	// Past the provider's key window a new attempt could be charged twice:
+	// an operator cannot send it again, only settle it.
+	t.Run("ToPendingAfterTheKeyWindowIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.inReview(t, "resolve-key-00000006")
+		_, err := b.pool.Exec(context.Background(), `UPDATE charges SET first_attempt_at = now() - interval '23 hours 1 minute' WHERE id = $1`, id)
+		require.NoError(t, err)
+		before := b.stored(t)
+
+		resp := b.resolve(t, b.admin.Token, id, `{"status": "pending", "evidence": "Provider support confirmed no charge exists for this key"}`)
+		requireProblem(t, resp, http.StatusConflict, api.CodeKeyWindowPassed)
+		require.Equal(t, before, b.stored(t))
+		require.Equal(t, 1, b.jobsFor(t, id), "no new attempt")
+
+		resp = b.resolve(t, b.admin.Token, id, `{"status": "failed", "failure_code": "not_charged", "evidence": "Provider report for the day has no charge for this reference"}`)
+		require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
+		require.Contains(t, string(resp.body), `"failure_code":"not_charged"`)
+	})
+
+	// A provider that cannot answer settles nothing: 503, and the charge
+	// stays in review.
+	t.Run("ProviderDown", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.inReview(t, "resolve-key-00000007")
+		require.NoError(t, fakepsp.SetFaults(context.Background(), b.psp.URL, fakepsp.Schedule{Seed: 1,
+			Rules: []fakepsp.Rule{{On: fakepsp.OnLookup, Fault: fakepsp.FaultUnavailable, P: 1}}}))
+		before := b.stored(t)
+		resp := b.resolve(t, b.admin.Token, id, `{"status": "failed", "evidence": "Provider report for the day has no charge"}`)
+		p := requireProblem(t, resp, http.StatusServiceUnavailable, api.CodeProviderUnavailable)
+		require.NotEmpty(t, resp.header.Get("Retry-After"))
+		require.NotContains(t, p["detail"], b.psp.URL)
+		require.Equal(t, before, b.stored(t))
+	})
+
+	// Every refusal changes nothing: no move, no event, no job.
+	t.Run("Refusals", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		review := b.inReview(t, "resolve-key-00000008")
+		pending := b.newCharge(t, b.tenantA, "resolve-key-00000009")
+		before := b.stored(t)
+
+		const evidence = `"evidence": "checked the provider dashboard"`
+		for _, tt := range []struct {
+			name, id, body string
+			status         int
+			code           api.Code
+			field          string
+		}{
+			{"NotInReview", pending, `{"status": "failed", ` + evidence + `}`, 409, api.CodeChargeNotInReview, ""},
+			{"NoSuchCharge", "ch_" + strings.Repeat("0", 26), `{"status": "failed", ` + evidence + `}`, 404, api.CodeNotFound, ""},
+			{"MalformedID", "ch_nope", `{"status": "failed", ` + evidence + `}`, 404, api.CodeNotFound, ""},
+			{"BadStatus", review, `{"status": "unknown", ` + evidence + `}`, 400, api.CodeInvalidField, "status"},
+			{"NoEvidence", review, `{"status": "failed"}`, 400, api.CodeMissingField, "evidence"},
+			{"NoStatus", review, `{` + evidence + `}`, 400, api.CodeMissingField, "status"},
+			{"ShortEvidence", review, `{"status": "failed", "evidence": "ok"}`, 400, api.CodeInvalidField, "evidence"},
+			{"OperatorIsNotABodyField", review, `{"status": "failed", "operator": "mallory", ` + evidence + `}`, 400, api.CodeUnknownField, "operator"},
+			{"SucceededWithoutProviderID", review, `{"status": "succeeded", ` + evidence + `}`, 400, api.CodeMissingField, "provider_charge_id"},
+			{"ProviderIDOnFailed", review, `{"status": "failed", "provider_charge_id": "py_1", ` + evidence + `}`, 400, api.CodeInvalidField, "provider_charge_id"},
+			{"UnknownField", review, `{"status": "failed", "note": "x", ` + evidence + `}`, 400, api.CodeUnknownField, "note"},
+			{"CardInEvidence", review, `{"status": "failed", "evidence": "customer card 4242 4242 4242 4242"}`, 400, api.CodeCardNumberDetected, "evidence"},
+			{"DuplicateMember", review, `{"status": "failed", "status": "succeeded", ` + evidence + `}`, 400, api.CodeDuplicateMember, "status"},
+		} {
+			resp := b.resolve(t, b.admin.Token, tt.id, tt.body)
+			p := requireProblem(t, resp, tt.status, tt.code)
+			if tt.field != "" {
+				require.Equal(t, tt.field, p["field"], tt.name)
+			}
+			require.Equal(t, before, b.stored(t), "%s changed nothing", tt.name)
+		}
+		require.Equal(t, "needs_review", b.lastEvent(t, review)["to"])
+	})
+}
+
+// A forced lookup is audited, and spaced from the last lookup so that a
+// loop of requests cannot hammer the provider.
+func TestOpsReconcile(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.newCharge(t, b.tenantA, "reconcile-key-000001")
+	reconcile := func() response { return b.ops(t, b.admin.Token, http.MethodPost, "/charges/"+id+"/reconcile", "") }
+
+	requireProblem(t, reconcile(), http.StatusConflict, api.CodeChargeNotUnknown)
+
+	b.walk(t, b.tenantA, id, intent.StateSubmitting, intent.StateUnknown)
+	_, err := b.pool.Exec(ctx, `UPDATE charges SET next_check_at = now() + interval '1 hour' WHERE id = $1`, id)
+	require.NoError(t, err)
+	events := b.stored(t).Events
+
+	resp := reconcile()
+	require.Equal(t, http.StatusAccepted, resp.status, "body: %s", resp.body)
+	var due bool
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT next_check_at <= now() FROM charges WHERE id = $1`, id).Scan(&due))
+	require.True(t, due, "the reconciler's next tick takes it")
+	event := b.lastEvent(t, id)
+	require.Equal(t, "reconcile_requested", event["action"])
+	require.Equal(t, "operator:"+b.admin.Name, event["actor"])
+	require.Nil(t, event["from"])
+	require.Equal(t, "unknown", event["to"], "the state it stayed in")
+	require.Equal(t, events+1, b.stored(t).Events)
+
+	// Again at once: too soon, with how long to wait, and nothing written.
+	again := reconcile()
+	requireProblem(t, again, http.StatusTooManyRequests, api.CodeReconcileTooSoon)
+	wait, err := strconv.Atoi(again.header.Get("Retry-After"))
+	require.NoError(t, err)
+	require.True(t, wait >= 1 && wait <= 30, "Retry-After %d", wait)
+	require.Equal(t, events+1, b.stored(t).Events)
+
+	// The reconciler's own lookup counts too.
+	_, err = b.pool.Exec(ctx, `UPDATE charges SET forced_check_at = now() - interval '1 hour', last_lookup_at = now() WHERE id = $1`, id)
+	require.NoError(t, err)
+	requireProblem(t, reconcile(), http.StatusTooManyRequests, api.CodeReconcileTooSoon)
+
+	// Past the floor it is allowed again.
+	_, err = b.pool.Exec(ctx, `UPDATE charges SET last_lookup_at = now() - interval '1 hour' WHERE id = $1`, id)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, reconcile().status)
+
+	requireProblem(t, b.ops(t, b.admin.Token, http.MethodPost, "/charges/ch_"+strings.Repeat("0", 26)+"/reconcile", ""),
+		http.StatusNotFound, api.CodeNotFound)
+}
+
+// Operators list every tenant's charges, or one tenant's, by state.
+func TestOpsList(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	a := b.inReview(t, "ops-list-key-000001")
+	other := b.newCharge(t, b.tenantB, "ops-list-key-000002")
+
+	list := func(query string) []map[string]any {
+		resp := b.ops(t, b.viewer.Token, http.MethodGet, "/charges"+query, "")
+		require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
+		var page struct {
+			Data []map[string]any `json:"data"`
+		}
+		require.NoError(t, json.Unmarshal(resp.body, &page))
+		return page.Data
+	}
+	require.Len(t, list(""), 2)
+	review := list("?status=needs_review")
+	require.Len(t, review, 1)
+	require.Equal(t, a, review[0]["id"])
+	require.Equal(t, b.tenantA.ID, review[0]["tenant_id"])
+	require.Equal(t, "lookup_unavailable", review[0]["review_reason"])
+	onlyB := list("?tenant=" + b.tenantB.ID)
+	require.Len(t, onlyB, 1)
+	require.Equal(t, other, onlyB[0]["id"])
+	requireProblem(t, b.ops(t, b.viewer.Token, http.MethodGet, "/charges?tenant=nope", ""), http.StatusBadRequest, api.CodeInvalidParameter)
+
+	// A merchant cannot use ?tenant= to read another tenant.
+	requireProblem(t, b.get(t, b.tenantA, "/v1/charges?tenant="+b.tenantB.ID), http.StatusBadRequest, api.CodeInvalidParameter)
+}
