@@ -241,11 +241,6 @@ func (s *Server) getCharge(c echo.Context) error {
 	return s.writeJSON(c, http.StatusOK, viewOf(charge))
 }
 
-type listView struct {
-	Data    []chargeView `json:"data"`
-	HasMore bool         `json:"has_more"`
-}
-
 // stateList names every state, for an error that lists them.
 func stateList() string {
 	names := make([]string, 0, len(intent.States()))
@@ -257,7 +252,13 @@ func stateList() string {
 
 // listCharges answers a page of the tenant's charges, newest first.
 func (s *Server) listCharges(c echo.Context) error {
-	params, err := listParams(c, intent.ListParams{TenantID: tenantOf(c).ID, Limit: 10})
+	return listPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Limit: 10}, viewOf)
+}
+
+// listPage answers {"data", "has_more"}: the charges base and the query
+// select, newest first, each rendered by view.
+func listPage[V any](s *Server, c echo.Context, base intent.ListParams, view func(intent.Charge) V) error {
+	params, err := listParams(c, base)
 	if err != nil {
 		return err
 	}
@@ -267,9 +268,12 @@ func (s *Server) listCharges(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	page := listView{Data: make([]chargeView, 0, len(charges)), HasMore: more}
+	page := struct {
+		Data    []V  `json:"data"`
+		HasMore bool `json:"has_more"`
+	}{Data: make([]V, 0, len(charges)), HasMore: more}
 	for _, ch := range charges {
-		page.Data = append(page.Data, viewOf(ch))
+		page.Data = append(page.Data, view(ch))
 	}
 	return s.writeJSON(c, http.StatusOK, page)
 }

@@ -88,24 +88,7 @@ func opsViewOf(c intent.Charge, events []intent.Event) opsChargeView {
 // opsListCharges answers a page of charges of every tenant (or one, with
 // ?tenant=), newest first.
 func (s *Server) opsListCharges(c echo.Context) error {
-	params, err := listParams(c, intent.ListParams{AllTenants: true, Limit: 20})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := s.dbContext(c)
-	defer cancel()
-	charges, more, err := intent.List(ctx, s.cfg.DB, params)
-	if err != nil {
-		return err
-	}
-	page := struct {
-		Data    []opsChargeView `json:"data"`
-		HasMore bool            `json:"has_more"`
-	}{Data: make([]opsChargeView, 0, len(charges)), HasMore: more}
-	for _, ch := range charges {
-		page.Data = append(page.Data, opsViewOf(ch, nil))
-	}
-	return s.writeJSON(c, http.StatusOK, page)
+	return listPage(s, c, intent.ListParams{AllTenants: true, Limit: 20}, func(ch intent.Charge) opsChargeView { return opsViewOf(ch, nil) })
 }
 
 // opsGetCharge answers one charge with its timeline.
