@@ -247,12 +247,14 @@ func (s *Server) opsResolve(c echo.Context) error {
 func (s *Server) verifyResolution(ctx context.Context, charge intent.Charge, r resolution) error {
 	if r.status == intent.StatePending {
 		sent := charge.FirstAttemptAt != nil
-		if sent && !s.cfg.Now().Before(charge.FirstAttemptAt.Add(s.cfg.ProviderKeyWindow)) {
+		if sent && (s.cfg.ProviderKeyWindow == 0 || !s.cfg.Now().Before(charge.FirstAttemptAt.Add(s.cfg.ProviderKeyWindow))) {
 			return problem(CodeKeyWindowPassed, "the provider no longer de-duplicates this charge's key, so a new attempt could charge twice; "+
 				"resolve it to succeeded or failed with the provider's records")
 		}
 	}
-	found, err := s.cfg.ProviderClient.Lookup(ctx, charge.ProviderKey)
+	found, err := s.cfg.ProviderClient.Find(ctx, psp.LookupRequest{Key: charge.ProviderKey, Reference: charge.ID,
+		ProviderID: charge.ProviderChargeID, FirstSent: timeOr(charge.FirstAttemptAt, charge.CreatedAt),
+		LastSent: timeOr(charge.LastAttemptAt, charge.CreatedAt)})
 	notFound := errors.Is(err, psp.ErrNotFound)
 	if err != nil && !notFound {
 		p := problem(CodeProviderUnavailable, "the provider could not be asked about this charge ("+psp.ReasonOf(err)+"); nothing was changed")
@@ -338,4 +340,12 @@ func parseResolution(body []byte) (resolution, error) {
 		return resolution{}, fieldProblem(CodeInvalidField, "failure_code", "only a failed resolution has a failure code")
 	}
 	return r, nil
+}
+
+// timeOr returns *t, or fallback when t is nil (a time not yet recorded).
+func timeOr(t *time.Time, fallback time.Time) time.Time {
+	if t == nil {
+		return fallback
+	}
+	return *t
 }

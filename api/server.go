@@ -56,11 +56,12 @@ type Config struct {
 	Provider string
 	// ProviderClient looks charges up at the provider, to check an
 	// operator's resolution against its records. Required.
-	ProviderClient *psp.Client
+	ProviderClient psp.Provider
 	// ProviderKeyWindow is how long after a charge's first send the
 	// provider still de-duplicates its key, less a safety margin: past it an
-	// operator cannot send the charge again. Required; internal/app derives
-	// it from the reconciler's key window and margin, so the two agree.
+	// operator cannot send the charge again; zero when the provider never
+	// de-duplicates. internal/app derives it from the provider's declared
+	// key window and the reconciler's margin, so the two agree.
 	ProviderKeyWindow time.Duration
 	// ReconcileFloor is the least time between an operator's forced lookup
 	// of a charge and the previous lookup. Default 30 s.
@@ -128,8 +129,8 @@ func Defaults() Config {
 
 // New checks the configuration, fills in defaults and builds the handler.
 func New(cfg Config) (*Server, error) {
-	if cfg.DB == nil || cfg.Jobs == nil || cfg.ProviderClient == nil || cfg.ProviderKeyWindow <= 0 {
-		return nil, errors.New("api: DB, Jobs, ProviderClient and a ProviderKeyWindow are required")
+	if cfg.DB == nil || cfg.Jobs == nil || cfg.ProviderClient == nil || cfg.ProviderKeyWindow < 0 {
+		return nil, errors.New("api: DB, Jobs and ProviderClient are required, and ProviderKeyWindow cannot be negative")
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Now == nil {

@@ -49,7 +49,7 @@ import (
 // Config configures the worker. Zero values take the defaults.
 type Config struct {
 	DB       *pgxpool.Pool
-	Provider *psp.Client
+	Provider psp.Provider
 	Logger   *slog.Logger
 	// CrashPoints are armed in tests and scenarios only; nil is disarmed.
 	CrashPoints *crashpoint.Set
@@ -189,6 +189,9 @@ func (w *Worker) work(ctx context.Context, job *river.Job[submit.ChargeArgs], lo
 		return w.notApplied(ctx, job, log, charge, callErr)
 	default:
 		move.To, move.Reason, move.CheckAfter = intent.StateUnknown, unknownReasonPrefix+psp.ReasonOf(callErr), w.cfg.UnknownCheckAfter
+		// A provider id the answer named makes the reconciler's lookup a
+		// strong one (psp.LookupRequest.ProviderID).
+		move.ProviderChargeID = psp.ProviderIDOf(callErr)
 		log.WarnContext(ctx, "provider outcome unknown", "err", callErr.Error())
 		return w.finish(ctx, job, log, move)
 	}

@@ -29,6 +29,12 @@ const (
 	// client's Timeout, never configured beside it.
 	DefaultTimeout = 10 * time.Second
 
+	// DefaultKeyWindow is the key window a Client declares unless told
+	// otherwise: what the bundled fake promises (it remembers keys for as
+	// long as its ledger lives, unless its key_expiry fault says less), and
+	// what the large providers document.
+	DefaultKeyWindow = 24 * time.Hour
+
 	// maxBodyBytes bounds how much of a response is read; a provider answer
 	// is a few hundred bytes, and a larger one is not a charge.
 	maxBodyBytes = 1 << 20
@@ -44,6 +50,12 @@ type Config struct {
 	// It is applied through the call's context, never as a retry budget.
 	// Defaults to DefaultTimeout.
 	Timeout time.Duration
+
+	// Capabilities are what this provider promises; see Provider. Name
+	// defaults to "fakepsp", Lookup to LookupByKey, Consistency to Strong
+	// and KeyWindow to DefaultKeyWindow, which is what the bundled fake
+	// offers.
+	Capabilities Capabilities
 
 	// HTTPClient makes the calls; wrap its Transport for transport-level
 	// instrumentation beyond the call spans below. The Client uses a
@@ -65,10 +77,11 @@ type Config struct {
 // Client calls a provider that speaks the wire protocol of docs/provider.md.
 // It is safe for concurrent use.
 type Client struct {
-	baseURL    string
-	timeout    time.Duration
-	httpClient *http.Client
-	telemetry  telemetry
+	baseURL      string
+	timeout      time.Duration
+	capabilities Capabilities
+	httpClient   *http.Client
+	telemetry    telemetry
 }
 
 // NewClient returns a Client for cfg, with zero fields set to their defaults.
@@ -86,16 +99,34 @@ func NewClient(cfg Config) *Client {
 	}
 
 	baseURL := strings.TrimRight(cmp.Or(cfg.BaseURL, DefaultBaseURL), "/")
+	caps := cfg.Capabilities
+	caps.Name = cmp.Or(caps.Name, "fakepsp")
+	caps.Lookup = cmp.Or(caps.Lookup, LookupByKey)
+	caps.Consistency = cmp.Or(caps.Consistency, Strong)
+	caps.KeyWindow = cmp.Or(caps.KeyWindow, DefaultKeyWindow)
 	return &Client{
-		baseURL:    baseURL,
-		timeout:    cmp.Or(cfg.Timeout, DefaultTimeout),
-		httpClient: httpClient,
-		telemetry:  newTelemetry(cfg, baseURL),
+		baseURL:      baseURL,
+		capabilities: caps,
+		timeout:      cmp.Or(cfg.Timeout, DefaultTimeout),
+		httpClient:   httpClient,
+		telemetry:    newTelemetry(cfg, baseURL),
 	}
 }
 
 // Timeout is how long one call may take: the system's call timeout.
 func (c *Client) Timeout() time.Duration { return c.timeout }
+
+// Capabilities are what the provider behind this client promises.
+func (c *Client) Capabilities() Capabilities { return c.capabilities }
+
+// Find looks the charge up by its provider key, the one lookup this
+// protocol has (see Lookup).
+func (c *Client) Find(ctx context.Context, q LookupRequest) (Charge, error) {
+	return c.Lookup(ctx, q.Key)
+}
+
+// Client is a Provider.
+var _ Provider = (*Client)(nil)
 
 // newTransport returns the default transport: its own pool sized for a
 // worker that talks to one provider at high concurrency, and no proxy, since

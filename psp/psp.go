@@ -123,6 +123,11 @@ type Error struct {
 	// "idempotency_key_reused", when there was one.
 	ProviderCode string
 
+	// ProviderID is the provider's id for the charge when its answer named
+	// one without settling it (a charge still processing, say). The caller
+	// keeps it: a later lookup by that id is strongly consistent.
+	ProviderID string
+
 	// Err is the underlying transport or decoding error, if any.
 	Err error
 }
@@ -164,6 +169,16 @@ func (e *Error) Unwrap() []error {
 		errs = append(errs, e.Err)
 	}
 	return errs
+}
+
+// ProviderIDOf returns the provider's charge id an unsettled answer named,
+// or "".
+func ProviderIDOf(err error) string {
+	var pspErr *Error
+	if errors.As(err, &pspErr) {
+		return pspErr.ProviderID
+	}
+	return ""
 }
 
 // ReasonOf returns the stable Reason of a provider error, for events and

@@ -10,19 +10,24 @@
 //
 //	found, succeeded or declined            → succeeded / failed
 //	found, about other money                → needs_review (amount_mismatch)
-//	not found, proven                       → pending + a new charge.submit job, one
+//	not found, proven, inside the key window → pending + a new charge.submit job, one
 //	                                          transaction, the same provider key
-//	not found, not yet proven               → stays unknown until the settle window ends
+//	not found, not yet proven               → stays unknown until the proof window ends
+//	not found, never provable               → stays unknown, then needs_review
 //	lookup error                            → stays unknown, exponential backoff with jitter
 //	too many attempts, unknown too long,    → needs_review, with the reason
-//	or the provider's key window ending
+//	the provider's key window ending, or
+//	a provider that never de-duplicates
 //
-// Not-found is proof only when the provider's lookup is strongly consistent
-// (a capability of the provider) and the settle window since the last send
-// has passed. The settle window is derived from configuration: the call
-// timeout (a request can reach the provider until then), plus the longest
-// the provider may take to apply a request or show it to lookups, plus a
-// margin. Before that, a not-found may be a charge that is about to appear.
+// What a not-found proves follows from the provider's capabilities
+// (psp.Capabilities; ProofWindow): a strongly consistent lookup proves that
+// no charge exists once the settle window since the last send has passed —
+// the call timeout (a request can reach the provider until then), plus the
+// longest the provider may take to apply it, plus a margin; an eventually
+// consistent one once its lag bound has passed as well; an unbounded or
+// missing lookup never does. Re-sending with the same key is automatic only
+// inside the provider's key window (less a margin), where its
+// de-duplication backs up the proof. docs/provider.md has the table.
 //
 // Each tick also looks for pending charges whose charge.submit job River gave
 // up on (discarded after a crash loop, cancelled by hand): every path that
@@ -60,25 +65,18 @@ import (
 	"chargeflow/submit"
 )
 
-// Provider is what the reconciler knows about the provider it reconciles.
+// Provider is what the reconciler knows about the provider it reconciles:
+// the adapter, whose Capabilities decide what a lookup proves (Decide), and
+// the reconciler's own margins around them.
 type Provider struct {
-	// Name is the provider's name on charges (charges.provider).
-	Name   string
-	Client *psp.Client
-	// StrongLookup says the provider's lookup by key is strongly
-	// consistent: a not-found after the settle window proves no charge
-	// exists. Without it, not-found never proves anything and unresolved
-	// charges end in needs_review.
-	StrongLookup bool
+	Client psp.Provider
 	// MaxApplyDelay is the longest the provider may take, after receiving
-	// a request, to apply it or to show it to lookups. It widens the settle
-	// window.
+	// a request, to apply it (or, for a strong lookup, to show it). It
+	// widens the settle window.
 	MaxApplyDelay time.Duration
-	// KeyWindow is how long the provider remembers an idempotency key after
-	// its first use; KeyWindowMargin is how long before its end the
-	// reconciler stops trusting not-found and asks for review instead.
-	// Defaults 24 h and 1 h.
-	KeyWindow       time.Duration
+	// KeyWindowMargin is how long before the provider's key window ends
+	// the reconciler stops trusting not-found and asks for review instead.
+	// Default 1 h.
 	KeyWindowMargin time.Duration
 	// LookupRate caps lookups per second at this provider, per reconciler
 	// process; LookupBurst is the bucket. Defaults 50/s and 10.
@@ -141,9 +139,13 @@ type Config struct {
 
 // Reconciler resolves unknown charges. Its methods are safe for concurrent use.
 type Reconciler struct {
-	cfg       Config
-	limiter   *rate.Limiter
+	cfg     Config
+	caps    psp.Capabilities
+	limiter *rate.Limiter
+	// settle is how long after the last send a not-found proves that no
+	// charge exists; provable is false when it never does.
 	settle    time.Duration
+	provable  bool
 	telemetry telemetry
 
 	totals struct {
@@ -203,8 +205,6 @@ func Defaults() Config {
 		LookupBackoffBase: time.Second,
 		LookupBackoffCap:  5 * time.Minute,
 		Provider: Provider{
-			StrongLookup:    true,
-			KeyWindow:       24 * time.Hour,
 			KeyWindowMargin: time.Hour,
 			LookupRate:      50,
 			LookupBurst:     10,
@@ -214,8 +214,8 @@ func Defaults() Config {
 
 // New checks cfg and fills its defaults.
 func New(cfg Config) (*Reconciler, error) {
-	if cfg.DB == nil || cfg.Jobs == nil || cfg.Provider.Client == nil || cfg.Provider.Name == "" {
-		return nil, errors.New("reconciler: DB, Jobs and a Provider with a name and a client are required")
+	if cfg.DB == nil || cfg.Jobs == nil || cfg.Provider.Client == nil || cfg.Provider.Client.Capabilities().Name == "" {
+		return nil, errors.New("reconciler: DB, Jobs and a Provider with a named client are required")
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.ID == "" {
@@ -237,17 +237,20 @@ func New(cfg Config) (*Reconciler, error) {
 	cfg.LookupBackoffBase = cmp.Or(cfg.LookupBackoffBase, d.LookupBackoffBase)
 	cfg.LookupBackoffCap = cmp.Or(cfg.LookupBackoffCap, d.LookupBackoffCap)
 	p := &cfg.Provider
-	p.KeyWindow = cmp.Or(p.KeyWindow, d.Provider.KeyWindow)
 	p.KeyWindowMargin = cmp.Or(p.KeyWindowMargin, d.Provider.KeyWindowMargin)
 	p.LookupRate = cmp.Or(p.LookupRate, d.Provider.LookupRate)
 	p.LookupBurst = cmp.Or(p.LookupBurst, d.Provider.LookupBurst)
-	if p.KeyWindowMargin >= p.KeyWindow {
-		return nil, fmt.Errorf("reconciler: key window margin %s must be shorter than the key window %s", p.KeyWindowMargin, p.KeyWindow)
+	caps := p.Client.Capabilities()
+	if caps.KeyWindow > 0 && p.KeyWindowMargin >= caps.KeyWindow {
+		return nil, fmt.Errorf("reconciler: key window margin %s must be shorter than the provider's key window %s", p.KeyWindowMargin, caps.KeyWindow)
 	}
+	proof, provable := ProofWindow(caps, p.Client.Timeout(), p.MaxApplyDelay, cfg.SettleMargin)
 	r := &Reconciler{
-		cfg:     cfg,
-		limiter: rate.NewLimiter(rate.Limit(p.LookupRate), p.LookupBurst),
-		settle:  SettleWindow(p.Client.Timeout(), p.MaxApplyDelay, cfg.SettleMargin),
+		cfg:      cfg,
+		caps:     caps,
+		limiter:  rate.NewLimiter(rate.Limit(p.LookupRate), p.LookupBurst),
+		settle:   proof,
+		provable: provable,
 	}
 	tel, err := newTelemetry(cfg, r.lag)
 	if err != nil {
@@ -257,12 +260,33 @@ func New(cfg Config) (*Reconciler, error) {
 	return r, nil
 }
 
-// SettleWindow is how long after the last send a not-found proves that no
-// charge exists: the request may reach the provider until the call times
-// out, the provider may take maxApplyDelay to apply or show it, and margin
-// pads both.
+// SettleWindow is how long after the last send a strongly consistent
+// not-found proves that no charge exists: the request may reach the
+// provider until the call times out, the provider may take maxApplyDelay
+// to apply or show it, and margin pads both.
 func SettleWindow(callTimeout, maxApplyDelay, margin time.Duration) time.Duration {
 	return callTimeout + maxApplyDelay + margin
+}
+
+// ProofWindow is how long after the last send a not-found proves that no
+// charge exists, for a provider with caps; provable is false when a
+// not-found never proves it. A strong lookup proves it once the settle
+// window has passed; an eventual one once its lag bound has passed too
+// (the charge may be applied as late as the settle window, then stay
+// hidden for the lag); an eventual lookup without a bound, or no lookup at
+// all, never proves it, and such charges end with an operator
+// (docs/provider.md, "What a lookup proves").
+func ProofWindow(caps psp.Capabilities, callTimeout, maxApplyDelay, margin time.Duration) (window time.Duration, provable bool) {
+	settle := SettleWindow(callTimeout, maxApplyDelay, margin)
+	switch {
+	case caps.Lookup == psp.LookupNone:
+		return settle, false
+	case caps.Consistency == psp.Eventual && caps.LagBound <= 0:
+		return settle, false
+	case caps.Consistency == psp.Eventual:
+		return settle + caps.LagBound, true
+	}
+	return settle, true
 }
 
 // ID is the name this reconciler leases under.
@@ -281,8 +305,9 @@ func (r *Reconciler) Totals() Result {
 // Run reconciles every Interval until ctx is done. A full batch is followed
 // at once by another, so a backlog drains at the speed of the lookups.
 func (r *Reconciler) Run(ctx context.Context) error {
-	r.cfg.Logger.InfoContext(ctx, "reconciler started", "id", r.cfg.ID, "provider", r.cfg.Provider.Name,
-		"settle_window", r.settle.String(), "strong_lookup", r.cfg.Provider.StrongLookup)
+	r.cfg.Logger.InfoContext(ctx, "reconciler started", "id", r.cfg.ID, "provider", r.caps.Name,
+		"settle_window", r.settle.String(), "not_found_provable", r.provable, "lookup", string(r.caps.Lookup),
+		"consistency", string(r.caps.Consistency), "key_window", r.caps.KeyWindow.String())
 	ticker := time.NewTicker(r.cfg.Interval)
 	defer ticker.Stop()
 	for {
@@ -322,7 +347,7 @@ func (r *Reconciler) runOnce(ctx context.Context) (Result, error) {
 	}
 	leased, err := intent.Lease(ctx, r.cfg.DB, intent.LeaseParams{
 		Owner:           r.cfg.ID,
-		Provider:        r.cfg.Provider.Name,
+		Provider:        r.caps.Name,
 		TTL:             r.cfg.LeaseTTL,
 		Limit:           r.cfg.BatchSize,
 		StaleSubmitting: r.staleAfter(),
@@ -371,7 +396,7 @@ func (r *Reconciler) requeueStranded(ctx context.Context) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, r.cfg.DB, func(tx pgx.Tx) error {
 		charges, err := submit.LockStranded(ctx, tx, submit.StrandedParams{
-			Provider: r.cfg.Provider.Name, OlderThan: r.cfg.StrandedAfter, Limit: r.cfg.BatchSize,
+			Provider: r.caps.Name, OlderThan: r.cfg.StrandedAfter, Limit: r.cfg.BatchSize,
 		})
 		if err != nil {
 			return err
@@ -394,7 +419,7 @@ func (r *Reconciler) requeueStranded(ctx context.Context) (int, error) {
 // lag is how long the most overdue charge of this reconciler's provider has
 // been waiting for it; MetricLag observes it.
 func (r *Reconciler) lag(ctx context.Context) (time.Duration, error) {
-	return intent.ReconcileLag(ctx, r.cfg.DB, r.cfg.Provider.Name, r.staleAfter())
+	return intent.ReconcileLag(ctx, r.cfg.DB, r.caps.Name, r.staleAfter())
 }
 
 // staleAfter is how long a charge may sit in submitting before the
@@ -440,7 +465,8 @@ func (r *Reconciler) decideAndWrite(ctx context.Context, log *slog.Logger, l int
 		return Result{}, err
 	}
 	// The client bounds the lookup with its call timeout.
-	found, lookupErr := r.cfg.Provider.Client.Lookup(ctx, c.ProviderKey)
+	found, lookupErr := r.cfg.Provider.Client.Find(ctx, psp.LookupRequest{Key: c.ProviderKey, Reference: c.ID,
+		ProviderID: c.ProviderChargeID, FirstSent: timeOr(c.FirstAttemptAt, c.CreatedAt), LastSent: timeOr(c.LastAttemptAt, c.CreatedAt)})
 	if err := r.cfg.CrashPoints.Hit(ctx, crashpoint.ReconcilerAfterLookupBeforeUpdate); err != nil {
 		return Result{}, err
 	}
@@ -480,7 +506,7 @@ type decision struct {
 // decide is the table of the package doc, for one charge and one lookup.
 // Every time it compares comes from the database's clock.
 func (r *Reconciler) decide(l intent.Leased, found psp.Charge, lookupErr error) decision {
-	c, now, p := l.Charge, l.Now, r.cfg.Provider
+	c, now := l.Charge, l.Now
 	move := intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StateUnknown,
 		Actor: "reconciler:" + r.cfg.ID, LeaseToken: c.LeaseToken}
 	recheck := func(reason string, after time.Duration, failed bool, counts Result) decision {
@@ -491,7 +517,12 @@ func (r *Reconciler) decide(l intent.Leased, found psp.Charge, lookupErr error) 
 		move.To, move.Reason, move.ReviewReason = intent.StateNeedsReview, reason, why
 		return decision{reason: reason, move: move, counts: Result{NeedsReview: 1}}
 	}
-	keyDeadline := timeOr(c.FirstAttemptAt, c.CreatedAt).Add(p.KeyWindow - p.KeyWindowMargin)
+	// With no key window the provider never de-duplicates: a re-send is
+	// never covered, and its deadline is the first send.
+	keyDeadline := timeOr(c.FirstAttemptAt, c.CreatedAt)
+	if r.caps.KeyWindow > 0 {
+		keyDeadline = keyDeadline.Add(r.caps.KeyWindow - r.cfg.Provider.KeyWindowMargin)
+	}
 	unknownFor := now.Sub(timeOr(c.UnknownSince, now))
 
 	switch {
@@ -511,14 +542,16 @@ func (r *Reconciler) decide(l intent.Leased, found psp.Charge, lookupErr error) 
 	case errors.Is(lookupErr, psp.ErrNotFound):
 		settledAt := timeOr(c.LastAttemptAt, c.CreatedAt).Add(r.settle)
 		switch {
-		case !now.Before(keyDeadline):
+		case r.caps.KeyWindow > 0 && !now.Before(keyDeadline):
 			return review("key_window_passed", "the provider's idempotency key window is ending; a not-found can no longer prove that no charge exists")
-		case !p.StrongLookup && unknownFor >= r.cfg.MaxUnknownAge:
-			return review("lookup_not_authoritative", "the provider's lookup is not strongly consistent, so not-found proves nothing, and the charge has been unknown for "+unknownFor.Round(time.Second).String())
-		case !p.StrongLookup:
+		case !r.provable && unknownFor >= r.cfg.MaxUnknownAge:
+			return review("lookup_not_authoritative", "the provider's lookup cannot prove that no charge exists, and the charge has been unknown for "+unknownFor.Round(time.Second).String())
+		case !r.provable:
 			return recheck("not_found_not_authoritative", r.backoff(c.LookupFailures+1), false, Result{NotYetProven: 1})
 		case now.Before(settledAt):
 			return recheck("not_found_not_yet_proven", settledAt.Sub(now), false, Result{NotYetProven: 1})
+		case r.caps.KeyWindow == 0:
+			return review("never_deduplicated", "proven not found, but the provider does not de-duplicate idempotency keys, so no attempt is re-sent automatically")
 		case c.Attempts >= r.cfg.MaxAttempts:
 			return review("attempts_exhausted", fmt.Sprintf("proven not found after %d attempts; no further attempt is made automatically", c.Attempts))
 		}
@@ -528,7 +561,7 @@ func (r *Reconciler) decide(l intent.Leased, found psp.Charge, lookupErr error) 
 
 	default:
 		switch {
-		case !now.Before(keyDeadline):
+		case r.caps.KeyWindow > 0 && !now.Before(keyDeadline):
 			return review("key_window_passed", "the provider's idempotency key window is ending and the lookup fails")
 		case unknownFor >= r.cfg.MaxUnknownAge:
 			return review("lookup_unavailable", "lookups have failed for "+unknownFor.Round(time.Second).String()+": "+psp.ReasonOf(lookupErr))

@@ -2,6 +2,7 @@ package reconciler_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -60,7 +61,7 @@ func (b *testBundle) newReconciler(t *testing.T, edit ...func(*reconciler.Config
 	t.Helper()
 	cfg := reconciler.Config{
 		DB: b.pool, Jobs: b.queue,
-		Provider:          reconciler.Provider{Name: "fakepsp", Client: b.provider, StrongLookup: true},
+		Provider:          reconciler.Provider{Client: b.provider},
 		StaleMargin:       100 * time.Millisecond,
 		SettleMargin:      settleMargin,
 		LeaseTTL:          5 * time.Second,
@@ -235,7 +236,10 @@ func TestNotFound(t *testing.T) {
 		ctx, b := setup(t)
 		c := b.unknownCharge(ctx, t, 1500)
 		b.age(ctx, t, c.ID, time.Minute)
-		r := b.newReconciler(t, func(c *reconciler.Config) { c.Provider.StrongLookup = false; c.MaxUnknownAge = 2 * time.Minute })
+		r := b.newReconciler(t, func(c *reconciler.Config) {
+			c.Provider.Client = b.declaring(psp.Capabilities{Consistency: psp.Eventual})
+			c.MaxUnknownAge = 2 * time.Minute
+		})
 
 		res, err := r.RunOnce(ctx)
 		require.NoError(t, err)
@@ -282,6 +286,106 @@ func TestNotFound(t *testing.T) {
 		require.Contains(t, got.ReviewReason, "key window")
 		require.Zero(t, b.jobs(ctx, t, c.ID))
 	})
+}
+
+// declaring is the test's fake provider declaring other capabilities than
+// the bundled fake's: the lookups are real, what they are taken to prove
+// follows caps (defaults from the real client for zero fields but KeyWindow).
+func (b *testBundle) declaring(caps psp.Capabilities) psp.Provider {
+	real := b.provider.Capabilities()
+	caps.Name = cmp.Or(caps.Name, real.Name)
+	caps.Lookup = cmp.Or(caps.Lookup, real.Lookup)
+	caps.Consistency = cmp.Or(caps.Consistency, real.Consistency)
+	return declared{Client: b.provider, caps: caps}
+}
+
+type declared struct {
+	*psp.Client
+	caps psp.Capabilities
+}
+
+func (d declared) Capabilities() psp.Capabilities { return d.caps }
+
+// What a not-found proves follows the provider's declared capabilities:
+// the decision table of docs/provider.md, row by row.
+func TestCapabilitiesDecide(t *testing.T) {
+	t.Parallel()
+	const day = 24 * time.Hour
+
+	// An eventual lookup with a lag bound proves not-found only once the
+	// settle window and the lag have both passed.
+	t.Run("EventualProvesAfterItsLag", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		c := b.unknownCharge(ctx, t, 1500)
+		r := b.newReconciler(t, func(c *reconciler.Config) {
+			c.Provider.Client = b.declaring(psp.Capabilities{Consistency: psp.Eventual, LagBound: time.Hour, KeyWindow: day})
+		})
+		require.Equal(t, callTimeout+settleMargin+time.Hour, r.Settle())
+
+		b.age(ctx, t, c.ID, 30*time.Minute)
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, reconciler.Result{Leased: 1, NotYetProven: 1}, res)
+
+		b.age(ctx, t, c.ID, time.Hour)
+		res, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, reconciler.Result{Leased: 1, Requeued: 1}, res)
+		require.Equal(t, 1, b.jobs(ctx, t, c.ID))
+	})
+
+	// No lookup at all: not-found is never proof, the charge waits for a
+	// person.
+	t.Run("NoLookupEndsWithAnOperator", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		c := b.unknownCharge(ctx, t, 1500)
+		b.age(ctx, t, c.ID, 3*time.Minute)
+		r := b.newReconciler(t, func(c *reconciler.Config) {
+			c.Provider.Client = b.declaring(psp.Capabilities{Lookup: psp.LookupNone, KeyWindow: day})
+			c.MaxUnknownAge = 2 * time.Minute
+		})
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.NeedsReview)
+		require.Contains(t, b.get(ctx, t, c.ID).ReviewReason, "cannot prove")
+		require.Zero(t, b.jobs(ctx, t, c.ID))
+	})
+
+	// A provider that never de-duplicates: even a proven not-found does not
+	// re-send by itself, since nothing backs the proof up.
+	t.Run("NeverDeduplicatedIsNotResent", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		c := b.unknownCharge(ctx, t, 1500)
+		b.age(ctx, t, c.ID, time.Minute)
+		r := b.newReconciler(t, func(c *reconciler.Config) { c.Provider.Client = b.declaring(psp.Capabilities{}) })
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.NeedsReview)
+		got := b.get(ctx, t, c.ID)
+		require.Contains(t, got.ReviewReason, "does not de-duplicate")
+		require.Zero(t, b.jobs(ctx, t, c.ID))
+	})
+
+	// The table itself, as a function.
+	for _, tc := range []struct {
+		name     string
+		caps     psp.Capabilities
+		window   time.Duration
+		provable bool
+	}{
+		{"Strong", psp.Capabilities{Lookup: psp.LookupByKey, Consistency: psp.Strong}, 12 * time.Second, true},
+		{"StrongByReference", psp.Capabilities{Lookup: psp.LookupByReference, Consistency: psp.Strong}, 12 * time.Second, true},
+		{"EventualBounded", psp.Capabilities{Lookup: psp.LookupByReference, Consistency: psp.Eventual, LagBound: time.Minute}, 72 * time.Second, true},
+		{"EventualUnbounded", psp.Capabilities{Lookup: psp.LookupByReference, Consistency: psp.Eventual}, 12 * time.Second, false},
+		{"None", psp.Capabilities{Lookup: psp.LookupNone}, 12 * time.Second, false},
+	} {
+		window, provable := reconciler.ProofWindow(tc.caps, 10*time.Second, time.Second, time.Second)
+		require.Equal(t, tc.window, window, tc.name)
+		require.Equal(t, tc.provable, provable, tc.name)
+	}
 }
 
 // Lookup errors leave the charge unknown with growing waits; when they last

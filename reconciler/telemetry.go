@@ -72,7 +72,7 @@ func newTelemetry(cfg Config, lag func(context.Context) (time.Duration, error)) 
 	if err != nil {
 		return telemetry{}, fmt.Errorf("reconciler: metric %s: %w", MetricLag, err)
 	}
-	provider := metric.WithAttributes(attribute.String("provider", cfg.Provider.Name))
+	provider := metric.WithAttributes(attribute.String("provider", cfg.Provider.Client.Capabilities().Name))
 	logger := cfg.Logger
 	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, lagQueryTimeout)

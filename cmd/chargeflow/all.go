@@ -35,7 +35,7 @@ func runAll(ctx context.Context, e env, args []string) error {
 	bindWorker(fs, &o)
 	p.bind(fs, e, "psp-addr")
 	bindReconciler(fs, &o)
-	bindKeyWindow(fs, &o)
+	bindCapabilities(fs, &o)
 	r, done, err := setupRole(ctx, e, "all", &c, fs, args)
 	if err != nil {
 		return err

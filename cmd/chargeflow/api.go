@@ -18,7 +18,6 @@ func bindAPI(fs *flag.FlagSet, o *app.Options, addr *string) {
 	fs.IntVar(&o.API.RateBurst, "rate-burst", 0, "token bucket size per tenant (default twice the rate)")
 	fs.Int64Var(&o.API.MaxAmount, "max-amount", da.MaxAmount, "largest amount accepted, in minor units")
 	fs.DurationVar(&o.API.IdempotencyTTL, "idempotency-ttl", da.IdempotencyTTL, "how long idempotency keys are remembered (1h to 168h)")
-	fs.StringVar(&o.ProviderName, "provider", d.ProviderName, "the provider new charges go to")
 	bindSubmitMaxAttempts(fs, o)
 	fs.IntVar(&o.APIPool.MaxConns, "max-conns", d.APIPool.MaxConns, "database connections")
 	fs.DurationVar(&o.API.ReconcileFloor, "reconcile-floor", da.ReconcileFloor, "least time between an operator's forced lookup of a charge and the previous lookup")
@@ -39,7 +38,7 @@ func runAPI(ctx context.Context, e env, args []string) error {
 	c.bind(fs, e)
 	bindAPI(fs, &o, &addr)
 	bindProvider(fs, e, &o) // to check operators' resolutions with the provider
-	bindKeyWindow(fs, &o)
+	bindCapabilities(fs, &o)
 	r, done, err := setupRole(ctx, e, "api", &c, fs, args)
 	if err != nil {
 		return err

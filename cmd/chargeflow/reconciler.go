@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"flag"
+	"strconv"
 
 	"golang.org/x/sync/errgroup"
 
+	"chargeflow/api"
 	"chargeflow/internal/app"
+	"chargeflow/psp"
 	"chargeflow/reconciler"
 )
 
@@ -16,7 +19,6 @@ import (
 // or runAll from the API's and the worker's flags).
 func bindReconciler(fs *flag.FlagSet, o *app.Options) {
 	d, rc := reconciler.Defaults(), &o.Reconciler
-	fs.BoolVar(&rc.Provider.StrongLookup, "strong-lookup", d.Provider.StrongLookup, "the provider's lookup by key is strongly consistent, so a not-found after the settle window proves no charge exists")
 	fs.DurationVar(&rc.Provider.MaxApplyDelay, "max-apply-delay", d.Provider.MaxApplyDelay, "the longest the provider may take to apply a request or show it to lookups (widens the settle window)")
 	fs.Float64Var(&rc.Provider.LookupRate, "lookup-rate", d.Provider.LookupRate, "lookups per second at the provider, per reconciler process")
 	fs.DurationVar(&rc.StaleMargin, "stale-margin", d.StaleMargin, "how long past the call timeout a charge may sit in submitting before the reconciler takes it")
@@ -40,8 +42,7 @@ func runReconciler(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet("reconciler", e)
 	c.bind(fs, e)
 	bindProvider(fs, e, &o)
-	bindKeyWindow(fs, &o)
-	fs.StringVar(&o.ProviderName, "provider", app.Defaults().ProviderName, "the provider whose charges this reconciler resolves")
+	bindCapabilities(fs, &o)
 	bindSubmitMaxAttempts(fs, &o)
 	fs.IntVar(&o.ReconcilerPool.MaxConns, "max-conns", app.Defaults().ReconcilerPool.MaxConns, "database connections")
 	bindReconciler(fs, &o)
@@ -71,11 +72,21 @@ func runReconciler(ctx context.Context, e env, args []string) error {
 	return g.Wait()
 }
 
-// bindKeyWindow registers how long the provider de-duplicates a key: the
-// reconciler stops trusting not-found before it ends, and the API refuses an
-// operator's re-attempt after it.
-func bindKeyWindow(fs *flag.FlagSet, o *app.Options) {
-	d, p := reconciler.Defaults().Provider, &o.Reconciler.Provider
-	fs.DurationVar(&p.KeyWindow, "key-window", d.KeyWindow, "how long the provider remembers an idempotency key")
-	fs.DurationVar(&p.KeyWindowMargin, "key-window-margin", d.KeyWindowMargin, "how long before the key window ends to stop trusting not-found or re-sending")
+// bindCapabilities registers what the provider promises (its name on
+// charges, its key window, how consistent its lookup is) and the margin
+// kept before its key window ends: the reconciler's decisions follow from
+// them, and the API refuses an operator's re-attempt past the window.
+func bindCapabilities(fs *flag.FlagSet, o *app.Options) {
+	caps := &o.Provider.Capabilities
+	fs.StringVar(&caps.Name, "provider", api.Defaults().Provider, "the provider's name on charges: where new charges go, whose charges a reconciler resolves")
+	fs.DurationVar(&caps.KeyWindow, "key-window", psp.DefaultKeyWindow, "how long the provider de-duplicates an idempotency key")
+	fs.DurationVar(&o.Reconciler.Provider.KeyWindowMargin, "key-window-margin", reconciler.Defaults().Provider.KeyWindowMargin, "how long before the key window ends to stop trusting not-found or re-sending")
+	caps.Consistency = psp.Strong
+	fs.BoolFunc("strong-lookup", "the provider's lookup is strongly consistent, so a not-found after the settle window proves no charge exists (default true)",
+		func(value string) error {
+			strong, err := strconv.ParseBool(value)
+			caps.Consistency = map[bool]psp.Consistency{true: psp.Strong, false: psp.Eventual}[strong]
+			return err
+		})
+	fs.DurationVar(&caps.LagBound, "lookup-lag-bound", 0, "with --strong-lookup=false: the longest the lookup may lag behind the provider (0: unbounded, so a not-found never proves anything)")
 }

@@ -54,11 +54,10 @@ type Options struct {
 	MeterProvider  metric.MeterProvider
 	Metrics        http.Handler
 
-	// ProviderName is the provider new charges go to and the one the
-	// reconciler resolves. Default api.Defaults().Provider.
-	ProviderName string
-	// Provider configures the provider client; its Timeout is the one call
-	// timeout of the system (default psp.DefaultTimeout).
+	// Provider configures the provider client: its Timeout is the one call
+	// timeout of the system (default psp.DefaultTimeout), and its
+	// Capabilities name the provider new charges go to (and the reconciler
+	// resolves) and say what a lookup proves.
 	Provider psp.Config
 
 	// Jobs configures the submit queue (max attempts, notify cooldown).
@@ -118,7 +117,6 @@ type Worker struct {
 // are left zero here, so each default has one home.
 func Defaults() Options {
 	return Options{
-		ProviderName:   api.Defaults().Provider,
 		APIPool:        Pool{MaxConns: 20, LockTimeout: time.Second},
 		ReconcilerPool: Pool{MaxConns: 10},
 		Worker: Worker{
@@ -136,7 +134,6 @@ func Defaults() Options {
 func (o Options) withDefaults() Options {
 	d := Defaults()
 	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
-	o.ProviderName = cmp.Or(o.ProviderName, d.ProviderName)
 	o.APIPool.MaxConns = cmp.Or(o.APIPool.MaxConns, d.APIPool.MaxConns)
 	o.APIPool.LockTimeout = cmp.Or(o.APIPool.LockTimeout, d.APIPool.LockTimeout)
 	o.ReconcilerPool.MaxConns = cmp.Or(o.ReconcilerPool.MaxConns, d.ReconcilerPool.MaxConns)
@@ -152,11 +149,14 @@ func (o Options) withDefaults() Options {
 }
 
 // keyWindow is how long after a charge's first send a new attempt is still
-// de-duplicated by the provider: its key window less the margin, as the
-// reconciler counts it (reconciler.Defaults for zero fields).
-func (o Options) keyWindow() time.Duration {
-	d, p := reconciler.Defaults().Provider, o.Reconciler.Provider
-	return cmp.Or(p.KeyWindow, d.KeyWindow) - cmp.Or(p.KeyWindowMargin, d.KeyWindowMargin)
+// de-duplicated by provider: its key window less the margin, as the
+// reconciler counts it; zero when the provider never de-duplicates.
+func (o Options) keyWindow(provider psp.Provider) time.Duration {
+	window := provider.Capabilities().KeyWindow
+	if window <= 0 {
+		return 0
+	}
+	return max(window-cmp.Or(o.Reconciler.Provider.KeyWindowMargin, reconciler.Defaults().Provider.KeyWindowMargin), 0)
 }
 
 // OpenPool creates the database if it is missing and opens a pool on it,
@@ -183,8 +183,8 @@ func OpenPool(ctx context.Context, databaseURL, role string, p Pool) (*pgxpool.P
 	return pool, nil
 }
 
-// ProviderClient is the provider client every component of o shares.
-func (o Options) ProviderClient() *psp.Client {
+// ProviderClient is the provider every component of o talks to.
+func (o Options) ProviderClient() psp.Provider {
 	cfg := o.Provider
 	cfg.TracerProvider, cfg.MeterProvider = o.TracerProvider, o.MeterProvider
 	return psp.NewClient(cfg)
@@ -233,8 +233,9 @@ func NewAPI(ctx context.Context, o Options) (*API, error) {
 		return nil, err
 	}
 	cfg := o.API
-	cfg.DB, cfg.Jobs, cfg.Provider = pool, jobs, o.ProviderName
-	cfg.ProviderClient, cfg.ProviderKeyWindow = o.ProviderClient(), o.keyWindow()
+	provider := o.ProviderClient()
+	cfg.DB, cfg.Jobs, cfg.Provider = pool, jobs, provider.Capabilities().Name
+	cfg.ProviderClient, cfg.ProviderKeyWindow = provider, o.keyWindow(provider)
 	cfg.Logger, cfg.CrashPoints = o.Logger, o.CrashPoints
 	cfg.TracerProvider, cfg.MeterProvider, cfg.Metrics = o.TracerProvider, o.MeterProvider, o.Metrics
 	if cfg.Ready == nil {
@@ -310,7 +311,7 @@ func NewReconciler(pool *pgxpool.Pool, jobs *submit.Queue, o Options) (*reconcil
 	o = o.withDefaults()
 	cfg := o.Reconciler
 	cfg.DB, cfg.Jobs = pool, jobs
-	cfg.Provider.Name, cfg.Provider.Client = o.ProviderName, o.ProviderClient()
+	cfg.Provider.Client = o.ProviderClient()
 	cfg.Logger, cfg.CrashPoints = o.Logger, o.CrashPoints
 	cfg.TracerProvider, cfg.MeterProvider = o.TracerProvider, o.MeterProvider
 	return reconciler.New(cfg)
