@@ -263,7 +263,7 @@ func (s *Server) listCharges(c echo.Context) error {
 	for _, name := range slices.Sorted(maps.Keys(query)) {
 		values := query[name]
 		if len(values) != 1 {
-			return fieldProblem(CodeInvalidParameter, name, "give each query parameter once")
+			return fieldProblem(CodeInvalidParameter, safeFieldName(name), "give each query parameter once")
 		}
 		value := values[0]
 		switch name {

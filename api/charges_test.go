@@ -332,6 +332,9 @@ func TestCreateChargeRejections(t *testing.T) {
 		})
 	}
 
+	// No refusal logged a card number, whichever check refused it.
+	requireNoCardNumbers(t, "the logs", []byte(b.logs.String()))
+
 	// The same key then works: nothing about the rejections was remembered.
 	resp := b.post(t, b.tenantA, key, validBody)
 	require.Equal(t, http.StatusCreated, resp.status)

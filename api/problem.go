@@ -209,8 +209,11 @@ func databaseUnavailable(err error) bool {
 		errors.Is(err, net.ErrClosed)
 }
 
-// writeProblem sends p as application/problem+json.
+// writeProblem sends p as application/problem+json. The field and detail
+// can carry parts of the request (a member name, a parameter name, a JSON
+// path), so card numbers are cut out of them here, for every problem.
 func writeProblem(c echo.Context, p *Problem) error {
+	p.Field, p.Detail = redactCardNumbers(p.Field), redactCardNumbers(p.Detail)
 	h := c.Response().Header()
 	if p.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(p.RetryAfter))

@@ -21,6 +21,8 @@ import (
 // idempotencyKey reads the Idempotency-Key header: exactly one, 16–255
 // printable ASCII characters, either bare or as a structured-field string
 // ("…", RFC 8941) as the IETF draft allows. Both forms name the same key.
+// A key that holds a card number is refused before anything else, so it is
+// never looked up or stored.
 func idempotencyKey(h http.Header) (string, error) {
 	values := h.Values("Idempotency-Key")
 	if len(values) == 0 {
@@ -30,6 +32,12 @@ func idempotencyKey(h http.Header) (string, error) {
 		return "", problem(CodeIdempotencyKeyInvalid, "send exactly one Idempotency-Key header")
 	}
 	key := strings.TrimSpace(values[0])
+	if containsPAN(key) {
+		// Only the key's sha256 is stored, but an unkeyed hash of a card
+		// number is still one (the numbers are few enough to try them all).
+		return "", fieldProblem(CodeCardNumberDetected, "Idempotency-Key",
+			"the Idempotency-Key looks like a card number; use a random key such as a UUID")
+	}
 	if strings.HasPrefix(key, `"`) {
 		unquoted, ok := unquoteSFString(key)
 		if !ok {
@@ -114,17 +122,26 @@ const (
 
 var paymentMethodPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,254}$`)
 
+// cardNumberDetail is what a card_number_detected problem says.
+const cardNumberDetail = "the body contains what looks like a card number; send a payment method token instead"
+
 // parseChargeRequest parses and validates a body and returns it with its RFC
 // 8785 canonical form. It refuses, naming the field: anything that is not
 // strict JSON, a raw card number anywhere, unknown fields, and bad values.
 func parseChargeRequest(body []byte, maxAmount int64) (chargeRequest, []byte, error) {
 	v, err := jsoncanon.Parse(body)
 	if err != nil {
+		// A body that fails to parse is looked through for a card number
+		// as it came, byte by byte: it has no members to look into, and a
+		// card number in it must be answered as one rather than with a
+		// syntax error's path, which could name a member that holds it.
+		if containsPAN(string(body)) {
+			return chargeRequest{}, nil, problem(CodeCardNumberDetected, cardNumberDetail)
+		}
 		return chargeRequest{}, nil, jsonProblem(err)
 	}
 	if field, found := findCardNumber(v, ""); found {
-		return chargeRequest{}, nil, fieldProblem(CodeCardNumberDetected, field,
-			"the body contains what looks like a card number; send a payment method token instead")
+		return chargeRequest{}, nil, fieldProblem(CodeCardNumberDetected, field, cardNumberDetail)
 	}
 	if v.Kind != jsoncanon.Object {
 		return chargeRequest{}, nil, problem(CodeInvalidJSON, "the body must be a JSON object")
@@ -320,36 +337,47 @@ func pathOr(path, fallback string) string {
 // or dashes may separate groups) that passes the Luhn check. A run is taken
 // whole: digits inside a longer run are not a card number on their own.
 func containsPAN(s string) bool {
-	var digits [19]byte
-	n := 0
-	flush := func() bool {
-		ok := n >= 13 && n <= 19 && luhn(digits[:n])
-		n = 0
-		return ok
-	}
-	tooLong := false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= '0' && c <= '9':
-			if n == len(digits) {
-				tooLong = true
-				continue
-			}
-			if !tooLong {
-				digits[n] = c - '0'
-				n++
-			}
-		case (c == ' ' || c == '-') && n > 0 && i+1 < len(s) && s[i+1] >= '0' && s[i+1] <= '9' && s[i-1] >= '0' && s[i-1] <= '9':
-			// a single separator between digit groups
-		default:
-			if !tooLong && flush() {
-				return true
-			}
-			n, tooLong = 0, false
+	_, _, found := nextPAN(s, 0)
+	return found
+}
+
+// nextPAN finds the first card number in s at or after from, as containsPAN
+// defines one, and returns where it starts and ends. redactCardNumbers uses
+// it to cut card numbers out of what is logged or echoed.
+func nextPAN(s string, from int) (start, end int, found bool) {
+	isDigit := func(c byte) bool { return c >= '0' && c <= '9' }
+	for i := from; i < len(s); {
+		if !isDigit(s[i]) {
+			i++
+			continue
 		}
+		var digits [19]byte
+		n, tooLong := 0, false
+		j := i
+	run:
+		for j < len(s) {
+			switch c := s[j]; {
+			case isDigit(c):
+				if n == len(digits) {
+					tooLong = true
+				} else {
+					digits[n] = c - '0'
+					n++
+				}
+			case (c == ' ' || c == '-') && j+1 < len(s) && isDigit(s[j+1]):
+				// a single separator between digit groups (the byte
+				// before it is a digit: runs start with one)
+			default:
+				break run
+			}
+			j++
+		}
+		if !tooLong && n >= 13 && luhn(digits[:n]) {
+			return i, j, true
+		}
+		i = j
 	}
-	return !tooLong && flush()
+	return 0, 0, false
 }
 
 // luhn reports whether the digits pass the Luhn (mod 10) check.

@@ -41,7 +41,8 @@ type Config struct {
 	// re-submit (Queue.Enqueue).
 	Jobs *submit.Queue
 	// Logger receives structured request logs. It never gets API keys,
-	// idempotency keys, payment methods, descriptions or metadata.
+	// idempotency keys, payment methods, descriptions or metadata, and New
+	// wraps it so that no line can carry a card number (redactLogs).
 	Logger *slog.Logger
 	// CrashPoints are armed in tests and scenarios only; nil is disarmed.
 	CrashPoints *crashpoint.Set
@@ -118,7 +119,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.DB == nil || cfg.Jobs == nil {
 		return nil, errors.New("api: DB and Jobs are required")
 	}
-	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	cfg.Logger = redactLogs(cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)))
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
