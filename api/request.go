@@ -245,6 +245,8 @@ func parseDescription(v jsoncanon.Value) (*string, error) {
 		return nil, fieldProblem(CodeInvalidField, "description", "description must be a string or null")
 	case utf8.RuneCountInString(v.String) > maxDescription:
 		return nil, fieldProblem(CodeInvalidField, "description", fmt.Sprintf("description may be at most %d characters", maxDescription))
+	case !storable(v.String):
+		return nil, fieldProblem(CodeInvalidField, "description", unstorable("description"))
 	}
 	s := v.String
 	return &s, nil
@@ -266,15 +268,34 @@ func parseMetadata(v jsoncanon.Value) (map[string]string, error) {
 		if m.Name == "" || utf8.RuneCountInString(m.Name) > maxMetadataKey {
 			return nil, fieldProblem(CodeInvalidField, field, fmt.Sprintf("metadata keys must be 1 to %d characters", maxMetadataKey))
 		}
+		if !storable(m.Name) {
+			return nil, fieldProblem(CodeInvalidField, field, unstorable("metadata keys"))
+		}
 		if m.Value.Kind != jsoncanon.String {
 			return nil, fieldProblem(CodeInvalidField, field+"."+name, "metadata values must be strings")
 		}
 		if utf8.RuneCountInString(m.Value.String) > maxMetadataValue {
 			return nil, fieldProblem(CodeInvalidField, field+"."+name, fmt.Sprintf("metadata values may be at most %d characters", maxMetadataValue))
 		}
+		if !storable(m.Value.String) {
+			return nil, fieldProblem(CodeInvalidField, field+"."+name, unstorable("metadata values"))
+		}
 		metadata[m.Name] = m.Value.String
 	}
 	return metadata, nil
+}
+
+// unstorable says why storable refused what.
+func unstorable(what string) string {
+	return what + " must not contain U+0000 (NUL), which the database cannot store"
+}
+
+// storable reports whether Postgres can store s in a text or jsonb column:
+// valid UTF-8 (jsoncanon already refuses anything else, lone surrogates
+// included) without NUL. A NUL would otherwise reach the accept statement
+// and fail it as a 500 after everything had been checked.
+func storable(s string) bool {
+	return utf8.ValidString(s) && !strings.Contains(s, "\x00")
 }
 
 // safeFieldName is a member name fit to echo back in a problem: short
