@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"regexp"
@@ -125,26 +126,42 @@ var paymentMethodPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,254
 // cardNumberDetail is what a card_number_detected problem says.
 const cardNumberDetail = "the body contains what looks like a card number; send a payment method token instead"
 
-// parseChargeRequest parses and validates a body and returns it with its RFC
-// 8785 canonical form. It refuses, naming the field: anything that is not
-// strict JSON, a raw card number anywhere, unknown fields, and bad values.
-func parseChargeRequest(body []byte, maxAmount int64) (chargeRequest, []byte, error) {
+// parseJSONBody is the syntactic half of reading a request body: strict
+// JSON, no card number anywhere, and the RFC 8785 canonical form that the
+// fingerprint is taken of. It knows nothing of charges, so nothing a later
+// version may change about them (limits, fields, the currency table) can
+// make it refuse what an earlier one accepted; that is chargeFromJSON's, run
+// only for a key that has no record (docs/api.md, "Accepting a charge").
+//
+// A body that fails to parse is looked through for a card number as it
+// came, byte by byte: it has no members to look into, and a card number in
+// it must be answered as one rather than with a syntax error's path, which
+// could name a member that holds it.
+func parseJSONBody(body []byte) (jsoncanon.Value, []byte, error) {
 	v, err := jsoncanon.Parse(body)
 	if err != nil {
-		// A body that fails to parse is looked through for a card number
-		// as it came, byte by byte: it has no members to look into, and a
-		// card number in it must be answered as one rather than with a
-		// syntax error's path, which could name a member that holds it.
 		if containsPAN(string(body)) {
-			return chargeRequest{}, nil, problem(CodeCardNumberDetected, cardNumberDetail)
+			return jsoncanon.Value{}, nil, problem(CodeCardNumberDetected, cardNumberDetail)
 		}
-		return chargeRequest{}, nil, jsonProblem(err)
+		return jsoncanon.Value{}, nil, jsonProblem(err)
 	}
 	if field, found := findCardNumber(v, ""); found {
-		return chargeRequest{}, nil, fieldProblem(CodeCardNumberDetected, field, cardNumberDetail)
+		return jsoncanon.Value{}, nil, fieldProblem(CodeCardNumberDetected, field, cardNumberDetail)
 	}
+	canonical, err := jsoncanon.AppendCanonical(nil, v)
+	if err != nil {
+		return jsoncanon.Value{}, nil, jsonProblem(err)
+	}
+	return v, canonical, nil
+}
+
+// chargeFromJSON is the semantic half: it validates a parsed body as a
+// charge request and refuses, naming the field, unknown fields, missing
+// ones, bad values, characters Postgres cannot store, and amounts over
+// maxAmount.
+func chargeFromJSON(v jsoncanon.Value, maxAmount int64) (chargeRequest, error) {
 	if v.Kind != jsoncanon.Object {
-		return chargeRequest{}, nil, problem(CodeInvalidJSON, "the body must be a JSON object")
+		return chargeRequest{}, problem(CodeInvalidJSON, "the body must be a JSON object")
 	}
 	var req chargeRequest
 	seen := map[string]bool{}
@@ -153,7 +170,7 @@ func parseChargeRequest(body []byte, maxAmount int64) (chargeRequest, []byte, er
 		var err error
 		switch m.Name {
 		case "amount":
-			req.Amount, err = parseAmount(m.Value, maxAmount)
+			req.Amount, err = parseAmount(m.Value)
 		case "currency":
 			req.Currency, err = parseCurrency(m.Value)
 		case "payment_method":
@@ -166,19 +183,18 @@ func parseChargeRequest(body []byte, maxAmount int64) (chargeRequest, []byte, er
 			err = fieldProblem(CodeUnknownField, safeFieldName(m.Name), "this field is not part of a charge request")
 		}
 		if err != nil {
-			return chargeRequest{}, nil, err
+			return chargeRequest{}, err
 		}
 	}
 	for _, name := range []string{"amount", "currency", "payment_method"} {
 		if !seen[name] {
-			return chargeRequest{}, nil, fieldProblem(CodeMissingField, name, name+" is required")
+			return chargeRequest{}, fieldProblem(CodeMissingField, name, name+" is required")
 		}
 	}
-	canonical, err := jsoncanon.AppendCanonical(nil, v)
-	if err != nil {
-		return chargeRequest{}, nil, jsonProblem(err)
+	if req.Amount > maxAmount {
+		return chargeRequest{}, fieldProblem(CodeInvalidField, "amount", fmt.Sprintf("amount may be at most %d", maxAmount))
 	}
-	return req, canonical, nil
+	return req, nil
 }
 
 // jsonProblem maps a strict-parser error to its problem, naming the path.
@@ -197,7 +213,9 @@ func jsonProblem(err error) error {
 	return fieldProblem(code, syntaxErr.Path, syntaxErr.Error())
 }
 
-func parseAmount(v jsoncanon.Value, maxAmount int64) (int64, error) {
+// parseAmount reads a positive JSON integer. One too large for an int64 is
+// math.MaxInt64, which every currency's cap refuses.
+func parseAmount(v jsoncanon.Value) (int64, error) {
 	const field = "amount"
 	if v.Kind != jsoncanon.Number {
 		return 0, fieldProblem(CodeInvalidField, field, "amount must be a JSON integer in the currency's minor unit, not a "+v.Kind.String())
@@ -209,8 +227,8 @@ func parseAmount(v jsoncanon.Value, maxAmount int64) (int64, error) {
 		return 0, fieldProblem(CodeInvalidField, field, "amount must be greater than 0")
 	}
 	n, err := strconv.ParseInt(v.Number, 10, 64)
-	if err != nil || n > maxAmount {
-		return 0, fieldProblem(CodeInvalidField, field, fmt.Sprintf("amount may be at most %d", maxAmount))
+	if err != nil {
+		return math.MaxInt64, nil
 	}
 	return n, nil
 }
