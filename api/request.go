@@ -157,8 +157,9 @@ func parseJSONBody(body []byte) (jsoncanon.Value, []byte, error) {
 
 // chargeFromJSON is the semantic half: it validates a parsed body as a
 // charge request and refuses, naming the field, unknown fields, missing
-// ones, bad values, characters Postgres cannot store, and amounts over
-// maxAmount.
+// ones, bad values, characters Postgres cannot store, currencies that are
+// not tender and amounts over the currency's cap (maxAmount scaled to its
+// minor units, maxAmountFor).
 func chargeFromJSON(v jsoncanon.Value, maxAmount int64) (chargeRequest, error) {
 	if v.Kind != jsoncanon.Object {
 		return chargeRequest{}, problem(CodeInvalidJSON, "the body must be a JSON object")
@@ -191,8 +192,10 @@ func chargeFromJSON(v jsoncanon.Value, maxAmount int64) (chargeRequest, error) {
 			return chargeRequest{}, fieldProblem(CodeMissingField, name, name+" is required")
 		}
 	}
-	if req.Amount > maxAmount {
-		return chargeRequest{}, fieldProblem(CodeInvalidField, "amount", fmt.Sprintf("amount may be at most %d", maxAmount))
+	if limit := maxAmountFor(req.Currency, maxAmount); req.Amount > limit {
+		digits, _ := currency.GetDigits(req.Currency)
+		return chargeRequest{}, fieldProblem(CodeInvalidField, "amount",
+			fmt.Sprintf("amount may be at most %d for %s, in its minor unit (%d decimals)", limit, req.Currency, digits))
 	}
 	return req, nil
 }
@@ -238,11 +241,8 @@ func parseCurrency(v jsoncanon.Value) (string, error) {
 	if v.Kind != jsoncanon.String {
 		return "", fieldProblem(CodeInvalidField, field, "currency must be a string such as \"USD\"")
 	}
-	// The table of active ISO 4217 codes and their minor units comes from
-	// CLDR through github.com/bojanz/currency; funds, metals and test codes
-	// (XAU, XTS, XXX) are not in it.
-	if _, ok := currency.GetDigits(v.String); !ok || v.String != strings.ToUpper(v.String) {
-		return "", fieldProblem(CodeInvalidField, field, "currency must be an active ISO 4217 code in upper case, such as \"USD\"")
+	if !tenderCurrency(v.String) {
+		return "", fieldProblem(CodeInvalidField, field, "currency must be the ISO 4217 code of a currency in circulation, in upper case, such as \"USD\"; funds, metals and units of account are refused")
 	}
 	return v.String, nil
 }

@@ -56,7 +56,10 @@ type Config struct {
 	Provider string
 	// MaxBodyBytes caps a request body. Default 64 KiB.
 	MaxBodyBytes int64
-	// MaxAmount caps a charge's amount, in minor units. Default 99,999,999.
+	// MaxAmount caps a charge's amount: a number of major units, counted in
+	// minor units of a two-decimal currency, that each currency's cap scales
+	// to its own minor unit (maxAmountFor; docs/architecture.md, "Money").
+	// At least 100. Default 99,999,999 (999,999.99).
 	MaxAmount int64
 	// IdempotencyTTL is how long a key is remembered: 1 h to 7 d, default
 	// 24 h. Records are deleted in batches after that by a periodic job.
@@ -130,6 +133,9 @@ func New(cfg Config) (*Server, error) {
 	cfg.Provider = cmp.Or(cfg.Provider, d.Provider)
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, d.MaxBodyBytes)
 	cfg.MaxAmount = cmp.Or(cfg.MaxAmount, d.MaxAmount)
+	if !validMaxAmount(cfg.MaxAmount) {
+		return nil, fmt.Errorf("api: max amount %d is below 100 (one major unit) or overflows when scaled to %d decimals", cfg.MaxAmount, maxDigits)
+	}
 	cfg.IdempotencyTTL = cmp.Or(cfg.IdempotencyTTL, d.IdempotencyTTL)
 	if cfg.IdempotencyTTL < time.Hour || cfg.IdempotencyTTL > 7*24*time.Hour {
 		return nil, fmt.Errorf("api: idempotency TTL %s is outside 1h–168h", cfg.IdempotencyTTL)
