@@ -28,6 +28,7 @@ const (
 	CodeChargeNotUnknown      Code = "charge_not_unknown"
 	CodeDatabaseUnavailable   Code = "database_unavailable"
 	CodeDuplicateMember       Code = "duplicate_member"
+	CodeHeadersTooLarge       Code = "headers_too_large"
 	CodeIdempotencyKeyInvalid Code = "idempotency_key_invalid"
 	CodeIdempotencyKeyMissing Code = "idempotency_key_missing"
 	CodeIdempotencyKeyReused  Code = "idempotency_key_reused"
@@ -58,6 +59,7 @@ var codeInfo = map[Code]struct {
 	CodeChargeNotUnknown:      {http.StatusConflict, "Charge is not unknown"},
 	CodeDatabaseUnavailable:   {http.StatusServiceUnavailable, "Database unavailable"},
 	CodeDuplicateMember:       {http.StatusBadRequest, "Duplicate JSON member"},
+	CodeHeadersTooLarge:       {http.StatusRequestHeaderFieldsTooLarge, "Request header fields too large"},
 	CodeIdempotencyKeyInvalid: {http.StatusBadRequest, "Invalid Idempotency-Key"},
 	CodeIdempotencyKeyMissing: {http.StatusBadRequest, "Missing Idempotency-Key"},
 	CodeIdempotencyKeyReused:  {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},

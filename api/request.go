@@ -82,14 +82,14 @@ func unquoteSFString(s string) (string, bool) {
 	return b.String(), true
 }
 
-// readBody reads a JSON body of at most limit bytes.
+// readBody reads a JSON body of at most limit bytes. The body must say it
+// is JSON: exactly one Content-Type, application/json or a +json type, in
+// UTF-8 if it names a charset. A body that does not say what it is is not
+// guessed at.
 func readBody(c echo.Context, limit int64) ([]byte, error) {
 	r := c.Request()
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mediaType, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mediaType != "application/json" && !strings.HasSuffix(mediaType, "+json")) {
-			return nil, problem(CodeUnsupportedMediaType, "send Content-Type: application/json")
-		}
+	if err := jsonContentType(r.Header.Values("Content-Type")); err != nil {
+		return nil, err
 	}
 	if r.ContentLength > limit {
 		return nil, problem(CodeBodyTooLarge, fmt.Sprintf("the body may be at most %d bytes", limit))
@@ -103,6 +103,21 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("read body: %w", err)
 	}
 	return body, nil
+}
+
+// jsonContentType checks the Content-Type values of a request with a body.
+func jsonContentType(values []string) error {
+	if len(values) != 1 {
+		return problem(CodeUnsupportedMediaType, "send exactly one Content-Type: application/json")
+	}
+	mediaType, params, err := mime.ParseMediaType(values[0])
+	if err != nil || (mediaType != "application/json" && !strings.HasSuffix(mediaType, "+json")) {
+		return problem(CodeUnsupportedMediaType, "send Content-Type: application/json")
+	}
+	if charset, ok := params["charset"]; ok && !strings.EqualFold(charset, "utf-8") {
+		return problem(CodeUnsupportedMediaType, "JSON bodies are UTF-8: send Content-Type: application/json, with no charset or charset=utf-8")
+	}
+	return nil
 }
 
 // chargeRequest is a validated POST /v1/charges body.

@@ -6,10 +6,12 @@ import (
 
 // routes is the whole API surface.
 func (s *Server) routes(e *echo.Echo) {
-	e.Use(s.instrument, s.logRequests)
+	e.Use(s.instrument, s.logRequests, s.protocol)
 
 	e.GET("/healthz", s.healthz)
+	e.HEAD("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
+	e.HEAD("/readyz", s.readyz)
 	e.GET("/openapi.yaml", serveOpenAPI)
 	e.GET("/metrics", s.serveMetrics)
 

@@ -100,6 +100,10 @@ type Server struct {
 	auth      *authenticator
 	limiter   *tenantLimiter
 	telemetry telemetry
+
+	// served and methods index the routes, for 405 (protocol.go).
+	served  map[string]bool
+	methods map[string][]string
 }
 
 // Defaults is the configuration New fills zero fields from (RateBurst
@@ -162,6 +166,7 @@ func New(cfg Config) (*Server, error) {
 	e.HTTPErrorHandler = s.handleError
 	s.echo = e
 	s.routes(e)
+	s.indexRoutes()
 	return s, nil
 }
 
