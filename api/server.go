@@ -15,7 +15,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -121,7 +120,8 @@ func Defaults() Config {
 	}
 }
 
-// New checks the configuration, fills in defaults and builds the handler.
+// New fills in defaults, refuses a configuration that makes no sense
+// (Config.check) and builds the handler.
 func New(cfg Config) (*Server, error) {
 	if cfg.DB == nil || cfg.Jobs == nil {
 		return nil, errors.New("api: DB and Jobs are required")
@@ -137,18 +137,15 @@ func New(cfg Config) (*Server, error) {
 	cfg.Provider = cmp.Or(cfg.Provider, d.Provider)
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, d.MaxBodyBytes)
 	cfg.MaxAmount = cmp.Or(cfg.MaxAmount, d.MaxAmount)
-	if !validMaxAmount(cfg.MaxAmount) {
-		return nil, fmt.Errorf("api: max amount %d is below 100 (one major unit) or overflows when scaled to %d decimals", cfg.MaxAmount, maxDigits)
-	}
 	cfg.IdempotencyTTL = cmp.Or(cfg.IdempotencyTTL, d.IdempotencyTTL)
-	if cfg.IdempotencyTTL < time.Hour || cfg.IdempotencyTTL > 7*24*time.Hour {
-		return nil, fmt.Errorf("api: idempotency TTL %s is outside 1h–168h", cfg.IdempotencyTTL)
-	}
 	cfg.RateLimit = cmp.Or(cfg.RateLimit, d.RateLimit)
-	cfg.RateBurst = cmp.Or(cfg.RateBurst, int(2*cfg.RateLimit)+1)
 	cfg.AuthCacheTTL = cmp.Or(cfg.AuthCacheTTL, d.AuthCacheTTL)
 	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, d.DBTimeout)
 	cfg.ChargeCountMaxAge = cmp.Or(cfg.ChargeCountMaxAge, d.ChargeCountMaxAge)
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	cfg.RateBurst = cmp.Or(cfg.RateBurst, int(2*cfg.RateLimit)+1)
 	tel, err := newTelemetry(cfg)
 	if err != nil {
 		return nil, err
