@@ -31,6 +31,9 @@ func (cfg Config) check() error {
 	if cfg.RateBurst < 0 {
 		refuse("rate burst %d is negative", cfg.RateBurst)
 	}
+	if cfg.AuthFailureLimit < 0 {
+		refuse("authentication failure limit %d is negative", cfg.AuthFailureLimit)
+	}
 	if cfg.MaxBodyBytes < 0 {
 		refuse("max body bytes %d is negative", cfg.MaxBodyBytes)
 	}

@@ -33,6 +33,7 @@ func TestNewRefusesNonsense(t *testing.T) {
 		{"NaNRateLimit", func(c *api.Config) { c.RateLimit = math.NaN() }, "rate limit"},
 		{"InfiniteRateLimit", func(c *api.Config) { c.RateLimit = math.Inf(1) }, "rate limit"},
 		{"NegativeBurst", func(c *api.Config) { c.RateBurst = -1 }, "rate burst"},
+		{"NegativeAuthFailureLimit", func(c *api.Config) { c.AuthFailureLimit = -1 }, "authentication failure limit"},
 		{"NegativeMaxAmount", func(c *api.Config) { c.MaxAmount = -5 }, "max amount"},
 		{"MaxAmountBelowOneUnit", func(c *api.Config) { c.MaxAmount = 99 }, "max amount"},
 		{"MaxAmountOverflowsInKWD", func(c *api.Config) { c.MaxAmount = math.MaxInt64 / 5 }, "max amount"},

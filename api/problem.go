@@ -43,6 +43,7 @@ const (
 	CodeNotReady              Code = "not_ready"
 	CodeRateLimited           Code = "rate_limited"
 	CodeRequestInProgress     Code = "request_in_progress"
+	CodeTooManyAuthFailures   Code = "too_many_auth_failures"
 	CodeUnauthorized          Code = "unauthorized"
 	CodeUnknownField          Code = "unknown_field"
 	CodeUnsupportedMediaType  Code = "unsupported_media_type"
@@ -74,6 +75,7 @@ var codeInfo = map[Code]struct {
 	CodeNotReady:              {http.StatusServiceUnavailable, "Not ready"},
 	CodeRateLimited:           {http.StatusTooManyRequests, "Rate limit exceeded"},
 	CodeRequestInProgress:     {http.StatusConflict, "Request in progress"},
+	CodeTooManyAuthFailures:   {http.StatusTooManyRequests, "Too many failed authentications"},
 	CodeUnauthorized:          {http.StatusUnauthorized, "Unauthorized"},
 	CodeUnknownField:          {http.StatusBadRequest, "Unknown field"},
 	CodeUnsupportedMediaType:  {http.StatusUnsupportedMediaType, "Unsupported media type"},

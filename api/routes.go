@@ -15,7 +15,7 @@ func (s *Server) routes(e *echo.Echo) {
 	e.GET("/openapi.yaml", serveOpenAPI)
 	e.GET("/metrics", s.serveMetrics)
 
-	v1 := e.Group("/v1", s.authenticate)
+	v1 := e.Group("/v1", s.limitAuthFailures, s.authenticate)
 	v1.POST("/charges", s.createCharge)
 	v1.GET("/charges", s.listCharges)
 	v1.GET("/charges/:id", s.getCharge)

@@ -68,6 +68,10 @@ type Config struct {
 	// twice the rate. The limit is per API process.
 	RateLimit float64
 	RateBurst int
+	// AuthFailureLimit is how many failed authentications a client address
+	// may make a minute (a token bucket of that size, refilled at that rate)
+	// before it gets 429 too_many_auth_failures; per API process. Default 60.
+	AuthFailureLimit int
 	// AuthCacheTTL is how long a verified API key is trusted without asking
 	// the database again (so a revoked key works for at most this long).
 	// Default 10 s.
@@ -99,6 +103,8 @@ type Server struct {
 	auth      *authenticator
 	limiter   *tenantLimiter
 	telemetry telemetry
+	// authFailures counts failed authentications per client address.
+	authFailures *authFailureLimiter
 
 	// served and methods index the routes, for 405 (protocol.go).
 	served  map[string]bool
@@ -114,6 +120,7 @@ func Defaults() Config {
 		MaxAmount:         99_999_999,
 		IdempotencyTTL:    24 * time.Hour,
 		RateLimit:         5000,
+		AuthFailureLimit:  60,
 		AuthCacheTTL:      10 * time.Second,
 		DBTimeout:         5 * time.Second,
 		ChargeCountMaxAge: 15 * time.Second,
@@ -139,6 +146,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.MaxAmount = cmp.Or(cfg.MaxAmount, d.MaxAmount)
 	cfg.IdempotencyTTL = cmp.Or(cfg.IdempotencyTTL, d.IdempotencyTTL)
 	cfg.RateLimit = cmp.Or(cfg.RateLimit, d.RateLimit)
+	cfg.AuthFailureLimit = cmp.Or(cfg.AuthFailureLimit, d.AuthFailureLimit)
 	cfg.AuthCacheTTL = cmp.Or(cfg.AuthCacheTTL, d.AuthCacheTTL)
 	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, d.DBTimeout)
 	cfg.ChargeCountMaxAge = cmp.Or(cfg.ChargeCountMaxAge, d.ChargeCountMaxAge)
@@ -156,6 +164,8 @@ func New(cfg Config) (*Server, error) {
 		auth:      newAuthenticator(cfg.DB, cfg.AuthCacheTTL),
 		limiter:   newTenantLimiter(cfg.RateLimit, cfg.RateBurst),
 		telemetry: tel,
+
+		authFailures: newAuthFailureLimiter(cfg.AuthFailureLimit),
 	}
 	e := echo.New()
 	e.HideBanner = true

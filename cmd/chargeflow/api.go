@@ -16,6 +16,7 @@ func bindAPI(fs *flag.FlagSet, o *app.Options, addr *string) {
 	fs.DurationVar(&o.APIPool.LockTimeout, "lock-timeout", d.APIPool.LockTimeout, "how long a request waits for another one holding the same idempotency key before answering 409")
 	fs.Float64Var(&o.API.RateLimit, "rate-limit", da.RateLimit, "requests per second per tenant (per API process), unless the tenant has its own")
 	fs.IntVar(&o.API.RateBurst, "rate-burst", 0, "token bucket size per tenant (default twice the rate)")
+	fs.IntVar(&o.API.AuthFailureLimit, "auth-failure-limit", da.AuthFailureLimit, "failed authentications a client address may make a minute (per API process) before it gets 429")
 	fs.Int64Var(&o.API.MaxAmount, "max-amount", da.MaxAmount, "largest amount accepted, in minor units of a two-decimal currency (USD, EUR): the same number of major units caps every currency, scaled to its minor unit (JPY 999,999, KWD 999,999,990 by default)")
 	fs.DurationVar(&o.API.IdempotencyTTL, "idempotency-ttl", da.IdempotencyTTL, "how long idempotency keys are remembered (1h to 168h)")
 	fs.StringVar(&o.ProviderName, "provider", d.ProviderName, "the provider new charges go to")
