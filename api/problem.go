@@ -30,6 +30,7 @@ const (
 	CodeDuplicateMember       Code = "duplicate_member"
 	CodeHeadersTooLarge       Code = "headers_too_large"
 	CodeIdempotencyKeyInvalid Code = "idempotency_key_invalid"
+	CodeIncompleteBody        Code = "incomplete_body"
 	CodeIdempotencyKeyMissing Code = "idempotency_key_missing"
 	CodeIdempotencyKeyReused  Code = "idempotency_key_reused"
 	CodeInternal              Code = "internal_error"
@@ -62,6 +63,7 @@ var codeInfo = map[Code]struct {
 	CodeDuplicateMember:       {http.StatusBadRequest, "Duplicate JSON member"},
 	CodeHeadersTooLarge:       {http.StatusRequestHeaderFieldsTooLarge, "Request header fields too large"},
 	CodeIdempotencyKeyInvalid: {http.StatusBadRequest, "Invalid Idempotency-Key"},
+	CodeIncompleteBody:        {http.StatusBadRequest, "Request body incomplete"},
 	CodeIdempotencyKeyMissing: {http.StatusBadRequest, "Missing Idempotency-Key"},
 	CodeIdempotencyKeyReused:  {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
 	CodeInternal:              {http.StatusInternalServerError, "Internal error"},

@@ -1,7 +1,11 @@
 package api_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -136,4 +140,28 @@ func TestPanicIsInternalError(t *testing.T) {
 	logs := b.logs.String()
 	require.Contains(t, logs, "readiness check exploded", "the cause is logged")
 	requireNoCardNumbers(t, "the logs", []byte(logs))
+}
+
+// A body cut short by the client is the client's 400, not a 503 that
+// blames the database (an EOF looks like a lost connection), and stores
+// nothing.
+func TestIncompleteBody(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST /v1/charges HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer %s\r\n"+
+		"Idempotency-Key: incomplete-body-key-01\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		b.tenantA.Key, len(validBody), validBody[:20])
+	require.NoError(t, err)
+	require.NoError(t, conn.(*net.TCPConn).CloseWrite(), "hang up mid-body")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	requireProblem(t, response{status: resp.StatusCode, header: resp.Header, body: body}, http.StatusBadRequest, api.CodeIncompleteBody)
+	require.Equal(t, stored{}, b.stored(t))
+	require.Contains(t, b.logs.String(), `"problem":"incomplete_body"`)
 }

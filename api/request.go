@@ -102,7 +102,12 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 		return nil, problem(CodeBodyTooLarge, fmt.Sprintf("the body may be at most %d bytes", limit))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read body: %w", err)
+		// The client hung up or stalled mid-body (net/http's read timeout):
+		// its fault, not the database's, which the error's kind (EOF, a
+		// network timeout) would otherwise suggest to problemFor.
+		p := problem(CodeIncompleteBody, "the body ended before its Content-Length, or arrived too slowly; nothing was stored")
+		p.cause = err
+		return nil, p
 	}
 	return body, nil
 }
