@@ -30,9 +30,9 @@ const (
 	CodeDuplicateMember       Code = "duplicate_member"
 	CodeHeadersTooLarge       Code = "headers_too_large"
 	CodeIdempotencyKeyInvalid Code = "idempotency_key_invalid"
-	CodeIncompleteBody        Code = "incomplete_body"
 	CodeIdempotencyKeyMissing Code = "idempotency_key_missing"
 	CodeIdempotencyKeyReused  Code = "idempotency_key_reused"
+	CodeIncompleteBody        Code = "incomplete_body"
 	CodeInternal              Code = "internal_error"
 	CodeInvalidField          Code = "invalid_field"
 	CodeInvalidJSON           Code = "invalid_json"
@@ -63,9 +63,9 @@ var codeInfo = map[Code]struct {
 	CodeDuplicateMember:       {http.StatusBadRequest, "Duplicate JSON member"},
 	CodeHeadersTooLarge:       {http.StatusRequestHeaderFieldsTooLarge, "Request header fields too large"},
 	CodeIdempotencyKeyInvalid: {http.StatusBadRequest, "Invalid Idempotency-Key"},
-	CodeIncompleteBody:        {http.StatusBadRequest, "Request body incomplete"},
 	CodeIdempotencyKeyMissing: {http.StatusBadRequest, "Missing Idempotency-Key"},
 	CodeIdempotencyKeyReused:  {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
+	CodeIncompleteBody:        {http.StatusBadRequest, "Request body incomplete"},
 	CodeInternal:              {http.StatusInternalServerError, "Internal error"},
 	CodeInvalidField:          {http.StatusBadRequest, "Invalid field"},
 	CodeInvalidJSON:           {http.StatusBadRequest, "Invalid JSON"},
