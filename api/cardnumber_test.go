@@ -83,6 +83,10 @@ func TestCardNumbersNeverLeak(t *testing.T) {
 		{"CardAsStatus", get("/v1/charges?status=4111111111111111"), 400, api.CodeInvalidParameter},
 		{"CardAsLimit", get("/v1/charges?limit=4111111111111111"), 400, api.CodeInvalidParameter},
 		{"CardAsCursor", get("/v1/charges?starting_after=6011000990139424"), 400, api.CodeInvalidParameter},
+		// The method is any token the client likes.
+		{"CardAsMethod", func(t *testing.T) response {
+			return b.request(t, "4111111111111111", "/v1/charges", "", "Authorization", auth)
+		}, 405, api.CodeMethodNotAllowed},
 		// Path segments.
 		{"CardAsChargeID", get("/v1/charges/4111111111111111"), 404, api.CodeNotFound},
 		{"CardAsChargeIDOfEvents", get("/v1/charges/5555-5555-5555-4444/events"), 404, api.CodeNotFound},
