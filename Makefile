@@ -7,8 +7,10 @@ SHELL := /bin/bash
 export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/chargeflow?sslmode=disable
 
 GO ?= go
-# How long `make test` fuzzes the canonical-JSON parser.
+# How long `make test` fuzzes the canonical-JSON parser, and the HTTP API
+# (POST /v1/charges against a real database: api/fuzz_test.go).
 FUZZTIME ?= 20s
+FUZZTIME_HTTP ?= 10s
 
 .PHONY: run test scenarios bench db
 
@@ -21,7 +23,7 @@ run: db
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
 	exec bin/chargeflow all
 
-## test: formatting, vet, every test with -race, a short fuzz run, the bootstrap script's own test,
+## test: formatting, vet, every test with -race, short fuzz runs, the bootstrap script's own test,
 ## and the crash-scenario catalogue with short timings (a 2,000-charge soak included)
 test: db
 	@scripts/ensure-docker-compose
@@ -30,6 +32,7 @@ test: db
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 	$(GO) test -run='^$$' -fuzz=FuzzCanonical -fuzztime=$(FUZZTIME) ./api/jsoncanon/
+	$(GO) test -run='^$$' -fuzz='^FuzzCreateCharge$$' -fuzztime=$(FUZZTIME_HTTP) ./api/
 	scripts/ensure-postgres_test.sh
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow scenario run all --short --parallel 3

@@ -34,13 +34,13 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
+		c.Set(logTenantKey, t.ID) // before the limit: its 429s name the tenant too
 		if wait, ok := s.limiter.allow(t, s.cfg.Now()); !ok {
 			p := problem(CodeRateLimited, "this tenant is over its request rate; nothing was stored")
 			p.RetryAfter = int(math.Ceil(wait.Seconds()))
 			return p
 		}
 		c.Set(tenantKey, t)
-		c.Set(logTenantKey, t.ID)
 		return next(c)
 	}
 }

@@ -73,8 +73,12 @@ func nonEmpty(s string) *string {
 }
 
 // createCharge accepts a charge once per idempotency key. The order of work
-// is docs/api.md's: (authenticate, rate-limit: middleware) → key header → body →
-// strict parse and validate → fingerprint → replay check → one transaction.
+// is docs/api.md's: (authenticate, rate-limit: middleware) → key header →
+// body → strict JSON, card check and fingerprint → replay check → validate
+// as a charge → one transaction. A retry of an accepted request is answered
+// from its record before the body is judged as a charge, so nothing that
+// changed since (a lower --max-amount, a newer currency table, a stricter
+// rule) can refuse what was already accepted.
 func (s *Server) createCharge(c echo.Context) error {
 	t := tenantOf(c)
 	key, err := idempotencyKey(c.Request().Header)
@@ -85,7 +89,7 @@ func (s *Server) createCharge(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	req, canonical, err := parseChargeRequest(body, s.cfg.MaxAmount)
+	parsed, canonical, err := parseJSONBody(body)
 	if err != nil {
 		return err
 	}
@@ -101,6 +105,10 @@ func (s *Server) createCharge(c echo.Context) error {
 		return s.replay(c, rec, fp)
 	}
 	if !errors.Is(err, intent.ErrNotFound) {
+		return err
+	}
+	req, err := chargeFromJSON(parsed, s.cfg.MaxAmount)
+	if err != nil {
 		return err
 	}
 

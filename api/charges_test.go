@@ -277,6 +277,14 @@ func TestCreateChargeRejections(t *testing.T) {
 		{name: "DuplicateMemberEscaped", body: `{"amount": 1000, "\u0061mount": 1, "currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeDuplicateMember, field: "amount"},
 		{name: "InvalidUTF8", body: "{\"amount\": 1000, \"currency\": \"USD\", \"payment_method\": \"pm_card_visa\", \"description\": \"caf\xe9\"}", status: 400, code: api.CodeInvalidUTF8},
 		{name: "LoneSurrogate", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": "\ud800"}`, status: 400, code: api.CodeInvalidUTF8, field: "description"},
+		// Characters Postgres cannot store are refused while parsing, naming
+		// the field, not discovered by the insert as a 500.
+		{name: "NULInDescription", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": "a\u0000b"}`, status: 400, code: api.CodeInvalidField, field: "description"},
+		{name: "NULInMetadataValue", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "metadata": {"k": "\u0000"}}`, status: 400, code: api.CodeInvalidField, field: "metadata.k"},
+		{name: "NULInMetadataKey", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "metadata": {"k\u0000": "v"}}`, status: 400, code: api.CodeInvalidField, field: "metadata"},
+		{name: "NULInPaymentMethod", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_\u0000"}`, status: 400, code: api.CodeInvalidField, field: "payment_method"},
+		{name: "LoneLowSurrogate", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "metadata": {"k": "\udc00x"}}`, status: 400, code: api.CodeInvalidUTF8, field: "metadata.k"},
+		{name: "SurrogateAsUTF8", body: "{\"amount\": 1000, \"currency\": \"USD\", \"payment_method\": \"pm_card_visa\", \"description\": \"\xed\xa0\x80\"}", status: 400, code: api.CodeInvalidUTF8},
 		{name: "UnknownField", body: `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "customer": "c_1"}`, status: 400, code: api.CodeUnknownField, field: "customer"},
 		{name: "AmountMissing", body: `{"currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeMissingField, field: "amount"},
 		{name: "CurrencyMissing", body: `{"amount": 1000, "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeMissingField, field: "currency"},
@@ -331,6 +339,9 @@ func TestCreateChargeRejections(t *testing.T) {
 			require.Equal(t, stored{}, b.stored(t), "a rejected request stores nothing")
 		})
 	}
+
+	// No refusal logged a card number, whichever check refused it.
+	requireNoCardNumbers(t, "the logs", []byte(b.logs.String()))
 
 	// The same key then works: nothing about the rejections was remembered.
 	resp := b.post(t, b.tenantA, key, validBody)

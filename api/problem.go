@@ -30,9 +30,11 @@ const (
 	CodeDuplicateMember       Code = "duplicate_member"
 	CodeEvidenceMismatch      Code = "evidence_mismatch"
 	CodeForbidden             Code = "forbidden"
+	CodeHeadersTooLarge       Code = "headers_too_large"
 	CodeIdempotencyKeyInvalid Code = "idempotency_key_invalid"
 	CodeIdempotencyKeyMissing Code = "idempotency_key_missing"
 	CodeIdempotencyKeyReused  Code = "idempotency_key_reused"
+	CodeIncompleteBody        Code = "incomplete_body"
 	CodeInternal              Code = "internal_error"
 	CodeInvalidField          Code = "invalid_field"
 	CodeInvalidJSON           Code = "invalid_json"
@@ -47,6 +49,7 @@ const (
 	CodeRateLimited           Code = "rate_limited"
 	CodeReconcileTooSoon      Code = "reconcile_too_soon"
 	CodeRequestInProgress     Code = "request_in_progress"
+	CodeTooManyAuthFailures   Code = "too_many_auth_failures"
 	CodeUnauthorized          Code = "unauthorized"
 	CodeUnknownField          Code = "unknown_field"
 	CodeUnsupportedMediaType  Code = "unsupported_media_type"
@@ -65,9 +68,11 @@ var codeInfo = map[Code]struct {
 	CodeDuplicateMember:       {http.StatusBadRequest, "Duplicate JSON member"},
 	CodeEvidenceMismatch:      {http.StatusConflict, "The provider's records contradict the resolution"},
 	CodeForbidden:             {http.StatusForbidden, "Forbidden"},
+	CodeHeadersTooLarge:       {http.StatusRequestHeaderFieldsTooLarge, "Request header fields too large"},
 	CodeIdempotencyKeyInvalid: {http.StatusBadRequest, "Invalid Idempotency-Key"},
 	CodeIdempotencyKeyMissing: {http.StatusBadRequest, "Missing Idempotency-Key"},
 	CodeIdempotencyKeyReused:  {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
+	CodeIncompleteBody:        {http.StatusBadRequest, "Request body incomplete"},
 	CodeInternal:              {http.StatusInternalServerError, "Internal error"},
 	CodeInvalidField:          {http.StatusBadRequest, "Invalid field"},
 	CodeInvalidJSON:           {http.StatusBadRequest, "Invalid JSON"},
@@ -82,6 +87,7 @@ var codeInfo = map[Code]struct {
 	CodeRateLimited:           {http.StatusTooManyRequests, "Rate limit exceeded"},
 	CodeReconcileTooSoon:      {http.StatusTooManyRequests, "Looked up too recently"},
 	CodeRequestInProgress:     {http.StatusConflict, "Request in progress"},
+	CodeTooManyAuthFailures:   {http.StatusTooManyRequests, "Too many failed authentications"},
 	CodeUnauthorized:          {http.StatusUnauthorized, "Unauthorized"},
 	CodeUnknownField:          {http.StatusBadRequest, "Unknown field"},
 	CodeUnsupportedMediaType:  {http.StatusUnsupportedMediaType, "Unsupported media type"},
@@ -219,8 +225,11 @@ func databaseUnavailable(err error) bool {
 		errors.Is(err, net.ErrClosed)
 }
 
-// writeProblem sends p as application/problem+json.
+// writeProblem sends p as application/problem+json. The field and detail
+// can carry parts of the request (a member name, a parameter name, a JSON
+// path), so card numbers are cut out of them here, for every problem.
 func writeProblem(c echo.Context, p *Problem) error {
+	p.Field, p.Detail = redactCardNumbers(p.Field), redactCardNumbers(p.Detail)
 	h := c.Response().Header()
 	if p.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(p.RetryAfter))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"regexp"
@@ -21,6 +22,10 @@ import (
 // idempotencyKey reads the Idempotency-Key header: exactly one, 16–255
 // printable ASCII characters, either bare or as a structured-field string
 // ("…", RFC 8941) as the IETF draft allows. Both forms name the same key.
+// A key that is a card number is refused, so it is never looked up or
+// stored. A key that merely contains one is not: it is never logged or
+// echoed, and refusing those would refuse about one random hex key in 600
+// (docs/api.md, "Card numbers").
 func idempotencyKey(h http.Header) (string, error) {
 	values := h.Values("Idempotency-Key")
 	if len(values) == 0 {
@@ -36,6 +41,12 @@ func idempotencyKey(h http.Header) (string, error) {
 			return "", problem(CodeIdempotencyKeyInvalid, "the quoted Idempotency-Key is not a valid structured-field string")
 		}
 		key = unquoted
+	}
+	if isPAN(key) {
+		// Only the key's sha256 is stored, but an unkeyed hash of a card
+		// number is still one (the numbers are few enough to try them all).
+		return "", fieldProblem(CodeCardNumberDetected, "Idempotency-Key",
+			"the Idempotency-Key is a card number; use a random key such as a UUID")
 	}
 	if len(key) < 16 || len(key) > 255 {
 		return "", problem(CodeIdempotencyKeyInvalid, "the Idempotency-Key must be 16 to 255 characters long")
@@ -73,14 +84,14 @@ func unquoteSFString(s string) (string, bool) {
 	return b.String(), true
 }
 
-// readBody reads a JSON body of at most limit bytes.
+// readBody reads a JSON body of at most limit bytes. The body must say it
+// is JSON: exactly one Content-Type, application/json or a +json type, in
+// UTF-8 if it names a charset. A body that does not say what it is is not
+// guessed at.
 func readBody(c echo.Context, limit int64) ([]byte, error) {
 	r := c.Request()
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mediaType, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mediaType != "application/json" && !strings.HasSuffix(mediaType, "+json")) {
-			return nil, problem(CodeUnsupportedMediaType, "send Content-Type: application/json")
-		}
+	if err := jsonContentType(r.Header.Values("Content-Type")); err != nil {
+		return nil, err
 	}
 	if r.ContentLength > limit {
 		return nil, problem(CodeBodyTooLarge, fmt.Sprintf("the body may be at most %d bytes", limit))
@@ -91,9 +102,29 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 		return nil, problem(CodeBodyTooLarge, fmt.Sprintf("the body may be at most %d bytes", limit))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read body: %w", err)
+		// The client hung up or stalled mid-body (net/http's read timeout):
+		// its fault, not the database's, which the error's kind (EOF, a
+		// network timeout) would otherwise suggest to problemFor.
+		p := problem(CodeIncompleteBody, "the body ended before its Content-Length, or arrived too slowly; nothing was stored")
+		p.cause = err
+		return nil, p
 	}
 	return body, nil
+}
+
+// jsonContentType checks the Content-Type values of a request with a body.
+func jsonContentType(values []string) error {
+	if len(values) != 1 {
+		return problem(CodeUnsupportedMediaType, "send exactly one Content-Type: application/json")
+	}
+	mediaType, params, err := mime.ParseMediaType(values[0])
+	if err != nil || (mediaType != "application/json" && !strings.HasSuffix(mediaType, "+json")) {
+		return problem(CodeUnsupportedMediaType, "send Content-Type: application/json")
+	}
+	if charset, ok := params["charset"]; ok && !strings.EqualFold(charset, "utf-8") {
+		return problem(CodeUnsupportedMediaType, "JSON bodies are UTF-8: send Content-Type: application/json, with no charset or charset=utf-8")
+	}
+	return nil
 }
 
 // chargeRequest is a validated POST /v1/charges body.
@@ -114,20 +145,46 @@ const (
 
 var paymentMethodPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,254}$`)
 
-// parseChargeRequest parses and validates a body and returns it with its RFC
-// 8785 canonical form. It refuses, naming the field: anything that is not
-// strict JSON, a raw card number anywhere, unknown fields, and bad values.
-func parseChargeRequest(body []byte, maxAmount int64) (chargeRequest, []byte, error) {
+// cardNumberDetail is what a card_number_detected problem says.
+const cardNumberDetail = "the body contains what looks like a card number; send a payment method token instead"
+
+// parseJSONBody is the syntactic half of reading a request body: strict
+// JSON, no card number anywhere, and the RFC 8785 canonical form that the
+// fingerprint is taken of. It knows nothing of charges, so nothing a later
+// version may change about them (limits, fields, the currency table) can
+// make it refuse what an earlier one accepted; that is chargeFromJSON's, run
+// only for a key that has no record (docs/api.md, "Accepting a charge").
+//
+// A body that fails to parse is looked through for a card number as it
+// came, byte by byte: it has no members to look into, and a card number in
+// it must be answered as one rather than with a syntax error's path, which
+// could name a member that holds it.
+func parseJSONBody(body []byte) (jsoncanon.Value, []byte, error) {
 	v, err := jsoncanon.Parse(body)
 	if err != nil {
-		return chargeRequest{}, nil, jsonProblem(err)
+		if containsPAN(string(body)) {
+			return jsoncanon.Value{}, nil, problem(CodeCardNumberDetected, cardNumberDetail)
+		}
+		return jsoncanon.Value{}, nil, jsonProblem(err)
 	}
 	if field, found := findCardNumber(v, ""); found {
-		return chargeRequest{}, nil, fieldProblem(CodeCardNumberDetected, field,
-			"the body contains what looks like a card number; send a payment method token instead")
+		return jsoncanon.Value{}, nil, fieldProblem(CodeCardNumberDetected, field, cardNumberDetail)
 	}
+	canonical, err := jsoncanon.AppendCanonical(nil, v)
+	if err != nil {
+		return jsoncanon.Value{}, nil, jsonProblem(err)
+	}
+	return v, canonical, nil
+}
+
+// chargeFromJSON is the semantic half: it validates a parsed body as a
+// charge request and refuses, naming the field, unknown fields, missing
+// ones, bad values, characters Postgres cannot store, currencies that are
+// not tender and amounts over the currency's cap (maxAmount scaled to its
+// minor units, maxAmountFor).
+func chargeFromJSON(v jsoncanon.Value, maxAmount int64) (chargeRequest, error) {
 	if v.Kind != jsoncanon.Object {
-		return chargeRequest{}, nil, problem(CodeInvalidJSON, "the body must be a JSON object")
+		return chargeRequest{}, problem(CodeInvalidJSON, "the body must be a JSON object")
 	}
 	var req chargeRequest
 	seen := map[string]bool{}
@@ -136,7 +193,7 @@ func parseChargeRequest(body []byte, maxAmount int64) (chargeRequest, []byte, er
 		var err error
 		switch m.Name {
 		case "amount":
-			req.Amount, err = parseAmount(m.Value, maxAmount)
+			req.Amount, err = parseAmount(m.Value)
 		case "currency":
 			req.Currency, err = parseCurrency(m.Value)
 		case "payment_method":
@@ -149,19 +206,20 @@ func parseChargeRequest(body []byte, maxAmount int64) (chargeRequest, []byte, er
 			err = fieldProblem(CodeUnknownField, safeFieldName(m.Name), "this field is not part of a charge request")
 		}
 		if err != nil {
-			return chargeRequest{}, nil, err
+			return chargeRequest{}, err
 		}
 	}
 	for _, name := range []string{"amount", "currency", "payment_method"} {
 		if !seen[name] {
-			return chargeRequest{}, nil, fieldProblem(CodeMissingField, name, name+" is required")
+			return chargeRequest{}, fieldProblem(CodeMissingField, name, name+" is required")
 		}
 	}
-	canonical, err := jsoncanon.AppendCanonical(nil, v)
-	if err != nil {
-		return chargeRequest{}, nil, jsonProblem(err)
+	if limit := maxAmountFor(req.Currency, maxAmount); req.Amount > limit {
+		digits, _ := currency.GetDigits(req.Currency)
+		return chargeRequest{}, fieldProblem(CodeInvalidField, "amount",
+			fmt.Sprintf("amount may be at most %d for %s, in its minor unit (%d decimals)", limit, req.Currency, digits))
 	}
-	return req, canonical, nil
+	return req, nil
 }
 
 // jsonProblem maps a strict-parser error to its problem, naming the path.
@@ -180,7 +238,9 @@ func jsonProblem(err error) error {
 	return fieldProblem(code, syntaxErr.Path, syntaxErr.Error())
 }
 
-func parseAmount(v jsoncanon.Value, maxAmount int64) (int64, error) {
+// parseAmount reads a positive JSON integer. One too large for an int64 is
+// math.MaxInt64, which every currency's cap refuses.
+func parseAmount(v jsoncanon.Value) (int64, error) {
 	const field = "amount"
 	if v.Kind != jsoncanon.Number {
 		return 0, fieldProblem(CodeInvalidField, field, "amount must be a JSON integer in the currency's minor unit, not a "+v.Kind.String())
@@ -192,8 +252,8 @@ func parseAmount(v jsoncanon.Value, maxAmount int64) (int64, error) {
 		return 0, fieldProblem(CodeInvalidField, field, "amount must be greater than 0")
 	}
 	n, err := strconv.ParseInt(v.Number, 10, 64)
-	if err != nil || n > maxAmount {
-		return 0, fieldProblem(CodeInvalidField, field, fmt.Sprintf("amount may be at most %d", maxAmount))
+	if err != nil {
+		return math.MaxInt64, nil
 	}
 	return n, nil
 }
@@ -203,11 +263,8 @@ func parseCurrency(v jsoncanon.Value) (string, error) {
 	if v.Kind != jsoncanon.String {
 		return "", fieldProblem(CodeInvalidField, field, "currency must be a string such as \"USD\"")
 	}
-	// The table of active ISO 4217 codes and their minor units comes from
-	// CLDR through github.com/bojanz/currency; funds, metals and test codes
-	// (XAU, XTS, XXX) are not in it.
-	if _, ok := currency.GetDigits(v.String); !ok || v.String != strings.ToUpper(v.String) {
-		return "", fieldProblem(CodeInvalidField, field, "currency must be an active ISO 4217 code in upper case, such as \"USD\"")
+	if !tenderCurrency(v.String) {
+		return "", fieldProblem(CodeInvalidField, field, "currency must be the ISO 4217 code of a currency in circulation, in upper case, such as \"USD\"; funds, metals and units of account are refused")
 	}
 	return v.String, nil
 }
@@ -228,6 +285,8 @@ func parseDescription(v jsoncanon.Value) (*string, error) {
 		return nil, fieldProblem(CodeInvalidField, "description", "description must be a string or null")
 	case utf8.RuneCountInString(v.String) > maxDescription:
 		return nil, fieldProblem(CodeInvalidField, "description", fmt.Sprintf("description may be at most %d characters", maxDescription))
+	case !storable(v.String):
+		return nil, fieldProblem(CodeInvalidField, "description", unstorable("description"))
 	}
 	s := v.String
 	return &s, nil
@@ -249,15 +308,34 @@ func parseMetadata(v jsoncanon.Value) (map[string]string, error) {
 		if m.Name == "" || utf8.RuneCountInString(m.Name) > maxMetadataKey {
 			return nil, fieldProblem(CodeInvalidField, field, fmt.Sprintf("metadata keys must be 1 to %d characters", maxMetadataKey))
 		}
+		if !storable(m.Name) {
+			return nil, fieldProblem(CodeInvalidField, field, unstorable("metadata keys"))
+		}
 		if m.Value.Kind != jsoncanon.String {
 			return nil, fieldProblem(CodeInvalidField, field+"."+name, "metadata values must be strings")
 		}
 		if utf8.RuneCountInString(m.Value.String) > maxMetadataValue {
 			return nil, fieldProblem(CodeInvalidField, field+"."+name, fmt.Sprintf("metadata values may be at most %d characters", maxMetadataValue))
 		}
+		if !storable(m.Value.String) {
+			return nil, fieldProblem(CodeInvalidField, field+"."+name, unstorable("metadata values"))
+		}
 		metadata[m.Name] = m.Value.String
 	}
 	return metadata, nil
+}
+
+// unstorable says why storable refused what.
+func unstorable(what string) string {
+	return what + " must not contain U+0000 (NUL), which the database cannot store"
+}
+
+// storable reports whether Postgres can store s in a text or jsonb column:
+// valid UTF-8 (jsoncanon already refuses anything else, lone surrogates
+// included) without NUL. A NUL would otherwise reach the accept statement
+// and fail it as a 500 after everything had been checked.
+func storable(s string) bool {
+	return utf8.ValidString(s) && !strings.Contains(s, "\x00")
 }
 
 // safeFieldName is a member name fit to echo back in a problem: short
@@ -320,36 +398,54 @@ func pathOr(path, fallback string) string {
 // or dashes may separate groups) that passes the Luhn check. A run is taken
 // whole: digits inside a longer run are not a card number on their own.
 func containsPAN(s string) bool {
-	var digits [19]byte
-	n := 0
-	flush := func() bool {
-		ok := n >= 13 && n <= 19 && luhn(digits[:n])
-		n = 0
-		return ok
-	}
-	tooLong := false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= '0' && c <= '9':
-			if n == len(digits) {
-				tooLong = true
-				continue
-			}
-			if !tooLong {
-				digits[n] = c - '0'
-				n++
-			}
-		case (c == ' ' || c == '-') && n > 0 && i+1 < len(s) && s[i+1] >= '0' && s[i+1] <= '9' && s[i-1] >= '0' && s[i-1] <= '9':
-			// a single separator between digit groups
-		default:
-			if !tooLong && flush() {
-				return true
-			}
-			n, tooLong = 0, false
+	_, _, found := nextPAN(s, 0)
+	return found
+}
+
+// isPAN reports whether s, whole, is a card number as containsPAN finds
+// one (digits, perhaps grouped by single spaces or dashes).
+func isPAN(s string) bool {
+	start, end, found := nextPAN(s, 0)
+	return found && start == 0 && end == len(s)
+}
+
+// nextPAN finds the first card number in s at or after from, as containsPAN
+// defines one, and returns where it starts and ends. redactCardNumbers uses
+// it to cut card numbers out of what is logged or echoed.
+func nextPAN(s string, from int) (start, end int, found bool) {
+	isDigit := func(c byte) bool { return c >= '0' && c <= '9' }
+	for i := from; i < len(s); {
+		if !isDigit(s[i]) {
+			i++
+			continue
 		}
+		var digits [19]byte
+		n, tooLong := 0, false
+		j := i
+	run:
+		for j < len(s) {
+			switch c := s[j]; {
+			case isDigit(c):
+				if n == len(digits) {
+					tooLong = true
+				} else {
+					digits[n] = c - '0'
+					n++
+				}
+			case (c == ' ' || c == '-') && j+1 < len(s) && isDigit(s[j+1]):
+				// a single separator between digit groups (the byte
+				// before it is a digit: runs start with one)
+			default:
+				break run
+			}
+			j++
+		}
+		if !tooLong && n >= 13 && luhn(digits[:n]) {
+			return i, j, true
+		}
+		i = j
 	}
-	return !tooLong && flush()
+	return 0, 0, false
 }
 
 // luhn reports whether the digits pass the Luhn (mod 10) check.

@@ -6,14 +6,16 @@ import (
 
 // routes is the whole API surface.
 func (s *Server) routes(e *echo.Echo) {
-	e.Use(s.instrument, s.logRequests)
+	e.Use(s.instrument, s.logRequests, s.protocol)
 
 	e.GET("/healthz", s.healthz)
+	e.HEAD("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
+	e.HEAD("/readyz", s.readyz)
 	e.GET("/openapi.yaml", serveOpenAPI)
 	e.GET("/metrics", s.serveMetrics)
 
-	v1 := e.Group("/v1", s.authenticate)
+	v1 := e.Group("/v1", s.limitAuthFailures, s.authenticate)
 	v1.POST("/charges", s.createCharge)
 	v1.GET("/charges", s.listCharges)
 	v1.GET("/charges/:id", s.getCharge)

@@ -15,7 +15,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -42,7 +41,8 @@ type Config struct {
 	// re-submit (Queue.Enqueue).
 	Jobs *submit.Queue
 	// Logger receives structured request logs. It never gets API keys,
-	// idempotency keys, payment methods, descriptions or metadata.
+	// idempotency keys, payment methods, descriptions or metadata, and New
+	// wraps it so that no line can carry a card number (redactLogs).
 	Logger *slog.Logger
 	// CrashPoints are armed in tests and scenarios only; nil is disarmed.
 	CrashPoints *crashpoint.Set
@@ -68,7 +68,10 @@ type Config struct {
 	ReconcileFloor time.Duration
 	// MaxBodyBytes caps a request body. Default 64 KiB.
 	MaxBodyBytes int64
-	// MaxAmount caps a charge's amount, in minor units. Default 99,999,999.
+	// MaxAmount caps a charge's amount: a number of major units, counted in
+	// minor units of a two-decimal currency, that each currency's cap scales
+	// to its own minor unit (maxAmountFor; docs/architecture.md, "Money").
+	// At least 100. Default 99,999,999 (999,999.99).
 	MaxAmount int64
 	// IdempotencyTTL is how long a key is remembered: 1 h to 7 d, default
 	// 24 h. Records are deleted in batches after that by a periodic job.
@@ -78,6 +81,10 @@ type Config struct {
 	// twice the rate. The limit is per API process.
 	RateLimit float64
 	RateBurst int
+	// AuthFailureLimit is how many failed authentications a client address
+	// may make a minute (a token bucket of that size, refilled at that rate)
+	// before it gets 429 too_many_auth_failures; per API process. Default 60.
+	AuthFailureLimit int
 	// AuthCacheTTL is how long a verified API key is trusted without asking
 	// the database again (so a revoked key works for at most this long).
 	// Default 10 s.
@@ -109,6 +116,12 @@ type Server struct {
 	auth      *authenticator
 	limiter   *tenantLimiter
 	telemetry telemetry
+	// authFailures counts failed authentications per client address.
+	authFailures *authFailureLimiter
+
+	// served and methods index the routes, for 405 (protocol.go).
+	served  map[string]bool
+	methods map[string][]string
 }
 
 // Defaults is the configuration New fills zero fields from (RateBurst
@@ -120,6 +133,7 @@ func Defaults() Config {
 		MaxAmount:         99_999_999,
 		IdempotencyTTL:    24 * time.Hour,
 		RateLimit:         5000,
+		AuthFailureLimit:  60,
 		AuthCacheTTL:      10 * time.Second,
 		DBTimeout:         5 * time.Second,
 		ChargeCountMaxAge: 15 * time.Second,
@@ -127,12 +141,13 @@ func Defaults() Config {
 	}
 }
 
-// New checks the configuration, fills in defaults and builds the handler.
+// New fills in defaults, refuses a configuration that makes no sense
+// (Config.check) and builds the handler.
 func New(cfg Config) (*Server, error) {
 	if cfg.DB == nil || cfg.Jobs == nil || cfg.ProviderClient == nil || cfg.ProviderKeyWindow < 0 {
 		return nil, errors.New("api: DB, Jobs and ProviderClient are required, and ProviderKeyWindow cannot be negative")
 	}
-	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	cfg.Logger = redactLogs(cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)))
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -144,15 +159,16 @@ func New(cfg Config) (*Server, error) {
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, d.MaxBodyBytes)
 	cfg.MaxAmount = cmp.Or(cfg.MaxAmount, d.MaxAmount)
 	cfg.IdempotencyTTL = cmp.Or(cfg.IdempotencyTTL, d.IdempotencyTTL)
-	if cfg.IdempotencyTTL < time.Hour || cfg.IdempotencyTTL > 7*24*time.Hour {
-		return nil, fmt.Errorf("api: idempotency TTL %s is outside 1h–168h", cfg.IdempotencyTTL)
-	}
 	cfg.RateLimit = cmp.Or(cfg.RateLimit, d.RateLimit)
-	cfg.RateBurst = cmp.Or(cfg.RateBurst, int(2*cfg.RateLimit)+1)
+	cfg.AuthFailureLimit = cmp.Or(cfg.AuthFailureLimit, d.AuthFailureLimit)
 	cfg.AuthCacheTTL = cmp.Or(cfg.AuthCacheTTL, d.AuthCacheTTL)
 	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, d.DBTimeout)
 	cfg.ChargeCountMaxAge = cmp.Or(cfg.ChargeCountMaxAge, d.ChargeCountMaxAge)
 	cfg.ReconcileFloor = cmp.Or(cfg.ReconcileFloor, d.ReconcileFloor)
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	cfg.RateBurst = cmp.Or(cfg.RateBurst, int(2*cfg.RateLimit)+1)
 	tel, err := newTelemetry(cfg)
 	if err != nil {
 		return nil, err
@@ -163,6 +179,8 @@ func New(cfg Config) (*Server, error) {
 		auth:      newAuthenticator(cfg.DB, cfg.AuthCacheTTL),
 		limiter:   newTenantLimiter(cfg.RateLimit, cfg.RateBurst),
 		telemetry: tel,
+
+		authFailures: newAuthFailureLimiter(cfg.AuthFailureLimit),
 	}
 	e := echo.New()
 	e.HideBanner = true
@@ -170,6 +188,7 @@ func New(cfg Config) (*Server, error) {
 	e.HTTPErrorHandler = s.handleError
 	s.echo = e
 	s.routes(e)
+	s.indexRoutes()
 	return s, nil
 }
 

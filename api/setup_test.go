@@ -59,7 +59,7 @@ type setupOpts struct {
 	lockTimeout string
 }
 
-func setup(t *testing.T, opts ...func(*setupOpts)) *testBundle {
+func setup(t testing.TB, opts ...func(*setupOpts)) *testBundle {
 	t.Helper()
 	o := setupOpts{lockTimeout: "2s"}
 	for _, opt := range opts {

@@ -4,18 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// ConnectTimeout is how long a connection may take to be made, startup and
+// authentication included, when the URL does not say (connect_timeout):
+// without it a server that accepts connections and never answers holds a
+// starting process forever.
+const ConnectTimeout = 5 * time.Second
+
 // CreateDatabase creates the database that connString names when it does not
 // exist yet, by connecting to the server's maintenance database. Two processes
-// racing to create it both succeed.
+// racing to create it both succeed. Each connection is bounded by
+// ConnectTimeout unless the URL sets connect_timeout.
 func CreateDatabase(ctx context.Context, connString string) error {
 	cfg, err := pgx.ParseConfig(connString)
 	if err != nil {
 		return fmt.Errorf("parse database url: %w", err)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = ConnectTimeout
 	}
 	name := cfg.Database
 	if name == "" || name == "postgres" {

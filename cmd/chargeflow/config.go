@@ -148,7 +148,11 @@ func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *s
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		// Past this net/http answers 431 itself, in plain text; below it the
+		// API enforces its own, lower limit as problem+json
+		// (api.MaxHeaderBytes; docs/api.md, "Protocol").
+		MaxHeaderBytes: 1 << 20,
+		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	if o.holdsConnections {
 		server.ReadTimeout, server.WriteTimeout = 0, 0

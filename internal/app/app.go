@@ -159,8 +159,17 @@ func (o Options) keyWindow(provider psp.Provider) time.Duration {
 	return max(window-cmp.Or(o.Reconciler.Provider.KeyWindowMargin, reconciler.Defaults().Provider.KeyWindowMargin), 0)
 }
 
-// OpenPool creates the database if it is missing and opens a pool on it,
-// named chargeflow-<role> in pg_stat_activity.
+// StartTimeout bounds how long OpenPool waits for the database's first
+// answer: a database that accepts connections and never answers (a hung
+// server, a wrong port behind a proxy) ends the start with an error that
+// says so, rather than a process that hangs before it serves.
+const StartTimeout = 10 * time.Second
+
+// OpenPool creates the database if it is missing, opens a pool on it, named
+// chargeflow-<role> in pg_stat_activity, and pings it. Every connection of
+// the pool, and of the creation, must be made within
+// migrations.ConnectTimeout unless the URL sets connect_timeout; the ping
+// must answer within StartTimeout.
 func OpenPool(ctx context.Context, databaseURL, role string, p Pool) (*pgxpool.Pool, error) {
 	if err := migrations.CreateDatabase(ctx, databaseURL); err != nil {
 		return nil, err
@@ -168,6 +177,9 @@ func OpenPool(ctx context.Context, databaseURL, role string, p Pool) (*pgxpool.P
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = migrations.ConnectTimeout
 	}
 	if p.MaxConns > 0 {
 		cfg.MaxConns = int32(p.MaxConns)
@@ -179,6 +191,12 @@ func OpenPool(ctx context.Context, databaseURL, role string, p Pool) (*pgxpool.P
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database pool: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, StartTimeout)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("database %s did not answer within %s: %w", cfg.ConnConfig.Database, StartTimeout, err)
 	}
 	return pool, nil
 }
