@@ -23,7 +23,7 @@ func (s *Server) routes(e *echo.Echo) {
 
 	// The operator plane: operator tokens only; every action is audited in
 	// the charge's events (ops.go).
-	ops := e.Group("/ops/v1", s.authenticateOperator)
+	ops := e.Group("/ops/v1", s.limitAuthFailures, s.authenticateOperator)
 	ops.GET("/charges", s.opsListCharges)
 	ops.GET("/charges/:id", s.opsGetCharge)
 	ops.POST("/charges/:id/reconcile", s.opsReconcile, requireAdmin)
