@@ -14,8 +14,10 @@ import (
 	"chargeflow/psp"
 )
 
-// The test payment methods. Each decides the outcome of a charge; any other
-// method is declined with invalid_payment_method.
+// The test payment methods, the same under both protocols (they are Stripe's
+// own test PaymentMethods). Each decides the outcome of a charge; the fake
+// protocol declines any other method with invalid_payment_method, the Stripe
+// protocol refuses it as an unknown PaymentMethod.
 const (
 	// PaymentMethodVisa succeeds.
 	PaymentMethodVisa = "pm_card_visa"
@@ -54,6 +56,18 @@ func outcome(paymentMethod string) (psp.Status, string) {
 	}
 }
 
+// knownPaymentMethod reports whether paymentMethod is one of the test
+// payment methods. Stripe refuses any other before it starts executing,
+// where the fake protocol declines it.
+func knownPaymentMethod(paymentMethod string) bool {
+	switch paymentMethod {
+	case PaymentMethodVisa, PaymentMethodMastercard, PaymentMethodDeclined, PaymentMethodInsufficientFunds,
+		PaymentMethodExpiredCard, PaymentMethodIncorrectCVC:
+		return true
+	}
+	return false
+}
+
 const (
 	// maxChargeBodyBytes bounds a charge request body.
 	maxChargeBodyBytes = 64 << 10
@@ -90,8 +104,8 @@ func (s *Server) handleCharge(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req := chargeRequest{key: key, tag: r.Header.Get("X-Tenant-Tag"), params: params, hash: params.hash()}
-	s.runCharge(w, r, req, fakeAnswers{})
+	req := chargeRequest{key: key, tag: r.Header.Get("X-Tenant-Tag"), params: params, hash: params.hash(), idPrefix: "py_"}
+	s.runCharge(w, r, req, fakeAnswers{}, keysAtApply)
 }
 
 // fakeAnswers words the charge pipeline's answers in the fake protocol.
@@ -127,7 +141,7 @@ func (fakeAnswers) failure(w http.ResponseWriter, f failure) {
 func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 
-	decision := s.drawFault(OnLookup, key)
+	decision := s.drawFault(OnLookup, key, nil)
 	switch decision.fault {
 	case FaultLatency:
 		s.wait(decision.duration)
@@ -145,7 +159,7 @@ func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	c := s.rememberedLocked(key)
 	s.mu.Unlock()
-	if c == nil {
+	if c == nil || !c.isCharge() {
 		writeError(w, http.StatusNotFound, psp.CodeChargeNotFound, "no charge exists for this idempotency key")
 		return
 	}
@@ -163,25 +177,34 @@ func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 // idempotencyKey reads the Idempotency-Key header, answering 400 when it is
 // missing, repeated, too long or not printable ASCII.
 func idempotencyKey(w http.ResponseWriter, r *http.Request) (string, bool) {
+	key, code, problem := readIdempotencyKey(r)
+	if problem != "" {
+		writeError(w, http.StatusBadRequest, code, problem)
+		return "", false
+	}
+	return key, true
+}
+
+// readIdempotencyKey reads the Idempotency-Key header. When it is missing,
+// repeated, too long or not printable ASCII, problem says why and code names
+// the problem in the fake protocol's words; each protocol answers 400 its
+// own way.
+func readIdempotencyKey(r *http.Request) (key, code, problem string) {
 	values := r.Header.Values("Idempotency-Key")
 	switch {
 	case len(values) == 0 || values[0] == "":
-		writeError(w, http.StatusBadRequest, "idempotency_key_missing", "the Idempotency-Key header is required")
-		return "", false
+		return "", "idempotency_key_missing", "the Idempotency-Key header is required"
 	case len(values) > 1:
-		writeError(w, http.StatusBadRequest, "idempotency_key_invalid", "the Idempotency-Key header must be sent once")
-		return "", false
+		return "", "idempotency_key_invalid", "the Idempotency-Key header must be sent once"
 	case len(values[0]) > maxKeyLength:
-		writeError(w, http.StatusBadRequest, "idempotency_key_invalid", "the Idempotency-Key header is longer than 255 bytes")
-		return "", false
+		return "", "idempotency_key_invalid", "the Idempotency-Key header is longer than 255 bytes"
 	}
 	for _, b := range []byte(values[0]) {
 		if b < 0x20 || b > 0x7e {
-			writeError(w, http.StatusBadRequest, "idempotency_key_invalid", "the Idempotency-Key header must be printable ASCII")
-			return "", false
+			return "", "idempotency_key_invalid", "the Idempotency-Key header must be printable ASCII"
 		}
 	}
-	return values[0], true
+	return values[0], "", ""
 }
 
 // decodeChargeParams reads and validates the body of a charge request,
@@ -236,15 +259,21 @@ func decodeChargeParams(w http.ResponseWriter, r *http.Request) (chargeParams, b
 // parseAmount accepts a JSON integer literal above zero: no sign, fraction,
 // exponent, leading zero or string.
 func parseAmount(raw json.RawMessage) (int64, bool) {
-	if len(raw) == 0 || raw[0] < '1' || raw[0] > '9' {
+	return parsePositiveInteger(string(raw))
+}
+
+// parsePositiveInteger accepts a decimal integer above zero that fits an
+// int64, without sign or leading zero: the amount of both protocols.
+func parsePositiveInteger(value string) (int64, bool) {
+	if value == "" || value[0] < '1' || value[0] > '9' {
 		return 0, false
 	}
-	for _, b := range raw {
+	for _, b := range []byte(value) {
 		if b < '0' || b > '9' {
 			return 0, false
 		}
 	}
-	amount, err := strconv.ParseInt(string(raw), 10, 64)
+	amount, err := strconv.ParseInt(value, 10, 64)
 	return amount, err == nil
 }
 

@@ -38,23 +38,64 @@ type chargeRequest struct {
 	// hash fingerprints every parameter of the request, as the protocol
 	// defines them; a known key is only replayed for the same fingerprint.
 	hash string
+
+	// idPrefix starts the id of a charge the request makes: "py_" for the
+	// fake protocol, "pi_" for a Stripe PaymentIntent.
+	idPrefix string
 }
+
+// keyRules are the idempotency rules of a protocol: when a key starts to
+// count, and which answers it keeps.
+type keyRules int
+
+const (
+	// keysAtApply are the fake protocol's rules: a key is remembered when
+	// its charge is applied, and a request for a key whose charge is being
+	// applied waits for that charge. Nothing is saved for a request that
+	// applied nothing.
+	keysAtApply keyRules = iota
+
+	// keysAtExecution are Stripe's rules: a key is locked from the moment
+	// its request starts executing, so a concurrent request with the key is
+	// refused (409) rather than made to wait, and the first answer given
+	// once execution started is saved for the key, a 500 that applied
+	// nothing included (error_before_apply). A request whose key has a
+	// saved answer is answered from it before anything executes.
+	keysAtExecution
+)
 
 // chargeParams are the validated parameters of a charge request.
 type chargeParams struct {
 	Amount        int64
-	Currency      string
+	Currency      string // ISO 4217, upper case, whatever the wire said
 	PaymentMethod string
 	Reference     string
+
+	// Description and Metadata are a Stripe PaymentIntent's, kept with the
+	// charge so that reads show them.
+	Description string
+	Metadata    map[string]string
 }
 
-// charge is a processed charge in memory.
+// charge is a ledger record in memory: a processed charge, or (Kind
+// kindSavedError) a key whose saved answer is an error and that applied
+// nothing.
 type charge struct {
 	ledgerRecord
 
-	// committed completes when the charge's ledger line is on disk. Nobody
-	// sees the charge (answer, replay, lookup, admin) before that.
+	// committed completes when the record's ledger line is on disk. Nobody
+	// sees it (answer, replay, lookup, admin) before that.
 	committed *commitBatch
+
+	// position is the charge's index in Server.charges, the ledger order,
+	// which list cursors count from.
+	position int
+}
+
+// isCharge reports whether c is a processed charge rather than a saved
+// error.
+func (c *charge) isCharge() bool {
+	return c.Kind == kindCharge
 }
 
 // failure is an answer that is not a charge. Each protocol words it its own
@@ -115,10 +156,15 @@ type applyOptions struct {
 }
 
 // runCharge takes a validated charge request through the fault schedule,
-// the provider's key de-duplication and the ledger, and answers it through
-// answers.
-func (s *Server) runCharge(w http.ResponseWriter, r *http.Request, req chargeRequest, answers chargeAnswers) {
-	decision := s.drawFault(OnCharge, req.key)
+// the provider's key de-duplication under rules and the ledger, and answers
+// it through answers. With de-duplication off both rules are the same: no
+// key is remembered, locked or saved.
+func (s *Server) runCharge(w http.ResponseWriter, r *http.Request, req chargeRequest, answers chargeAnswers, rules keyRules) {
+	decision := s.drawFault(OnCharge, req.key, nil)
+	if rules == keysAtExecution && decision.dedupe {
+		s.runExecution(w, r, req, answers, decision)
+		return
+	}
 
 	// Faults that act before anything is applied.
 	switch decision.fault {
@@ -135,25 +181,154 @@ func (s *Server) runCharge(w http.ResponseWriter, r *http.Request, req chargeReq
 		answers.failure(w, failNotProcessed)
 		return
 	case FaultDelayedApply:
-		s.delayApply(req, decision)
+		s.delayApply(req, decision, false)
 		s.hold(r.Context(), decision.duration)
 		s.dropConnection(w, false)
 		return
 	}
 
-	options := applyOptions{dedupe: decision.dedupe}
-	switch decision.fault {
-	case FaultKeyExpiry:
-		options.expireKey, options.keyTTL = true, decision.duration
-	case FaultErrorAfterApply:
-		options.replayStatus = http.StatusInternalServerError
-	}
-	c, replayed, err := s.apply(req, options)
+	c, replayed, err := s.apply(req, decision.applyOptions(false))
 	if err != nil {
 		answers.failure(w, s.applyFailure(err))
 		return
 	}
 	s.deliver(w, r, answers, decision, c, replayed)
+}
+
+// runExecution is runCharge under Stripe's key rules (keysAtExecution) with
+// de-duplication on.
+func (s *Server) runExecution(w http.ResponseWriter, r *http.Request, req chargeRequest, answers chargeAnswers, decision decision) {
+	// In front of the idempotency layer: the request never starts
+	// executing, so nothing is locked or saved.
+	switch decision.fault {
+	case FaultDropBeforeApply:
+		s.hold(r.Context(), decision.duration)
+		s.dropConnection(w, false)
+		return
+	case FaultNotProcessed:
+		answers.failure(w, failNotProcessed)
+		return
+	}
+
+	known, err := s.reserve(req)
+	if err != nil {
+		answers.failure(w, s.applyFailure(err))
+		return
+	}
+	if known != nil {
+		// The saved answer is replayed before anything executes, so the
+		// faults of an execution have nothing to act on; a slow answer and
+		// the faults on its way back still do.
+		switch decision.fault {
+		case FaultLatency:
+			s.wait(decision.duration)
+		case FaultApplyThenTimeout, FaultApplyThenReset:
+		default:
+			decision.fault = ""
+		}
+		s.deliver(w, r, answers, decision, known, true)
+		return
+	}
+
+	// Executing: the key is locked until its answer is saved.
+	switch decision.fault {
+	case FaultLatency:
+		s.wait(decision.duration)
+	case FaultErrorBeforeApply:
+		if err := s.saveError(req, http.StatusInternalServerError); err != nil {
+			answers.failure(w, s.applyFailure(err))
+			return
+		}
+		answers.failure(w, failErrorBeforeApply)
+		return
+	case FaultDelayedApply:
+		s.delayApply(req, decision, true)
+		s.hold(r.Context(), decision.duration)
+		s.dropConnection(w, false)
+		return
+	}
+
+	c, _, err := s.apply(req, decision.applyOptions(true))
+	if err != nil {
+		answers.failure(w, s.applyFailure(err))
+		return
+	}
+	s.deliver(w, r, answers, decision, c, false)
+}
+
+// applyOptions are the options of the apply a decision leads to; reserved
+// says the caller holds the key's in-flight mark.
+func (d decision) applyOptions(reserved bool) applyOptions {
+	options := applyOptions{dedupe: d.dedupe, reserved: reserved}
+	switch d.fault {
+	case FaultKeyExpiry:
+		options.expireKey, options.keyTTL = true, d.duration
+	case FaultErrorAfterApply:
+		options.replayStatus = http.StatusInternalServerError
+	}
+	return options
+}
+
+// reserve is Stripe's idempotency layer in front of an execution: it
+// returns the key's saved answer, refuses the key while another request
+// with it executes (errKeyInUse) or with other parameters (errKeyReused),
+// or else marks the key in flight, which the caller's apply or saveError
+// clears.
+func (s *Server) reserve(req chargeRequest) (*charge, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if _, busy := s.inFlight[req.key]; busy {
+		s.mu.Unlock()
+		return nil, errKeyInUse
+	}
+	if known := s.rememberedLocked(req.key); known != nil {
+		s.mu.Unlock()
+		if known.RequestHash != req.hash {
+			return nil, errKeyReused
+		}
+		if err := known.committed.wait(); err != nil {
+			return nil, err
+		}
+		return known, nil
+	}
+	s.inFlight[req.key] = struct{}{}
+	s.mu.Unlock()
+	return nil, nil
+}
+
+// saveError saves status as the key's answer when its execution failed
+// before applying anything (Stripe's rules), and clears the key's in-flight
+// mark. It returns once the record is on disk.
+func (s *Server) saveError(req chargeRequest, status int) error {
+	record := ledgerRecord{
+		LedgerEntry: LedgerEntry{
+			IdempotencyKey: req.key,
+			Reference:      req.params.Reference,
+			TenantTag:      req.tag,
+			CreatedAt:      s.now().UTC(),
+		},
+		Kind:         kindSavedError,
+		RequestHash:  req.hash,
+		ReplayStatus: status,
+	}
+
+	s.mu.Lock()
+	delete(s.inFlight, req.key)
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	batch, err := s.ledger.append(record)
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	s.byKey[req.key] = &charge{ledgerRecord: record, committed: batch}
+	s.mu.Unlock()
+	return batch.wait()
 }
 
 // deliver answers with c, through the faults that act after the charge was
@@ -203,14 +378,14 @@ func (s *Server) applyFailure(err error) failure {
 // the key's charge with replayed set. It returns once the charge is on disk.
 func (s *Server) apply(req chargeRequest, options applyOptions) (c *charge, replayed bool, err error) {
 	s.mu.Lock()
+	if options.reserved {
+		delete(s.inFlight, req.key)
+	}
 	if s.closed {
 		s.mu.Unlock()
 		return nil, false, ErrClosed
 	}
-	switch {
-	case options.reserved:
-		delete(s.inFlight, req.key)
-	case options.dedupe:
+	if options.dedupe && !options.reserved {
 		if _, busy := s.inFlight[req.key]; busy {
 			s.mu.Unlock()
 			return nil, false, errKeyInUse
@@ -230,7 +405,7 @@ func (s *Server) apply(req chargeRequest, options applyOptions) (c *charge, repl
 	status, declineCode := outcome(req.params.PaymentMethod)
 	record := ledgerRecord{
 		LedgerEntry: LedgerEntry{
-			ID:             "py_" + rand.Text(),
+			ID:             req.idPrefix + rand.Text(),
 			IdempotencyKey: req.key,
 			Reference:      req.params.Reference,
 			Amount:         req.params.Amount,
@@ -240,6 +415,8 @@ func (s *Server) apply(req chargeRequest, options applyOptions) (c *charge, repl
 			TenantTag:      req.tag,
 			CreatedAt:      s.now().UTC(),
 		},
+		Description:  req.params.Description,
+		Metadata:     req.params.Metadata,
 		RequestHash:  req.hash,
 		ReplayStatus: options.replayStatus,
 	}
@@ -252,9 +429,10 @@ func (s *Server) apply(req chargeRequest, options applyOptions) (c *charge, repl
 		s.mu.Unlock()
 		return nil, false, err
 	}
-	c = &charge{ledgerRecord: record, committed: batch}
+	c = &charge{ledgerRecord: record, committed: batch, position: len(s.charges)}
 	s.charges = append(s.charges, c)
 	s.byKey[req.key] = c
+	s.byID[c.ID] = c
 	s.mu.Unlock()
 
 	if err := batch.wait(); err != nil {
@@ -277,14 +455,15 @@ func (s *Server) rememberedLocked(key string) *charge {
 
 // delayApply starts the late half of delayed_apply: the charge is applied
 // decision.duration from now. With dedupe on, the key is marked in flight
-// until then; a known or in-flight key applies nothing new.
-func (s *Server) delayApply(req chargeRequest, decision decision) {
+// until then (reserved: the caller marked it already); a known or in-flight
+// key applies nothing new.
+func (s *Server) delayApply(req chargeRequest, decision decision, reserved bool) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return
 	}
-	if decision.dedupe {
+	if decision.dedupe && !reserved {
 		_, busy := s.inFlight[req.key]
 		if busy || s.rememberedLocked(req.key) != nil {
 			s.mu.Unlock()
@@ -312,9 +491,10 @@ func (s *Server) delayApply(req chargeRequest, decision decision) {
 }
 
 // drawFault draws the fault schedule's decision for one request, and logs
-// it when a fault fires.
-func (s *Server) drawFault(on, key string) decision {
-	d := s.faults.draw(on, key)
+// it when a fault fires. acts, when not nil, says which faults can act on
+// this request (faultEngine.draw).
+func (s *Server) drawFault(on, key string, acts func(fault string) bool) decision {
+	d := s.faults.draw(on, key, acts)
 	if d.fault != "" {
 		s.logger.Info("fakepsp: fault fired", slog.String("on", on), slog.String("fault", d.fault),
 			slog.String("key", key), slog.Duration("duration", d.duration))
