@@ -163,8 +163,8 @@ func TestStripeKeyInFlightIsRefused(t *testing.T) {
 	t.Run("while its request executes", func(t *testing.T) {
 		t.Parallel()
 
-		// Each request takes 300 ms to execute, holding its key meanwhile.
-		b := setupStripe(t, fakepsp.Config{Faults: faults(always(fakepsp.OnCharge, fakepsp.FaultLatency, 300))})
+		// Each request takes 800 ms to execute, holding its key meanwhile.
+		b := setupStripe(t, fakepsp.Config{Faults: faults(always(fakepsp.OnCharge, fakepsp.FaultLatency, 800))})
 		type result struct {
 			intent *stripe.PaymentIntent
 			err    error
@@ -194,6 +194,7 @@ func TestStripeKeyInFlightIsRefused(t *testing.T) {
 		require.Equal(t, "true", stripeErr.LastResponse.Header.Get("Stripe-Should-Retry"))
 
 		// The 409 was not saved: a retry now replays the charge.
+		require.NoError(t, b.provider.SetFaults(fakepsp.Schedule{}))
 		again, err := b.create(t, "cf_busy", intentParams("ch_busy", fakepsp.PaymentMethodVisa))
 		require.NoError(t, err)
 		require.Equal(t, succeeded.ID, again.ID)
