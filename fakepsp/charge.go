@@ -2,23 +2,22 @@ package fakepsp
 
 import (
 	"bytes"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
-	"time"
 
 	"chargeflow/psp"
 )
 
-// The test payment methods. Each decides the outcome of a charge; any other
-// method is declined with invalid_payment_method.
+// The test payment methods, the same under both protocols (they are Stripe's
+// own test PaymentMethods). Each decides the outcome of a charge; the fake
+// protocol declines any other method with invalid_payment_method, the Stripe
+// protocol refuses it as an unknown PaymentMethod.
 const (
 	// PaymentMethodVisa succeeds.
 	PaymentMethodVisa = "pm_card_visa"
@@ -57,6 +56,18 @@ func outcome(paymentMethod string) (psp.Status, string) {
 	}
 }
 
+// knownPaymentMethod reports whether paymentMethod is one of the test
+// payment methods. Stripe refuses any other before it starts executing,
+// where the fake protocol declines it.
+func knownPaymentMethod(paymentMethod string) bool {
+	switch paymentMethod {
+	case PaymentMethodVisa, PaymentMethodMastercard, PaymentMethodDeclined, PaymentMethodInsufficientFunds,
+		PaymentMethodExpiredCard, PaymentMethodIncorrectCVC:
+		return true
+	}
+	return false
+}
+
 const (
 	// maxChargeBodyBytes bounds a charge request body.
 	maxChargeBodyBytes = 64 << 10
@@ -64,23 +75,6 @@ const (
 	// maxKeyLength bounds an idempotency key, as real providers do.
 	maxKeyLength = 255
 )
-
-var (
-	// errKeyReused: a known key arrived with different parameters.
-	errKeyReused = errors.New("fakepsp: idempotency key reused with different parameters")
-
-	// errKeyInUse: a delayed apply for the key has not happened yet.
-	errKeyInUse = errors.New("fakepsp: idempotency key in use by a request still being processed")
-)
-
-// charge is a processed charge in memory.
-type charge struct {
-	ledgerRecord
-
-	// committed completes when the charge's ledger line is on disk. Nobody
-	// sees the charge (answer, replay, lookup, admin) before that.
-	committed *commitBatch
-}
 
 func (c *charge) wire() psp.Charge {
 	return psp.Charge{
@@ -93,36 +87,11 @@ func (c *charge) wire() psp.Charge {
 	}
 }
 
-// chargeParams are the validated parameters of a charge request.
-type chargeParams struct {
-	Amount        int64
-	Currency      string
-	PaymentMethod string
-	Reference     string
-}
-
-// hash fingerprints the parameters; a known key is only replayed for the
-// same fingerprint.
+// hash fingerprints the parameters of the fake protocol; a known key is only
+// replayed for the same fingerprint.
 func (p chargeParams) hash() string {
 	sum := sha256.Sum256(fmt.Appendf(nil, "%d\x00%s\x00%s\x00%s", p.Amount, p.Currency, p.PaymentMethod, p.Reference))
 	return hex.EncodeToString(sum[:16])
-}
-
-// applyOptions say how apply records a charge.
-type applyOptions struct {
-	// dedupe answers a known key with its charge instead of applying anew.
-	dedupe bool
-
-	// delayed marks the late half of a delayed_apply: the key's in-flight
-	// mark is removed and a charge is always applied.
-	delayed bool
-
-	// expireKey and keyTTL implement key_expiry.
-	expireKey bool
-	keyTTL    time.Duration
-
-	// replayStatus implements error_after_apply.
-	replayStatus int
 }
 
 // handleCharge serves POST /v1/charges.
@@ -135,215 +104,44 @@ func (s *Server) handleCharge(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	tag := r.Header.Get("X-Tenant-Tag")
+	req := chargeRequest{key: key, tag: r.Header.Get("X-Tenant-Tag"), params: params, hash: params.hash(), idPrefix: "py_"}
+	s.runCharge(w, r, req, fakeAnswers{}, keysAtApply)
+}
 
-	decision := s.drawFault(OnCharge, key)
+// fakeAnswers words the charge pipeline's answers in the fake protocol.
+type fakeAnswers struct{}
 
-	// Faults that act before anything is applied.
-	switch decision.fault {
-	case FaultLatency:
-		s.wait(decision.duration)
-	case FaultDropBeforeApply:
-		s.hold(r.Context(), decision.duration)
-		s.dropConnection(w, false)
-		return
-	case FaultErrorBeforeApply:
-		writeError(w, http.StatusInternalServerError, "internal_error", "injected fault error_before_apply: nothing was applied")
-		return
-	case FaultNotProcessed:
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, "rate_limited", "injected fault not_processed: nothing was applied")
-		return
-	case FaultDelayedApply:
-		s.delayApply(key, tag, params, decision)
-		s.hold(r.Context(), decision.duration)
-		s.dropConnection(w, false)
-		return
-	}
-
-	options := applyOptions{dedupe: decision.dedupe}
-	switch decision.fault {
-	case FaultKeyExpiry:
-		options.expireKey, options.keyTTL = true, decision.duration
-	case FaultErrorAfterApply:
-		options.replayStatus = http.StatusInternalServerError
-	}
-	c, replayed, err := s.apply(key, tag, params, options)
-	if err != nil {
-		s.writeApplyError(w, err)
-		return
-	}
-
-	// Faults that act after the charge was applied (or, for a known key,
-	// replayed): they only change how the answer is delivered.
-	switch decision.fault {
-	case FaultApplyThenTimeout:
-		s.hold(r.Context(), decision.duration)
-		s.dropConnection(w, false)
-		return
-	case FaultApplyThenReset:
-		s.dropConnection(w, true)
-		return
-	case FaultErrorAfterApply:
-		writeError(w, http.StatusInternalServerError, "internal_error", "injected fault error_after_apply: the charge was applied")
-		return
-	}
-
-	if replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
-		if c.ReplayStatus != 0 {
-			writeError(w, c.ReplayStatus, "internal_error", "replay of an earlier error_after_apply: the charge was applied")
-			return
-		}
-	}
+func (fakeAnswers) charge(w http.ResponseWriter, c *charge) {
 	writeJSON(w, http.StatusOK, c.wire())
 }
 
-// writeApplyError answers a failed apply.
-func (s *Server) writeApplyError(w http.ResponseWriter, err error) {
-	switch {
-	case errors.Is(err, errKeyReused):
+func (fakeAnswers) failure(w http.ResponseWriter, f failure) {
+	switch f {
+	case failErrorBeforeApply:
+		writeError(w, http.StatusInternalServerError, "internal_error", "injected fault error_before_apply: nothing was applied")
+	case failErrorAfterApply:
+		writeError(w, http.StatusInternalServerError, "internal_error", "injected fault error_after_apply: the charge was applied")
+	case failReplayedError:
+		writeError(w, http.StatusInternalServerError, "internal_error", "replay of an earlier error_after_apply: the charge was applied")
+	case failNotProcessed:
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, "rate_limited", "injected fault not_processed: nothing was applied")
+	case failKeyReused:
 		writeError(w, http.StatusConflict, "idempotency_key_reused", "this idempotency key was used with different parameters")
-	case errors.Is(err, errKeyInUse):
+	case failKeyInUse:
 		writeError(w, http.StatusConflict, "idempotency_key_in_use", "a request with this idempotency key is still being processed")
-	case errors.Is(err, ErrClosed):
+	case failClosed:
 		writeError(w, http.StatusServiceUnavailable, "shutting_down", "the provider is shutting down")
 	default:
-		s.logger.Error("fakepsp: ledger write failed", slog.Any("error", err))
 		writeError(w, http.StatusInternalServerError, "ledger_unavailable", "the charge could not be recorded durably")
 	}
-}
-
-// apply records a charge for key, or with dedupe on and a known key returns
-// the key's charge with replayed set. It returns once the charge is on disk.
-func (s *Server) apply(key, tag string, params chargeParams, options applyOptions) (c *charge, replayed bool, err error) {
-	hash := params.hash()
-
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, false, ErrClosed
-	}
-	switch {
-	case options.delayed:
-		delete(s.inFlight, key)
-	case options.dedupe:
-		if _, busy := s.inFlight[key]; busy {
-			s.mu.Unlock()
-			return nil, false, errKeyInUse
-		}
-		if known := s.rememberedLocked(key); known != nil {
-			s.mu.Unlock()
-			if known.RequestHash != hash {
-				return nil, false, errKeyReused
-			}
-			if err := known.committed.wait(); err != nil {
-				return nil, false, err
-			}
-			return known, true, nil
-		}
-	}
-
-	status, declineCode := outcome(params.PaymentMethod)
-	record := ledgerRecord{
-		LedgerEntry: LedgerEntry{
-			ID:             "py_" + rand.Text(),
-			IdempotencyKey: key,
-			Reference:      params.Reference,
-			Amount:         params.Amount,
-			Currency:       params.Currency,
-			Status:         status,
-			DeclineCode:    declineCode,
-			TenantTag:      tag,
-			CreatedAt:      s.now().UTC(),
-		},
-		RequestHash:  hash,
-		ReplayStatus: options.replayStatus,
-	}
-	if options.expireKey {
-		record.KeyExpiresAt = record.CreatedAt.Add(options.keyTTL)
-	}
-	// Appending under s.mu keeps the file in the same order as s.charges.
-	batch, err := s.ledger.append(record)
-	if err != nil {
-		s.mu.Unlock()
-		return nil, false, err
-	}
-	c = &charge{ledgerRecord: record, committed: batch}
-	s.charges = append(s.charges, c)
-	s.byKey[key] = c
-	s.mu.Unlock()
-
-	if err := batch.wait(); err != nil {
-		return nil, false, err
-	}
-	s.logger.Debug("fakepsp: charge applied", slog.String("id", c.ID), slog.String("key", key),
-		slog.String("reference", c.Reference), slog.String("status", string(c.Status)), slog.String("decline_code", c.DeclineCode))
-	return c, false, nil
-}
-
-// rememberedLocked returns the charge the provider remembers for key, or nil
-// if there is none or its key expired. s.mu must be held.
-func (s *Server) rememberedLocked(key string) *charge {
-	c := s.byKey[key]
-	if c == nil || (!c.KeyExpiresAt.IsZero() && !s.now().Before(c.KeyExpiresAt)) {
-		return nil
-	}
-	return c
-}
-
-// delayApply starts the late half of delayed_apply: the charge is applied
-// decision.duration from now. With dedupe on, the key is marked in flight
-// until then; a known or in-flight key applies nothing new.
-func (s *Server) delayApply(key, tag string, params chargeParams, decision decision) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return
-	}
-	if decision.dedupe {
-		_, busy := s.inFlight[key]
-		if busy || s.rememberedLocked(key) != nil {
-			s.mu.Unlock()
-			return
-		}
-		s.inFlight[key] = struct{}{}
-	}
-	s.background.Add(1)
-	s.mu.Unlock()
-
-	go func() {
-		defer s.background.Done()
-
-		timer := time.NewTimer(decision.duration)
-		defer timer.Stop()
-		select {
-		case <-timer.C:
-		case <-s.closing:
-			return // dropped, as a crash would drop it
-		}
-		if _, _, err := s.apply(key, tag, params, applyOptions{dedupe: decision.dedupe, delayed: true}); err != nil {
-			s.logger.Warn("fakepsp: delayed apply failed", slog.String("key", key), slog.Any("error", err))
-		}
-	}()
-}
-
-// drawFault draws the fault schedule's decision for one request, and logs
-// it when a fault fires.
-func (s *Server) drawFault(on, key string) decision {
-	d := s.faults.draw(on, key)
-	if d.fault != "" {
-		s.logger.Info("fakepsp: fault fired", slog.String("on", on), slog.String("fault", d.fault),
-			slog.String("key", key), slog.Duration("duration", d.duration))
-	}
-	return d
 }
 
 // handleLookup serves GET /v1/charges/by-key/{key}.
 func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 
-	decision := s.drawFault(OnLookup, key)
+	decision := s.drawFault(OnLookup, key, nil)
 	switch decision.fault {
 	case FaultLatency:
 		s.wait(decision.duration)
@@ -361,12 +159,12 @@ func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	c := s.rememberedLocked(key)
 	s.mu.Unlock()
-	if c == nil {
+	if c == nil || !c.isCharge() {
 		writeError(w, http.StatusNotFound, psp.CodeChargeNotFound, "no charge exists for this idempotency key")
 		return
 	}
 	if err := c.committed.wait(); err != nil {
-		s.writeApplyError(w, err)
+		fakeAnswers{}.failure(w, s.applyFailure(err))
 		return
 	}
 	if decision.fault == FaultLookupLag && s.now().Sub(c.CreatedAt) < decision.duration {
@@ -379,25 +177,34 @@ func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 // idempotencyKey reads the Idempotency-Key header, answering 400 when it is
 // missing, repeated, too long or not printable ASCII.
 func idempotencyKey(w http.ResponseWriter, r *http.Request) (string, bool) {
+	key, code, problem := readIdempotencyKey(r)
+	if problem != "" {
+		writeError(w, http.StatusBadRequest, code, problem)
+		return "", false
+	}
+	return key, true
+}
+
+// readIdempotencyKey reads the Idempotency-Key header. When it is missing,
+// repeated, too long or not printable ASCII, problem says why and code names
+// the problem in the fake protocol's words; each protocol answers 400 its
+// own way.
+func readIdempotencyKey(r *http.Request) (key, code, problem string) {
 	values := r.Header.Values("Idempotency-Key")
 	switch {
 	case len(values) == 0 || values[0] == "":
-		writeError(w, http.StatusBadRequest, "idempotency_key_missing", "the Idempotency-Key header is required")
-		return "", false
+		return "", "idempotency_key_missing", "the Idempotency-Key header is required"
 	case len(values) > 1:
-		writeError(w, http.StatusBadRequest, "idempotency_key_invalid", "the Idempotency-Key header must be sent once")
-		return "", false
+		return "", "idempotency_key_invalid", "the Idempotency-Key header must be sent once"
 	case len(values[0]) > maxKeyLength:
-		writeError(w, http.StatusBadRequest, "idempotency_key_invalid", "the Idempotency-Key header is longer than 255 bytes")
-		return "", false
+		return "", "idempotency_key_invalid", "the Idempotency-Key header is longer than 255 bytes"
 	}
 	for _, b := range []byte(values[0]) {
 		if b < 0x20 || b > 0x7e {
-			writeError(w, http.StatusBadRequest, "idempotency_key_invalid", "the Idempotency-Key header must be printable ASCII")
-			return "", false
+			return "", "idempotency_key_invalid", "the Idempotency-Key header must be printable ASCII"
 		}
 	}
-	return values[0], true
+	return values[0], "", ""
 }
 
 // decodeChargeParams reads and validates the body of a charge request,
@@ -452,15 +259,21 @@ func decodeChargeParams(w http.ResponseWriter, r *http.Request) (chargeParams, b
 // parseAmount accepts a JSON integer literal above zero: no sign, fraction,
 // exponent, leading zero or string.
 func parseAmount(raw json.RawMessage) (int64, bool) {
-	if len(raw) == 0 || raw[0] < '1' || raw[0] > '9' {
+	return parsePositiveInteger(string(raw))
+}
+
+// parsePositiveInteger accepts a decimal integer above zero that fits an
+// int64, without sign or leading zero: the amount of both protocols.
+func parsePositiveInteger(value string) (int64, bool) {
+	if value == "" || value[0] < '1' || value[0] > '9' {
 		return 0, false
 	}
-	for _, b := range raw {
+	for _, b := range []byte(value) {
 		if b < '0' || b > '9' {
 			return 0, false
 		}
 	}
-	amount, err := strconv.ParseInt(string(raw), 10, 64)
+	amount, err := strconv.ParseInt(value, 10, 64)
 	return amount, err == nil
 }
 

@@ -3,11 +3,23 @@
 // key, keeps a durable ledger that survives restarts, and fails in every way
 // a network and a provider can fail, on demand and reproducibly.
 //
-// It serves the wire protocol of docs/provider.md (the same one chargeflow/psp
-// speaks):
+// It serves one of two wire protocols (Config.Protocol) from the same ledger,
+// faults and admin endpoints. ProtocolFake is the protocol of
+// docs/provider.md, the one chargeflow/psp speaks:
 //
 //	POST /v1/charges                  create a charge (Idempotency-Key required)
 //	GET  /v1/charges/by-key/{key}     look a charge up by its idempotency key
+//
+// ProtocolStripe is the subset of Stripe's API that docs/provider.md ("The
+// Stripe protocol") lists, good enough for stripe-go pointed at the fake:
+//
+//	POST /v1/payment_intents          create and confirm a PaymentIntent (form-encoded)
+//	GET  /v1/payment_intents/{id}     retrieve one, strongly consistent
+//	GET  /v1/payment_intents/search   search by metadata, eventually consistent
+//	GET  /v1/payment_intents          list newest first, strongly consistent
+//
+// Both protocols share the admin endpoints:
+//
 //	GET  /_admin/ledger[?all=true]    the ground truth: charges that moved money
 //	GET  /_admin/audit                charges per key, totals per tenant tag and currency
 //	GET  /_admin/faults               the fault schedule and how often each fault fired
@@ -50,6 +62,17 @@
 // as it was). The faults that act before applying (drop_before_apply,
 // error_before_apply, not_processed, delayed_apply) act for a known key too,
 // and apply nothing.
+//
+// # Stripe's key rules
+//
+// Under the Stripe protocol a key counts from the moment its request starts
+// executing, as Stripe's idempotency layer does: a concurrent request with
+// the key gets 409 instead of waiting, the first answer is saved even when
+// it is error_before_apply's 500 (a saved error survives a restart like a
+// charge), and a known key is answered from its saved answer before
+// anything executes, so only latency and the faults on the way back
+// (apply_then_timeout, apply_then_reset) act on it. A request refused before
+// execution (validation, not_processed, drop_before_apply) saves nothing.
 //
 // Logs name keys, references and faults, never payment methods.
 package fakepsp

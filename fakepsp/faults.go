@@ -16,10 +16,13 @@ import (
 
 // The calls a Rule can apply to.
 const (
-	// OnCharge makes a rule apply to POST /v1/charges.
+	// OnCharge makes a rule apply to POST /v1/charges, or under the Stripe
+	// protocol to POST /v1/payment_intents.
 	OnCharge = "charge"
 
-	// OnLookup makes a rule apply to GET /v1/charges/by-key/{key}.
+	// OnLookup makes a rule apply to GET /v1/charges/by-key/{key}, or under
+	// the Stripe protocol to the PaymentIntent search, retrieve and list
+	// (lookup_lag only to the search; see docs/provider.md).
 	OnLookup = "lookup"
 )
 
@@ -28,7 +31,9 @@ const (
 const (
 	// FaultLatency delays the answer by MS, then handles the call normally.
 	// A charge is applied even if the client gave up while waiting, as a real
-	// provider would. Valid for charges and lookups.
+	// provider would. Under Stripe's key rules the delay is the request
+	// executing, so its key is locked meanwhile (409 to another request with
+	// it). Valid for charges and lookups.
 	FaultLatency = "latency"
 
 	// FaultDropBeforeApply holds the connection for MS (or until the client
@@ -43,7 +48,9 @@ const (
 	// (SO_LINGER 0, so the client gets an RST) without an answer.
 	FaultApplyThenReset = "apply_then_reset"
 
-	// FaultErrorBeforeApply answers 500 without applying anything.
+	// FaultErrorBeforeApply answers 500 without applying anything. Under
+	// Stripe's key rules the request had started executing, so for a new key
+	// the 500 is saved and every later POST with the key replays it.
 	FaultErrorBeforeApply = "error_before_apply"
 
 	// FaultErrorAfterApply applies the charge and answers 500. The charge
@@ -72,6 +79,8 @@ const (
 
 	// FaultLookupLag makes a lookup report a charge applied less than MS ago
 	// as not found (404 charge_not_found), like an eventually consistent read.
+	// Under the Stripe protocol it hides such a PaymentIntent from the search
+	// alone: Stripe's search index lags, its retrieve and list do not.
 	FaultLookupLag = "lookup_lag"
 )
 
@@ -138,7 +147,9 @@ type Rule struct {
 	MS int `json:"ms"`
 
 	// KeyPrefix, when not empty, restricts the rule to idempotency keys that
-	// start with it.
+	// start with it. A Stripe read carries no key, so there a lookup rule's
+	// prefix is matched against our charge reference the read is about
+	// (metadata chargeflow_charge), "" for a list.
 	KeyPrefix string `json:"key_prefix,omitempty"`
 }
 
@@ -265,13 +276,19 @@ func (e *faultEngine) set(schedule Schedule) {
 	e.fired = make(map[string]int)
 }
 
-// draw decides which fault, if any, fires for one call on key.
-func (e *faultEngine) draw(on, key string) decision {
+// draw decides which fault, if any, fires for one call on key. When acts is
+// not nil, rules whose fault it refuses are skipped without drawing: faults
+// that would mean nothing for this call (lookup_lag on a strongly consistent
+// read) neither fire nor shift the draws of the others.
+func (e *faultEngine) draw(on, key string, acts func(fault string) bool) decision {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 
 	for _, rule := range e.schedule.Rules {
 		if rule.On != on || !strings.HasPrefix(key, rule.KeyPrefix) {
+			continue
+		}
+		if acts != nil && !acts(rule.Fault) {
 			continue
 		}
 		if e.random.Float64() < rule.P {

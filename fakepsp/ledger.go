@@ -31,13 +31,15 @@ var (
 // LedgerEntry is one charge the provider processed, as GET /_admin/ledger
 // reports it.
 type LedgerEntry struct {
-	// ID is the provider's charge id, "py_…".
+	// ID is the provider's charge id: "py_…" under the fake protocol, the
+	// PaymentIntent's "pi_…" under Stripe's.
 	ID string `json:"id"`
 
 	// IdempotencyKey is the Idempotency-Key the charge was created with.
 	IdempotencyKey string `json:"idempotency_key"`
 
-	// Reference is the caller's reference from the request body.
+	// Reference is the caller's reference: the fake protocol's reference
+	// field, Stripe's metadata[chargeflow_charge].
 	Reference string `json:"reference"`
 
 	// Amount is in the currency's minor unit.
@@ -52,17 +54,39 @@ type LedgerEntry struct {
 	// DeclineCode says why a failed charge was declined.
 	DeclineCode string `json:"decline_code,omitempty"`
 
-	// TenantTag is the request's X-Tenant-Tag header, "" when absent.
+	// TenantTag is the fake protocol's X-Tenant-Tag header or Stripe's
+	// metadata[chargeflow_tenant], "" when absent.
 	TenantTag string `json:"tenant_tag"`
 
 	// CreatedAt is when the charge was applied.
 	CreatedAt time.Time `json:"created_at"`
 }
 
+// The kinds of ledger record.
+const (
+	// kindCharge is a processed charge, succeeded or declined. It is the
+	// empty string, so files written before kinds existed read back as they
+	// were.
+	kindCharge = ""
+
+	// kindSavedError is an idempotency key whose saved first answer is an
+	// error and that applied nothing: under Stripe's key rules, the 500 of
+	// error_before_apply. It has no id, status or money.
+	kindSavedError = "saved_error"
+)
+
 // ledgerRecord is one line of the ledger file: a LedgerEntry plus what the
 // provider must remember about the key across a restart.
 type ledgerRecord struct {
 	LedgerEntry
+
+	// Kind is kindCharge or kindSavedError.
+	Kind string `json:"kind,omitempty"`
+
+	// Description and Metadata are what a Stripe PaymentIntent was created
+	// with, kept so that every later read shows them as Stripe would.
+	Description string            `json:"description,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
 
 	// RequestHash fingerprints the request parameters, so a reused key with
 	// different parameters is refused after a restart too, without the file
@@ -201,12 +225,29 @@ func readLedger(r io.Reader) (records []ledgerRecord, validSize int64, tornBytes
 		if err := json.Unmarshal(line, &record); err != nil {
 			return nil, 0, 0, fmt.Errorf("%w: line %d: %w", ErrCorruptLedger, lineNumber, err)
 		}
-		if record.ID == "" || record.IdempotencyKey == "" ||
-			(record.Status != psp.StatusSucceeded && record.Status != psp.StatusFailed) {
-			return nil, 0, 0, fmt.Errorf("%w: line %d: record without id, key or a known status", ErrCorruptLedger, lineNumber)
+		if err := record.validate(); err != nil {
+			return nil, 0, 0, fmt.Errorf("%w: line %d: %w", ErrCorruptLedger, lineNumber, err)
 		}
 		records = append(records, record)
 	}
+}
+
+// validate checks that a record read back is one the provider could have
+// written.
+func (r ledgerRecord) validate() error {
+	switch {
+	case r.IdempotencyKey == "":
+		return errors.New("record without a key")
+	case r.Kind == kindSavedError && r.ReplayStatus == 0:
+		return errors.New("saved error without a status")
+	case r.Kind == kindSavedError:
+		return nil
+	case r.Kind != kindCharge:
+		return fmt.Errorf("record of unknown kind %q", r.Kind)
+	case r.ID == "" || (r.Status != psp.StatusSucceeded && r.Status != psp.StatusFailed):
+		return errors.New("charge without an id or a known status")
+	}
+	return nil
 }
 
 func truncateAndSync(file *os.File, size int64) error {

@@ -16,12 +16,33 @@ import (
 // ErrLedgerPathRequired is returned by New when Config.LedgerPath is empty.
 var ErrLedgerPathRequired = errors.New("fakepsp: Config.LedgerPath is required")
 
+// ErrUnknownProtocol is returned by New when Config.Protocol names no
+// protocol the provider speaks.
+var ErrUnknownProtocol = errors.New("fakepsp: unknown protocol")
+
+// The wire protocols the provider speaks, one per Server.
+const (
+	// ProtocolFake is chargeflow's own protocol (docs/provider.md), the one
+	// psp.Client speaks.
+	ProtocolFake = "fake"
+
+	// ProtocolStripe is the subset of Stripe's API that docs/provider.md
+	// ("The Stripe protocol") lists: PaymentIntents created and confirmed in
+	// one call, retrieved, searched and listed.
+	ProtocolStripe = "stripe"
+)
+
 // Config configures a Server.
 type Config struct {
 	// LedgerPath is the ledger file: every processed charge is appended to
 	// it, and it is read back on New, so charges and keys survive a restart.
 	// Required.
 	LedgerPath string
+
+	// Protocol is the wire protocol served: ProtocolFake (the default when
+	// empty) or ProtocolStripe. Both share the ledger, the faults and the
+	// admin endpoints.
+	Protocol string
 
 	// Dedupe switches the provider's own idempotency key de-duplication.
 	// Defaults to true (nil means true). Faults.Dedupe and POST
@@ -60,8 +81,9 @@ type Server struct {
 	mu       sync.Mutex
 	closed   bool
 	charges  []*charge           // every processed charge, in ledger order
-	byKey    map[string]*charge  // the latest charge per idempotency key
-	inFlight map[string]struct{} // keys of delayed applies not yet applied (with dedupe on)
+	byKey    map[string]*charge  // the latest charge or saved error per idempotency key
+	byID     map[string]*charge  // every processed charge by its id
+	inFlight map[string]struct{} // keys executing or awaiting a delayed apply (with dedupe on)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -75,6 +97,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	if err := cfg.Faults.Validate(); err != nil {
 		return nil, fmt.Errorf("fakepsp: Config.Faults: %w", err)
+	}
+	protocol := cmp.Or(cfg.Protocol, ProtocolFake)
+	if protocol != ProtocolFake && protocol != ProtocolStripe {
+		return nil, fmt.Errorf("%w %q: want %q or %q", ErrUnknownProtocol, cfg.Protocol, ProtocolFake, ProtocolStripe)
 	}
 
 	logger := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
@@ -103,26 +129,40 @@ func New(cfg Config) (*Server, error) {
 		closing:   make(chan struct{}),
 		charges:   make([]*charge, 0, len(records)),
 		byKey:     make(map[string]*charge, len(records)),
+		byID:      make(map[string]*charge, len(records)),
 		inFlight:  make(map[string]struct{}),
 	}
 	for _, record := range records {
-		c := &charge{ledgerRecord: record, committed: committed}
-		s.charges = append(s.charges, c)
+		c := &charge{ledgerRecord: record, committed: committed, position: len(s.charges)}
 		s.byKey[record.IdempotencyKey] = c
+		if c.isCharge() {
+			s.charges = append(s.charges, c)
+			s.byID[c.ID] = c
+		}
 	}
-	s.handler = s.routes()
+	s.handler = s.routes(protocol)
 	ledger.start()
 
-	logger.Info("fakepsp: ready", slog.String("ledger", cfg.LedgerPath), slog.Int("charges", len(records)),
-		slog.Bool("dedupe", dedupe), slog.Int("fault_rules", len(cfg.Faults.Rules)))
+	logger.Info("fakepsp: ready", slog.String("protocol", protocol), slog.String("ledger", cfg.LedgerPath),
+		slog.Int("charges", len(s.charges)), slog.Bool("dedupe", dedupe), slog.Int("fault_rules", len(cfg.Faults.Rules)))
 	return s, nil
 }
 
-// routes is the whole HTTP surface on one screen.
-func (s *Server) routes() http.Handler {
+// routes is the whole HTTP surface on one screen: the protocol's routes,
+// then the admin endpoints every protocol shares.
+func (s *Server) routes(protocol string) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/charges", s.handleCharge)
-	mux.HandleFunc("GET /v1/charges/by-key/{key}", s.handleLookup)
+	switch protocol {
+	case ProtocolStripe:
+		mux.Handle("POST /v1/payment_intents", s.stripe(s.handleStripeCreate))
+		mux.Handle("GET /v1/payment_intents/search", s.stripe(s.handleStripeSearch))
+		mux.Handle("GET /v1/payment_intents/{id}", s.stripe(s.handleStripeRetrieve))
+		mux.Handle("GET /v1/payment_intents", s.stripe(s.handleStripeList))
+		mux.Handle("/v1/", s.stripe(handleStripeNotFound))
+	default:
+		mux.HandleFunc("POST /v1/charges", s.handleCharge)
+		mux.HandleFunc("GET /v1/charges/by-key/{key}", s.handleLookup)
+	}
 	mux.HandleFunc("GET /_admin/ledger", s.handleLedger)
 	mux.HandleFunc("GET /_admin/audit", s.handleAudit)
 	mux.HandleFunc("GET /_admin/faults", s.handleGetFaults)

@@ -19,6 +19,10 @@ type fakepspFlags struct {
 	noDedupe bool
 	faults   string
 	ledger   string
+
+	// protocol is bound by `chargeflow fakepsp` alone: `chargeflow all`
+	// wires its worker to the fake protocol, so its provider speaks that.
+	protocol string
 }
 
 func (f *fakepspFlags) bind(fs *flag.FlagSet, e env, addrFlag string) {
@@ -29,9 +33,18 @@ func (f *fakepspFlags) bind(fs *flag.FlagSet, e env, addrFlag string) {
 		"the durable ledger file (created if missing; replayed on start)")
 }
 
+// bindProtocol binds --protocol, the wire protocol the provider serves.
+func (f *fakepspFlags) bindProtocol(fs *flag.FlagSet) {
+	fs.StringVar(&f.protocol, "protocol", fakepsp.ProtocolFake,
+		`wire protocol: "fake" (chargeflow's own, docs/provider.md) or "stripe" (Stripe's PaymentIntents, for stripe-go); same ledger, faults and admin endpoints`)
+}
+
 // newFakePSP opens the fake provider's ledger and applies the flags.
 func newFakePSP(f fakepspFlags, logger *slog.Logger) (*fakepsp.Server, error) {
-	cfg := fakepsp.Config{LedgerPath: f.ledger, Logger: logger}
+	if f.protocol != "" && f.protocol != fakepsp.ProtocolFake && f.protocol != fakepsp.ProtocolStripe {
+		return nil, fmt.Errorf("--protocol is %q, want %q or %q", f.protocol, fakepsp.ProtocolFake, fakepsp.ProtocolStripe)
+	}
+	cfg := fakepsp.Config{LedgerPath: f.ledger, Protocol: f.protocol, Logger: logger}
 	if f.noDedupe {
 		dedupe := false
 		cfg.Dedupe = &dedupe
@@ -70,6 +83,7 @@ func runFakePSP(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet("fakepsp", e)
 	fs.StringVar(&c.logLevel, "log-level", cmp.Or(e.getenv("LOG_LEVEL"), "info"), "debug, info, warn or error (env LOG_LEVEL)")
 	f.bind(fs, e, "addr")
+	f.bindProtocol(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -1,0 +1,503 @@
+package fakepsp
+
+import (
+	"crypto/rand"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// This file is the part of a charge that every wire protocol shares: the
+// fault schedule, the idempotency key rules and the ledger. A protocol only
+// reads its request into a chargeRequest and words the answers
+// (chargeAnswers), so each fault behaves the same whichever protocol the
+// provider speaks.
+
+var (
+	// errKeyReused: a known key arrived with different parameters.
+	errKeyReused = errors.New("fakepsp: idempotency key reused with different parameters")
+
+	// errKeyInUse: a request with the key is still executing, or a delayed
+	// apply for it has not happened yet.
+	errKeyInUse = errors.New("fakepsp: idempotency key in use by a request still being processed")
+)
+
+// chargeRequest is one validated charge request, whatever protocol carried
+// it.
+type chargeRequest struct {
+	// key is the idempotency key.
+	key string
+
+	// tag is the tenant tag the ledger files the charge under.
+	tag string
+
+	// params decide the charge.
+	params chargeParams
+
+	// hash fingerprints every parameter of the request, as the protocol
+	// defines them; a known key is only replayed for the same fingerprint.
+	hash string
+
+	// idPrefix starts the id of a charge the request makes: "py_" for the
+	// fake protocol, "pi_" for a Stripe PaymentIntent.
+	idPrefix string
+}
+
+// keyRules are the idempotency rules of a protocol: when a key starts to
+// count, and which answers it keeps.
+type keyRules int
+
+const (
+	// keysAtApply are the fake protocol's rules: a key is remembered when
+	// its charge is applied, and a request for a key whose charge is being
+	// applied waits for that charge. Nothing is saved for a request that
+	// applied nothing.
+	keysAtApply keyRules = iota
+
+	// keysAtExecution are Stripe's rules: a key is locked from the moment
+	// its request starts executing, so a concurrent request with the key is
+	// refused (409) rather than made to wait, and the first answer given
+	// once execution started is saved for the key, a 500 that applied
+	// nothing included (error_before_apply). A request whose key has a
+	// saved answer is answered from it before anything executes.
+	keysAtExecution
+)
+
+// chargeParams are the validated parameters of a charge request.
+type chargeParams struct {
+	Amount        int64
+	Currency      string // ISO 4217, upper case, whatever the wire said
+	PaymentMethod string
+	Reference     string
+
+	// Description and Metadata are a Stripe PaymentIntent's, kept with the
+	// charge so that reads show them.
+	Description string
+	Metadata    map[string]string
+}
+
+// charge is a ledger record in memory: a processed charge, or (Kind
+// kindSavedError) a key whose saved answer is an error and that applied
+// nothing.
+type charge struct {
+	ledgerRecord
+
+	// committed completes when the record's ledger line is on disk. Nobody
+	// sees it (answer, replay, lookup, admin) before that.
+	committed *commitBatch
+
+	// position is the charge's index in Server.charges, the ledger order,
+	// which list cursors count from.
+	position int
+}
+
+// isCharge reports whether c is a processed charge rather than a saved
+// error.
+func (c *charge) isCharge() bool {
+	return c.Kind == kindCharge
+}
+
+// failure is an answer that is not a charge. Each protocol words it its own
+// way (chargeAnswers.failure).
+type failure int
+
+const (
+	// failErrorBeforeApply is error_before_apply's 500: nothing applied.
+	failErrorBeforeApply failure = iota + 1
+
+	// failErrorAfterApply is error_after_apply's 500: the charge applied.
+	failErrorAfterApply
+
+	// failReplayedError is a later request replaying a key's saved 500.
+	failReplayedError
+
+	// failNotProcessed is not_processed's 429: nothing applied.
+	failNotProcessed
+
+	// failKeyReused answers a known key with other parameters.
+	failKeyReused
+
+	// failKeyInUse answers a key whose request is still executing.
+	failKeyInUse
+
+	// failClosed answers a request that arrived while the provider closes.
+	failClosed
+
+	// failLedger answers a request whose ledger write failed.
+	failLedger
+)
+
+// chargeAnswers is how a protocol words the answers of the shared charge
+// pipeline. The pipeline sets Idempotent-Replayed itself.
+type chargeAnswers interface {
+	// charge answers with a processed charge, new or replayed.
+	charge(w http.ResponseWriter, c *charge)
+
+	// failure answers with anything but a charge.
+	failure(w http.ResponseWriter, f failure)
+}
+
+// applyOptions say how apply records a charge.
+type applyOptions struct {
+	// dedupe answers a known key with its charge instead of applying anew.
+	dedupe bool
+
+	// reserved says the caller holds the key's in-flight mark (the late half
+	// of a delayed_apply): apply removes it and always applies a charge.
+	reserved bool
+
+	// expireKey and keyTTL implement key_expiry.
+	expireKey bool
+	keyTTL    time.Duration
+
+	// replayStatus implements error_after_apply.
+	replayStatus int
+}
+
+// runCharge takes a validated charge request through the fault schedule,
+// the provider's key de-duplication under rules and the ledger, and answers
+// it through answers. With de-duplication off both rules are the same: no
+// key is remembered, locked or saved.
+func (s *Server) runCharge(w http.ResponseWriter, r *http.Request, req chargeRequest, answers chargeAnswers, rules keyRules) {
+	decision := s.drawFault(OnCharge, req.key, nil)
+	if rules == keysAtExecution && decision.dedupe {
+		s.runExecution(w, r, req, answers, decision)
+		return
+	}
+
+	// Faults that act before anything is applied.
+	switch decision.fault {
+	case FaultLatency:
+		s.wait(decision.duration)
+	case FaultDropBeforeApply:
+		s.hold(r.Context(), decision.duration)
+		s.dropConnection(w, false)
+		return
+	case FaultErrorBeforeApply:
+		answers.failure(w, failErrorBeforeApply)
+		return
+	case FaultNotProcessed:
+		answers.failure(w, failNotProcessed)
+		return
+	case FaultDelayedApply:
+		s.delayApply(req, decision, false)
+		s.hold(r.Context(), decision.duration)
+		s.dropConnection(w, false)
+		return
+	}
+
+	c, replayed, err := s.apply(req, decision.applyOptions(false))
+	if err != nil {
+		answers.failure(w, s.applyFailure(err))
+		return
+	}
+	s.deliver(w, r, answers, decision, c, replayed)
+}
+
+// runExecution is runCharge under Stripe's key rules (keysAtExecution) with
+// de-duplication on.
+func (s *Server) runExecution(w http.ResponseWriter, r *http.Request, req chargeRequest, answers chargeAnswers, decision decision) {
+	// In front of the idempotency layer: the request never starts
+	// executing, so nothing is locked or saved.
+	switch decision.fault {
+	case FaultDropBeforeApply:
+		s.hold(r.Context(), decision.duration)
+		s.dropConnection(w, false)
+		return
+	case FaultNotProcessed:
+		answers.failure(w, failNotProcessed)
+		return
+	}
+
+	known, err := s.reserve(req)
+	if err != nil {
+		answers.failure(w, s.applyFailure(err))
+		return
+	}
+	if known != nil {
+		// The saved answer is replayed before anything executes, so the
+		// faults of an execution have nothing to act on; a slow answer and
+		// the faults on its way back still do.
+		switch decision.fault {
+		case FaultLatency:
+			s.wait(decision.duration)
+		case FaultApplyThenTimeout, FaultApplyThenReset:
+		default:
+			decision.fault = ""
+		}
+		s.deliver(w, r, answers, decision, known, true)
+		return
+	}
+
+	// Executing: the key is locked until its answer is saved.
+	switch decision.fault {
+	case FaultLatency:
+		s.wait(decision.duration)
+	case FaultErrorBeforeApply:
+		if err := s.saveError(req, http.StatusInternalServerError); err != nil {
+			answers.failure(w, s.applyFailure(err))
+			return
+		}
+		answers.failure(w, failErrorBeforeApply)
+		return
+	case FaultDelayedApply:
+		s.delayApply(req, decision, true)
+		s.hold(r.Context(), decision.duration)
+		s.dropConnection(w, false)
+		return
+	}
+
+	c, _, err := s.apply(req, decision.applyOptions(true))
+	if err != nil {
+		answers.failure(w, s.applyFailure(err))
+		return
+	}
+	s.deliver(w, r, answers, decision, c, false)
+}
+
+// applyOptions are the options of the apply a decision leads to; reserved
+// says the caller holds the key's in-flight mark.
+func (d decision) applyOptions(reserved bool) applyOptions {
+	options := applyOptions{dedupe: d.dedupe, reserved: reserved}
+	switch d.fault {
+	case FaultKeyExpiry:
+		options.expireKey, options.keyTTL = true, d.duration
+	case FaultErrorAfterApply:
+		options.replayStatus = http.StatusInternalServerError
+	}
+	return options
+}
+
+// reserve is Stripe's idempotency layer in front of an execution: it
+// returns the key's saved answer, refuses the key while another request
+// with it executes (errKeyInUse) or with other parameters (errKeyReused),
+// or else marks the key in flight, which the caller's apply or saveError
+// clears.
+func (s *Server) reserve(req chargeRequest) (*charge, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if _, busy := s.inFlight[req.key]; busy {
+		s.mu.Unlock()
+		return nil, errKeyInUse
+	}
+	if known := s.rememberedLocked(req.key); known != nil {
+		s.mu.Unlock()
+		if known.RequestHash != req.hash {
+			return nil, errKeyReused
+		}
+		if err := known.committed.wait(); err != nil {
+			return nil, err
+		}
+		return known, nil
+	}
+	s.inFlight[req.key] = struct{}{}
+	s.mu.Unlock()
+	return nil, nil
+}
+
+// saveError saves status as the key's answer when its execution failed
+// before applying anything (Stripe's rules), and clears the key's in-flight
+// mark. It returns once the record is on disk.
+func (s *Server) saveError(req chargeRequest, status int) error {
+	record := ledgerRecord{
+		LedgerEntry: LedgerEntry{
+			IdempotencyKey: req.key,
+			Reference:      req.params.Reference,
+			TenantTag:      req.tag,
+			CreatedAt:      s.now().UTC(),
+		},
+		Kind:         kindSavedError,
+		RequestHash:  req.hash,
+		ReplayStatus: status,
+	}
+
+	s.mu.Lock()
+	delete(s.inFlight, req.key)
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	batch, err := s.ledger.append(record)
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	s.byKey[req.key] = &charge{ledgerRecord: record, committed: batch}
+	s.mu.Unlock()
+	return batch.wait()
+}
+
+// deliver answers with c, through the faults that act after the charge was
+// applied (or, for a known key, replayed): they only change how the answer
+// is delivered.
+func (s *Server) deliver(w http.ResponseWriter, r *http.Request, answers chargeAnswers, decision decision, c *charge, replayed bool) {
+	switch decision.fault {
+	case FaultApplyThenTimeout:
+		s.hold(r.Context(), decision.duration)
+		s.dropConnection(w, false)
+		return
+	case FaultApplyThenReset:
+		s.dropConnection(w, true)
+		return
+	case FaultErrorAfterApply:
+		answers.failure(w, failErrorAfterApply)
+		return
+	}
+
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+		if c.ReplayStatus != 0 {
+			answers.failure(w, failReplayedError)
+			return
+		}
+	}
+	answers.charge(w, c)
+}
+
+// applyFailure names the answer to a failed apply, logging what only the
+// provider can fix.
+func (s *Server) applyFailure(err error) failure {
+	switch {
+	case errors.Is(err, errKeyReused):
+		return failKeyReused
+	case errors.Is(err, errKeyInUse):
+		return failKeyInUse
+	case errors.Is(err, ErrClosed):
+		return failClosed
+	default:
+		s.logger.Error("fakepsp: ledger write failed", slog.Any("error", err))
+		return failLedger
+	}
+}
+
+// apply records a charge for req, or with dedupe on and a known key returns
+// the key's charge with replayed set. It returns once the charge is on disk.
+func (s *Server) apply(req chargeRequest, options applyOptions) (c *charge, replayed bool, err error) {
+	s.mu.Lock()
+	if options.reserved {
+		delete(s.inFlight, req.key)
+	}
+	if s.closed {
+		s.mu.Unlock()
+		return nil, false, ErrClosed
+	}
+	if options.dedupe && !options.reserved {
+		if _, busy := s.inFlight[req.key]; busy {
+			s.mu.Unlock()
+			return nil, false, errKeyInUse
+		}
+		if known := s.rememberedLocked(req.key); known != nil {
+			s.mu.Unlock()
+			if known.RequestHash != req.hash {
+				return nil, false, errKeyReused
+			}
+			if err := known.committed.wait(); err != nil {
+				return nil, false, err
+			}
+			return known, true, nil
+		}
+	}
+
+	status, declineCode := outcome(req.params.PaymentMethod)
+	record := ledgerRecord{
+		LedgerEntry: LedgerEntry{
+			ID:             req.idPrefix + rand.Text(),
+			IdempotencyKey: req.key,
+			Reference:      req.params.Reference,
+			Amount:         req.params.Amount,
+			Currency:       req.params.Currency,
+			Status:         status,
+			DeclineCode:    declineCode,
+			TenantTag:      req.tag,
+			CreatedAt:      s.now().UTC(),
+		},
+		Description:  req.params.Description,
+		Metadata:     req.params.Metadata,
+		RequestHash:  req.hash,
+		ReplayStatus: options.replayStatus,
+	}
+	if options.expireKey {
+		record.KeyExpiresAt = record.CreatedAt.Add(options.keyTTL)
+	}
+	// Appending under s.mu keeps the file in the same order as s.charges.
+	batch, err := s.ledger.append(record)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, false, err
+	}
+	c = &charge{ledgerRecord: record, committed: batch, position: len(s.charges)}
+	s.charges = append(s.charges, c)
+	s.byKey[req.key] = c
+	s.byID[c.ID] = c
+	s.mu.Unlock()
+
+	if err := batch.wait(); err != nil {
+		return nil, false, err
+	}
+	s.logger.Debug("fakepsp: charge applied", slog.String("id", c.ID), slog.String("key", req.key),
+		slog.String("reference", c.Reference), slog.String("status", string(c.Status)), slog.String("decline_code", c.DeclineCode))
+	return c, false, nil
+}
+
+// rememberedLocked returns the charge the provider remembers for key, or nil
+// if there is none or its key expired. s.mu must be held.
+func (s *Server) rememberedLocked(key string) *charge {
+	c := s.byKey[key]
+	if c == nil || (!c.KeyExpiresAt.IsZero() && !s.now().Before(c.KeyExpiresAt)) {
+		return nil
+	}
+	return c
+}
+
+// delayApply starts the late half of delayed_apply: the charge is applied
+// decision.duration from now. With dedupe on, the key is marked in flight
+// until then (reserved: the caller marked it already); a known or in-flight
+// key applies nothing new.
+func (s *Server) delayApply(req chargeRequest, decision decision, reserved bool) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	if decision.dedupe && !reserved {
+		_, busy := s.inFlight[req.key]
+		if busy || s.rememberedLocked(req.key) != nil {
+			s.mu.Unlock()
+			return
+		}
+		s.inFlight[req.key] = struct{}{}
+	}
+	s.background.Add(1)
+	s.mu.Unlock()
+
+	go func() {
+		defer s.background.Done()
+
+		timer := time.NewTimer(decision.duration)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-s.closing:
+			return // dropped, as a crash would drop it
+		}
+		if _, _, err := s.apply(req, applyOptions{dedupe: decision.dedupe, reserved: decision.dedupe}); err != nil {
+			s.logger.Warn("fakepsp: delayed apply failed", slog.String("key", req.key), slog.Any("error", err))
+		}
+	}()
+}
+
+// drawFault draws the fault schedule's decision for one request, and logs
+// it when a fault fires. acts, when not nil, says which faults can act on
+// this request (faultEngine.draw).
+func (s *Server) drawFault(on, key string, acts func(fault string) bool) decision {
+	d := s.faults.draw(on, key, acts)
+	if d.fault != "" {
+		s.logger.Info("fakepsp: fault fired", slog.String("on", on), slog.String("fault", d.fault),
+			slog.String("key", key), slog.Duration("duration", d.duration))
+	}
+	return d
+}
