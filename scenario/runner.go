@@ -50,6 +50,10 @@ type Config struct {
 	Duration time.Duration
 	// Keep keeps databases, clusters and logs of passing runs too.
 	Keep bool
+	// PSP is the provider protocol every process speaks: "fake" (default,
+	// the bundled protocol) or "stripe" (the fake provider serves Stripe's
+	// API and the API, workers and reconcilers use the Stripe adapter).
+	PSP string
 	// Progress receives progress lines on long runs.
 	Progress io.Writer
 }
@@ -283,7 +287,8 @@ func (s *system) env(extra ...string) []string {
 	var env []string
 	for _, kv := range s.runner.cfg.Env {
 		name, _, _ := strings.Cut(kv, "=")
-		if name == "DATABASE_URL" || name == "PSP_URL" || strings.HasPrefix(name, "CHARGEFLOW_") && name != "CHARGEFLOW_TEST_AS_MAIN" || name == "LOG_LEVEL" {
+		if name == "DATABASE_URL" || name == "PSP_URL" || name == "PSP_KIND" || name == "STRIPE_API_KEY" ||
+			strings.HasPrefix(name, "CHARGEFLOW_") && name != "CHARGEFLOW_TEST_AS_MAIN" || name == "LOG_LEVEL" {
 			continue
 		}
 		env = append(env, kv)
@@ -291,6 +296,10 @@ func (s *system) env(extra ...string) []string {
 	env = append(env, "DATABASE_URL="+s.dbURL, "LOG_LEVEL=info")
 	if s.psp != nil {
 		env = append(env, "PSP_URL="+s.psp.url())
+	}
+	if s.runner.cfg.PSP == "stripe" {
+		// A test key: the fake accepts any sk_test_ key.
+		env = append(env, "PSP_KIND=stripe", "STRIPE_API_KEY=sk_test_chargeflow_scenario")
 	}
 	return append(env, extra...)
 }
@@ -330,7 +339,7 @@ func (s *system) boot(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("scenario %s: faults: %w", s.sc.Name, err)
 	}
-	s.psp = s.newProc("fakepsp", "fakepsp", "--addr", "127.0.0.1:0", "--no-dedupe",
+	s.psp = s.newProc("fakepsp", "fakepsp", "--addr", "127.0.0.1:0", "--no-dedupe", "--protocol", cmp.Or(s.runner.cfg.PSP, "fake"),
 		"--ledger", filepath.Join(s.dir, "ledger.jsonl"), "--faults", faults)
 	s.psp.env = s.env()
 	if err := s.psp.start(ctx, true); err != nil {

@@ -41,7 +41,7 @@ func runScenario(ctx context.Context, e env, args []string) error {
 	var short, keep bool
 	var charges, parallel int
 	var duration time.Duration
-	var dir, script string
+	var dir, script, pspKind string
 	fs := newFlagSet("scenario run", e)
 	c.bind(fs, e)
 	fs.Uint64Var(&seed, "seed", 0, "replay a run: the seed it printed (default: a new random seed)")
@@ -52,8 +52,12 @@ func runScenario(ctx context.Context, e env, args []string) error {
 	fs.IntVar(&parallel, "parallel", 1, "scenarios run at once (each has its own database and processes)")
 	fs.StringVar(&dir, "dir", os.TempDir(), "where each run's folder (logs, private PostgreSQL) goes")
 	fs.StringVar(&script, "pg-script", "scripts/ensure-postgres", "the script that starts a private PostgreSQL (for the scenarios that crash it)")
+	fs.StringVar(&pspKind, "psp", "fake", "the provider protocol of the run: fake, or stripe (the fake serves Stripe's API, every process uses the Stripe adapter)")
 	if err := fs.Parse(args[2:]); err != nil {
 		return err
+	}
+	if pspKind != "fake" && pspKind != "stripe" {
+		return fmt.Errorf("scenario run: --psp %q: want fake or stripe", pspKind)
 	}
 	if seed == 0 {
 		var b [8]byte
@@ -88,6 +92,7 @@ func runScenario(ctx context.Context, e env, args []string) error {
 		Charges:     charges,
 		Duration:    duration,
 		Keep:        keep,
+		PSP:         pspKind,
 		Progress:    e.stderr,
 	})
 	if err != nil {
