@@ -82,6 +82,12 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 			return nil, problem(CodeUnsupportedMediaType, "send Content-Type: application/json")
 		}
 	}
+	return readLimited(c, limit)
+}
+
+// readLimited reads a body of at most limit bytes, of any media type.
+func readLimited(c echo.Context, limit int64) ([]byte, error) {
+	r := c.Request()
 	if r.ContentLength > limit {
 		return nil, problem(CodeBodyTooLarge, fmt.Sprintf("the body may be at most %d bytes", limit))
 	}
