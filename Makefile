@@ -21,10 +21,12 @@ run: db
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
 	exec bin/chargeflow all
 
-## test: formatting, vet, every test with -race, a short fuzz run, the bootstrap script's own test,
-## and the crash-scenario catalogue with short timings (a 2,000-charge soak included)
+## test: formatting, vet, every test with -race (a headless Chromium drives the operator's page),
+## a short fuzz run, the bootstrap script's own test, and the crash-scenario catalogue with short
+## timings (a 2,000-charge soak included)
 test: db
 	@scripts/ensure-docker-compose
+	@scripts/ensure-chromium
 	@unformatted=$$(gofmt -l .); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
