@@ -176,9 +176,6 @@ func (s *Server) pageHome(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if params.State == "" {
-		params.State = intent.StateNeedsReview
-	}
 	ctx, cancel := s.dbContext(c)
 	defer cancel()
 	counts, countedAt, err := s.telemetry.charges.counts(ctx)
