@@ -23,10 +23,12 @@ run: db
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
 	exec bin/chargeflow all
 
-## test: formatting, vet, every test with -race, short fuzz runs, the bootstrap script's own test,
-## and the crash-scenario catalogue with short timings (a 2,000-charge soak included)
+## test: formatting, vet, every test with -race (a headless Chromium drives the operator's page),
+## short fuzz runs, the bootstrap script's own test, and the crash-scenario catalogue with short
+## timings (a 2,000-charge soak included)
 test: db
 	@scripts/ensure-docker-compose
+	@scripts/ensure-chromium
 	@unformatted=$$(gofmt -l .); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...

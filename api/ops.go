@@ -123,15 +123,27 @@ func (s *Server) findWithEvents(c echo.Context) (intent.Charge, []intent.Event, 
 
 // opsReconcile asks the reconciler to look an unknown charge up at once:
 // 202, and the lookup happens on the reconciler's next tick under its lease
-// like every other. Forced lookups are spaced by ReconcileFloor from the
-// last lookup, so a loop of requests cannot override the lookup backoff and
-// hammer the provider: too soon is 429 with Retry-After. The request is an
-// event of the charge (action reconcile_requested).
+// like every other. See reconcileCharge.
 func (s *Server) opsReconcile(c echo.Context) error {
 	id, err := chargeIDParam(c)
 	if err != nil {
 		return err
 	}
+	charge, err := s.reconcileCharge(c, id)
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(c, http.StatusAccepted, opsViewOf(charge, nil))
+}
+
+// reconcileCharge makes an unknown charge's lookup due now, for the
+// operator on c. It is the one implementation of a forced lookup: the JSON
+// API and the operator's page both call it. Forced lookups are spaced by
+// ReconcileFloor from the last lookup, so a loop of requests cannot override
+// the lookup backoff and hammer the provider: too soon is 429 with
+// Retry-After. The request is an event of the charge (action
+// reconcile_requested).
+func (s *Server) reconcileCharge(c echo.Context, id string) (intent.Charge, error) {
 	ctx, cancel := s.dbContext(c)
 	defer cancel()
 	charge, err := intent.ForceCheck(ctx, s.cfg.DB, intent.ForcedCheck{ChargeID: id, Actor: operatorOf(c).Actor(), Floor: s.cfg.ReconcileFloor})
@@ -139,17 +151,17 @@ func (s *Server) opsReconcile(c echo.Context) error {
 	var tooSoon *intent.TooSoonError
 	switch {
 	case errors.As(err, &conflict):
-		return problem(CodeChargeNotUnknown, fmt.Sprintf("only an unknown charge can be reconciled; this one is %s", conflict.Current))
+		return intent.Charge{}, problem(CodeChargeNotUnknown, fmt.Sprintf("only an unknown charge can be reconciled; this one is %s", conflict.Current))
 	case errors.As(err, &tooSoon):
 		p := problem(CodeReconcileTooSoon, fmt.Sprintf("the charge was looked up less than %s ago; the reconciler keeps looking on its own", s.cfg.ReconcileFloor))
 		p.RetryAfter = int(math.Ceil(tooSoon.Wait.Seconds()))
-		return p
+		return intent.Charge{}, p
 	case err != nil:
-		return err
+		return intent.Charge{}, err
 	}
 	c.Set(logChargeKey, id)
 	c.Set(logTenantKey, charge.TenantID)
-	return s.writeJSON(c, http.StatusAccepted, opsViewOf(charge, nil))
+	return charge, nil
 }
 
 // resolution is a validated resolve body.
@@ -171,19 +183,8 @@ const (
 	maxEvidence = 2000
 )
 
-// opsResolve settles a needs_review charge on an admin's written evidence:
-// succeeded (with the provider's charge id), failed, or pending (a new
-// attempt with the same provider key, its job in the same transaction).
-//
-// The operator's word is checked against the provider before anything is
-// written, by a lookup of the charge's provider key (outside any
-// transaction): succeeded needs the provider to hold that charge id,
-// succeeded, with the charge's amount, currency and reference; failed and
-// pending are refused while the provider holds a successful charge under the
-// key; pending is refused once the provider's key window has passed, since
-// a new attempt could then be charged twice. Each refusal changes nothing.
-// A provider that cannot answer is 503: an operator's word alone settles
-// nothing the provider could contradict.
+// opsResolve settles a needs_review charge on an admin's written evidence,
+// given as a JSON body; see resolveCharge.
 func (s *Server) opsResolve(c echo.Context) error {
 	id, err := chargeIDParam(c)
 	if err != nil {
@@ -197,19 +198,42 @@ func (s *Server) opsResolve(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	charge, err := s.resolveCharge(c, id, r)
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(c, http.StatusOK, opsViewOf(charge, nil))
+}
+
+// resolveCharge settles a needs_review charge on the written evidence of
+// the operator on c: succeeded (with the provider's charge id), failed, or
+// pending (a new attempt with the same provider key, its job in the same
+// transaction). It is the one implementation of a resolve: the JSON API and
+// the operator's page both call it, so both are held to the same proof.
+//
+// The operator's word is checked against the provider before anything is
+// written, by a lookup of the charge's provider key (outside any
+// transaction): succeeded needs the provider to hold that charge id,
+// succeeded, with the charge's amount, currency and reference; failed and
+// pending are refused while the provider holds a successful charge under the
+// key; pending is refused once the provider's key window has passed, since
+// a new attempt could then be charged twice. Each refusal changes nothing.
+// A provider that cannot answer is 503: an operator's word alone settles
+// nothing the provider could contradict.
+func (s *Server) resolveCharge(c echo.Context, id string, r resolution) (intent.Charge, error) {
 	ctx, cancel := s.dbContext(c)
 	defer cancel()
 	charge, err := intent.Find(ctx, s.cfg.DB, id)
 	if err != nil {
-		return err
+		return intent.Charge{}, err
 	}
 	c.Set(logChargeKey, id)
 	c.Set(logTenantKey, charge.TenantID)
 	if charge.State != intent.StateNeedsReview {
-		return problem(CodeChargeNotInReview, fmt.Sprintf("only a needs_review charge can be resolved; this one is %s", charge.State))
+		return intent.Charge{}, problem(CodeChargeNotInReview, fmt.Sprintf("only a needs_review charge can be resolved; this one is %s", charge.State))
 	}
 	if err := s.verifyResolution(ctx, charge, r); err != nil {
-		return err
+		return intent.Charge{}, err
 	}
 
 	move := intent.Move{
@@ -234,16 +258,16 @@ func (s *Server) opsResolve(c echo.Context) error {
 	})
 	var conflict *intent.ConflictError
 	if errors.As(err, &conflict) {
-		return problem(CodeChargeNotInReview, fmt.Sprintf("only a needs_review charge can be resolved; this one is %s", conflict.Current))
+		return intent.Charge{}, problem(CodeChargeNotInReview, fmt.Sprintf("only a needs_review charge can be resolved; this one is %s", conflict.Current))
 	}
 	if err != nil {
-		return err
+		return intent.Charge{}, err
 	}
-	return s.writeJSON(c, http.StatusOK, opsViewOf(charge, nil))
+	return charge, nil
 }
 
 // verifyResolution holds an operator's resolution to what the provider says
-// about the charge's key; see opsResolve.
+// about the charge's key; see resolveCharge.
 func (s *Server) verifyResolution(ctx context.Context, charge intent.Charge, r resolution) error {
 	if r.status == intent.StatePending {
 		sent := charge.FirstAttemptAt != nil
@@ -287,6 +311,12 @@ func parseResolution(body []byte) (resolution, error) {
 	if err != nil {
 		return resolution{}, jsonProblem(err)
 	}
+	return resolutionOf(v)
+}
+
+// resolutionOf validates a parsed resolve body. The operator's page builds
+// the same object from its form, so both are held to the same rules.
+func resolutionOf(v jsoncanon.Value) (resolution, error) {
 	if field, found := findCardNumber(v, ""); found {
 		return resolution{}, fieldProblem(CodeCardNumberDetected, field, "the body contains what looks like a card number")
 	}

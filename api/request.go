@@ -93,6 +93,12 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 	if err := jsonContentType(r.Header.Values("Content-Type")); err != nil {
 		return nil, err
 	}
+	return readLimited(c, limit)
+}
+
+// readLimited reads a body of at most limit bytes, of any media type.
+func readLimited(c echo.Context, limit int64) ([]byte, error) {
+	r := c.Request()
 	if r.ContentLength > limit {
 		return nil, problem(CodeBodyTooLarge, fmt.Sprintf("the body may be at most %d bytes", limit))
 	}

@@ -28,4 +28,21 @@ func (s *Server) routes(e *echo.Echo) {
 	ops.GET("/charges/:id", s.opsGetCharge)
 	ops.POST("/charges/:id/reconcile", s.opsReconcile, requireAdmin)
 	ops.POST("/charges/:id/resolve", s.opsResolve, requireAdmin)
+
+	// The operator's page, for people (opspage.go): signed in once with an
+	// operator token, then a session cookie; every form carries a CSRF
+	// token, and every action is the JSON API's own resolveCharge or
+	// reconcileCharge.
+	page := e.Group("/ops", pageHeaders(pageCSP), s.pageErrors, s.sameOrigin)
+	page.GET("", redirectTo("/ops/"))
+	page.GET("/ops.css", s.pageStyle)
+	page.GET("/sign-in", s.pageSignInForm)
+	page.POST("/sign-in", s.pageSignIn)
+	page.POST("/sign-out", s.pageSignOut, s.signedIn, s.checkCSRF)
+	page.GET("/", s.pageHome, s.signedIn)
+	page.GET("/charges/:id", s.pageCharge, s.signedIn)
+	page.POST("/charges/:id/resolve", s.pageResolve, s.signedIn, s.checkCSRF, requireAdmin)
+	page.POST("/charges/:id/reconcile", s.pageReconcile, s.signedIn, s.checkCSRF, requireAdmin)
+	page.GET("/jobs", redirectTo("/ops/jobs/"))
+	page.Any("/jobs/*", s.pageJobs, pageHeaders(jobsCSP), s.signedIn, viewersOnlyRead)
 }

@@ -5,8 +5,9 @@
 // one round trip, one transaction, one commit.
 //
 // routes.go shows the whole surface on one screen; problem.go is the one
-// place errors become HTTP statuses; openapi.yaml describes what is served,
-// and a test keeps it honest.
+// place errors become HTTP statuses; openapi.yaml describes what is served
+// to programs, and a test keeps it honest. The operator's web page at /ops/
+// (opspage.go) is the one part served to people.
 package api
 
 import (
@@ -92,6 +93,19 @@ type Config struct {
 	// DBTimeout bounds the database work of one request. Default 5 s.
 	DBTimeout time.Duration
 
+	// OpsSessionTTL is how long a sign-in to the operator's page lasts,
+	// from the sign-in: the operator then signs in again. Default 12 h.
+	OpsSessionTTL time.Duration
+	// OpsSecureCookie marks the page's session cookie Secure even on a
+	// plain HTTP request, for an API behind a proxy that ends TLS. A
+	// request that came over TLS always gets a Secure cookie.
+	OpsSecureCookie bool
+	// JobsUI serves River's job UI to signed-in operators at /ops/jobs/;
+	// requests reach it with their full path. internal/app builds it, so
+	// this package knows nothing of its maker. Nil serves a page saying
+	// that this process has none.
+	JobsUI http.Handler
+
 	// TracerProvider makes a server span per request (health probes and
 	// scrapes excepted), the parent of everything the request does,
 	// including the charge.submit job it inserts. Nil means no spans.
@@ -122,6 +136,9 @@ type Server struct {
 	// served and methods index the routes, for 405 (protocol.go).
 	served  map[string]bool
 	methods map[string][]string
+
+	pages       *opsPages
+	crossOrigin *http.CrossOriginProtection
 }
 
 // Defaults is the configuration New fills zero fields from (RateBurst
@@ -138,6 +155,7 @@ func Defaults() Config {
 		DBTimeout:         5 * time.Second,
 		ChargeCountMaxAge: 15 * time.Second,
 		ReconcileFloor:    30 * time.Second,
+		OpsSessionTTL:     12 * time.Hour,
 	}
 }
 
@@ -165,11 +183,16 @@ func New(cfg Config) (*Server, error) {
 	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, d.DBTimeout)
 	cfg.ChargeCountMaxAge = cmp.Or(cfg.ChargeCountMaxAge, d.ChargeCountMaxAge)
 	cfg.ReconcileFloor = cmp.Or(cfg.ReconcileFloor, d.ReconcileFloor)
+	cfg.OpsSessionTTL = cmp.Or(cfg.OpsSessionTTL, d.OpsSessionTTL)
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
 	cfg.RateBurst = cmp.Or(cfg.RateBurst, int(2*cfg.RateLimit)+1)
 	tel, err := newTelemetry(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pages, err := newOpsPages()
 	if err != nil {
 		return nil, err
 	}
@@ -181,6 +204,10 @@ func New(cfg Config) (*Server, error) {
 		telemetry: tel,
 
 		authFailures: newAuthFailureLimiter(cfg.AuthFailureLimit),
+		pages:        pages,
+		// Browsers say where a request comes from; programs say nothing
+		// and pass (they hold no session cookie to abuse).
+		crossOrigin: http.NewCrossOriginProtection(),
 	}
 	e := echo.New()
 	e.HideBanner = true
@@ -196,7 +223,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Handler() http.Handler { return s.echo }
 
 // Routes lists every "METHOD path" the API serves; the OpenAPI test compares
-// it with openapi.yaml.
+// the JSON API's (all but the operator's page) with openapi.yaml.
 func (s *Server) Routes() []string {
 	var routes []string
 	for _, r := range s.echo.Routes() {

@@ -41,6 +41,9 @@ type testBundle struct {
 	// psp is the real fake provider the API checks resolutions against.
 	psp  *fakepsptest.Provider
 	logs *lockedbuf.Buffer
+	// cfg is the server's configuration, to start another API process
+	// on the same database.
+	cfg api.Config
 }
 
 type testOperator struct {
@@ -106,12 +109,19 @@ func setup(t testing.TB, opts ...func(*setupOpts)) *testBundle {
 	if o.config != nil {
 		o.config(&cfg)
 	}
+	b.cfg = cfg
+	b.url = b.serve(t, cfg)
+	return b
+}
+
+// serve starts an API process with cfg on loopback and returns its URL.
+func (b *testBundle) serve(t testing.TB, cfg api.Config) string {
+	t.Helper()
 	server, err := api.New(cfg)
 	require.NoError(t, err)
 	httpServer := httptest.NewServer(server.Handler())
 	t.Cleanup(httpServer.Close)
-	b.url = httpServer.URL
-	return b
+	return httpServer.URL
 }
 
 // newQueue makes the submit queue of an API under test, on an insert-only

@@ -67,6 +67,9 @@ type telemetry struct {
 	requestDuration metric.Float64Histogram
 	replays         metric.Int64Counter
 	problems        metric.Int64Counter
+	// charges counts charges by state for the charges gauge and for the
+	// operator's page, which share its bound on how often it queries.
+	charges *chargeCounter
 }
 
 func newTelemetry(cfg Config) (telemetry, error) {
@@ -110,6 +113,7 @@ func newTelemetry(cfg Config) (telemetry, error) {
 		return telemetry{}, fmt.Errorf("api: metric %s: %w", MetricCharges, err)
 	}
 	counter := &chargeCounter{db: cfg.DB, maxAge: cfg.ChargeCountMaxAge}
+	t.charges = counter
 	states := intent.States()
 	stateAttrs := make([]metric.ObserveOption, len(states))
 	for i, state := range states {
@@ -117,7 +121,7 @@ func newTelemetry(cfg Config) (telemetry, error) {
 	}
 	logger := cfg.Logger
 	if _, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		counts, err := counter.counts(ctx)
+		counts, _, err := counter.counts(ctx)
 		if err != nil {
 			// A missing sample is what an alert on absence catches.
 			logger.WarnContext(ctx, "charges by state metric", "err", err.Error())
@@ -133,10 +137,11 @@ func newTelemetry(cfg Config) (telemetry, error) {
 	return t, nil
 }
 
-// chargeCounter runs intent.CountByState for scrapes, at most once per
-// maxAge: each scrape that finds the last count older than that counts
-// again (bounded by chargeCountTimeout), so a process that nobody scrapes
-// never queries, and many scrapers cost one query per maxAge.
+// chargeCounter runs intent.CountByState for scrapes and the operator's
+// page, at most once per maxAge: each caller that finds the last count older
+// than that counts again (bounded by chargeCountTimeout), so a process that
+// nobody scrapes or looks at never queries, and many scrapers and operators
+// cost one query per maxAge.
 type chargeCounter struct {
 	db     intent.DB
 	maxAge time.Duration
@@ -147,20 +152,21 @@ type chargeCounter struct {
 	loaded bool
 }
 
-func (c *chargeCounter) counts(ctx context.Context) (map[intent.State]int64, error) {
+// counts returns the counts by state and when they were counted.
+func (c *chargeCounter) counts(ctx context.Context) (map[intent.State]int64, time.Time, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.loaded && time.Since(c.at) < c.maxAge {
-		return c.last, nil
+		return c.last, c.at, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, chargeCountTimeout)
 	defer cancel()
 	counts, err := intent.CountByState(ctx, c.db)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	c.last, c.at, c.loaded = counts, time.Now(), true
-	return counts, nil
+	return counts, c.at, nil
 }
 
 // instrument is the outermost middleware: one server span per request,

@@ -8,6 +8,9 @@
 // never from a request body. Only sha256 of the secret is stored, compared in
 // constant time. Two roles: a viewer reads; an admin also forces lookups and
 // resolves charges (docs/operations.md, "Operators").
+//
+// The operator's web page signs an operator in with the token once and then
+// works with a session (session.go), stored in Postgres like the tokens.
 package operator
 
 import (
@@ -111,7 +114,7 @@ func Authenticate(ctx context.Context, db pg.Handle, token string) (Operator, er
 func LooksLikeToken(s string) bool { _, _, ok := tokens().Parse(s); return ok }
 
 // ResetToken gives the operator called name a new token, by which the old
-// one stops working, and returns it; found is false when there is no such
+// one and every session of the operator's stop working, and returns it; found is false when there is no such
 // operator. `chargeflow all` uses it for its demo operator, whose token it
 // prints at every start.
 func ResetToken(ctx context.Context, db pg.Handle, name string) (o Operator, token string, found bool, err error) {
@@ -123,7 +126,10 @@ func ResetToken(ctx context.Context, db pg.Handle, name string) (o Operator, tok
 		return Operator{}, "", false, fmt.Errorf("find operator %q: %w", name, err)
 	}
 	token, hash := tokens().Mint(o.ID)
-	if _, err := db.Exec(ctx, `UPDATE operators SET secret_hash = $2 WHERE id = $1`, o.ID, hash); err != nil {
+	// A new token is what one asks for when the old one may have leaked, so
+	// the sessions signed in with it end too.
+	if _, err := db.Exec(ctx, `WITH ended AS (DELETE FROM operator_sessions WHERE operator_id = $1)
+		UPDATE operators SET secret_hash = $2 WHERE id = $1`, o.ID, hash); err != nil {
 		return Operator{}, "", false, fmt.Errorf("reset token of %q: %w", name, err)
 	}
 	return o, token, true, nil

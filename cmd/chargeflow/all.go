@@ -158,6 +158,7 @@ Then follow it (pending, then succeeded within a second) and its audit trail:
 The provider's ledger (what really moved money): curl -sS %[5]s/_admin/ledger
 As an operator (the demo admin's token; every tenant's charges, timelines, resolve):
 
+  open %[1]s/ops/ and sign in with %[6]s
   curl -sS '%[1]s/ops/v1/charges?status=needs_review' -H 'Authorization: Bearer %[6]s'
 
 Other test cards: pm_card_chargeDeclined, pm_card_chargeDeclinedInsufficientFunds, pm_card_chargeDeclinedExpiredCard

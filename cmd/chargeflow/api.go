@@ -22,6 +22,8 @@ func bindAPI(fs *flag.FlagSet, o *app.Options, addr *string) {
 	bindSubmitMaxAttempts(fs, o)
 	fs.IntVar(&o.APIPool.MaxConns, "max-conns", d.APIPool.MaxConns, "database connections")
 	fs.DurationVar(&o.API.ReconcileFloor, "reconcile-floor", da.ReconcileFloor, "least time between an operator's forced lookup of a charge and the previous lookup")
+	fs.DurationVar(&o.API.OpsSessionTTL, "ops-session-ttl", da.OpsSessionTTL, "how long a sign-in to the operator's page at /ops/ lasts")
+	fs.BoolVar(&o.API.OpsSecureCookie, "ops-secure-cookie", false, "mark the operator page's session cookie Secure on plain HTTP too (TLS ends at a proxy in front of the API)")
 }
 
 // bindSubmitMaxAttempts registers --submit-max-attempts, a flag of every

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
+	neturl "net/url"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -193,4 +195,25 @@ func TestAllPrintsWorkingCurl(t *testing.T) {
 		defer resp.Body.Close()
 		return json.NewDecoder(resp.Body).Decode(&charge) == nil && charge.Status == "succeeded"
 	}, 30*time.Second, 10*time.Millisecond)
+
+	// The operator's page signs in with the printed token, and serves
+	// River's job UI behind it.
+	page := regexp.MustCompile(`open (\S+)/ops/ and sign in with (\S+)`).FindStringSubmatch(printed)
+	require.NotNil(t, page, "no operator page in:\n%s", printed)
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	browser := &http.Client{Jar: jar}
+	resp, err := browser.PostForm(page[1]+"/ops/sign-in", neturl.Values{"token": {page[2]}})
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "/ops/", resp.Request.URL.Path, "signed in, on the review queue")
+	resp, err = browser.Get(page[1] + "/ops/jobs/")
+	require.NoError(t, err)
+	jobsPage, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(jobsPage), `<div id="root"`, "River's job UI")
+	require.NotContains(t, all.stderr.String(), page[2], "the token is printed for the user, never logged")
 }

@@ -1,6 +1,7 @@
 // Package app wires chargeflow together: it opens the connection pools and
-// builds the River clients, the API, the outbox worker and the reconciler
-// from one Options struct with one set of defaults. The command (every
+// builds the River clients, the API (with River's job UI for the operator's
+// page), the outbox worker and the reconciler from one Options struct with
+// one set of defaults. The command (every
 // role), the benchmarks and the tests start the system through it, so the
 // system is wired in exactly one place (docs/architecture.md, "Wiring").
 //
@@ -20,6 +21,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +30,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"riverqueue.com/riverui"
 
 	"chargeflow/api"
 	"chargeflow/crashpoint"
@@ -220,11 +223,21 @@ func NewQueue(client *river.Client[pgx.Tx], o Options) (*submit.Queue, error) {
 // queues, runs no jobs), as the API and the reconciler need.
 func NewInserter(pool *pgxpool.Pool, o Options) (*submit.Queue, error) {
 	o = o.withDefaults()
+	client, err := newInsertClient(pool, o)
+	if err != nil {
+		return nil, err
+	}
+	return NewQueue(client, o)
+}
+
+// newInsertClient makes a River client that runs no jobs: it inserts them,
+// and serves River's job UI.
+func newInsertClient(pool *pgxpool.Pool, o Options) (*river.Client[pgx.Tx], error) {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: o.Logger, Middleware: submit.Middleware()})
 	if err != nil {
 		return nil, fmt.Errorf("river insert client: %w", err)
 	}
-	return NewQueue(client, o)
+	return client, nil
 }
 
 // API is the HTTP API and the pool it owns.
@@ -232,27 +245,45 @@ type API struct {
 	Server *api.Server
 	Pool   *pgxpool.Pool
 	Jobs   *submit.Queue
+
+	stopJobsUI context.CancelFunc
 }
 
-// Close closes the API's pool.
-func (a *API) Close() { a.Pool.Close() }
+// Close stops the job UI's background queries and closes the API's pool.
+func (a *API) Close() {
+	a.stopJobsUI()
+	a.Pool.Close()
+}
 
 // NewAPI opens the API's pool (with its lock timeout) and builds the API on
-// it. /readyz checks that every migration is applied.
+// it, with River's job UI for the operator's page on the API's River client.
+// /readyz checks that every migration is applied.
 func NewAPI(ctx context.Context, o Options) (*API, error) {
 	o = o.withDefaults()
 	pool, err := OpenPool(ctx, o.DatabaseURL, "api", o.APIPool)
 	if err != nil {
 		return nil, err
 	}
-	jobs, err := NewInserter(pool, o)
+	client, err := newInsertClient(pool, o)
 	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	jobs, err := NewQueue(client, o)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	uiCtx, stopJobsUI := context.WithCancel(context.WithoutCancel(ctx))
+	ui, err := NewJobsUI(uiCtx, client, o.Logger)
+	if err != nil {
+		stopJobsUI()
 		pool.Close()
 		return nil, err
 	}
 	cfg := o.API
 	provider := o.ProviderClient()
-	cfg.DB, cfg.Jobs, cfg.Provider = pool, jobs, provider.Capabilities().Name
+	cfg.DB, cfg.Jobs, cfg.Provider, cfg.JobsUI = pool, jobs, provider.Capabilities().Name, ui
 	cfg.ProviderClient, cfg.ProviderKeyWindow = provider, o.keyWindow(provider)
 	cfg.Logger, cfg.CrashPoints = o.Logger, o.CrashPoints
 	cfg.TracerProvider, cfg.MeterProvider, cfg.Metrics = o.TracerProvider, o.MeterProvider, o.Metrics
@@ -261,10 +292,50 @@ func NewAPI(ctx context.Context, o Options) (*API, error) {
 	}
 	server, err := api.New(cfg)
 	if err != nil {
+		stopJobsUI()
 		pool.Close()
 		return nil, err
 	}
-	return &API{Server: server, Pool: pool, Jobs: jobs}, nil
+	return &API{Server: server, Pool: pool, Jobs: jobs, stopJobsUI: stopJobsUI}, nil
+}
+
+// JobsUIPrefix is where the operator's page serves River's job UI.
+const JobsUIPrefix = "/ops/jobs"
+
+// jobsUI is River's job UI (riverqueue.com/riverui), served at
+// JobsUIPrefix. Its handler runs background queries once started (job
+// counts by state, every few seconds to minutes), so it starts on its first
+// request: an API process that no operator looks at pays nothing for it.
+type jobsUI struct {
+	ctx     context.Context
+	handler *riverui.Handler
+	logger  *slog.Logger
+	start   sync.Once
+}
+
+// NewJobsUI builds River's job UI on client for the API's Config.JobsUI,
+// which serves it behind the operator page's sign-in. Its background
+// queries stop with ctx.
+func NewJobsUI(ctx context.Context, client *river.Client[pgx.Tx], logger *slog.Logger) (http.Handler, error) {
+	handler, err := riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(client, nil),
+		Logger:    logger,
+		Prefix:    JobsUIPrefix,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("river job ui: %w", err)
+	}
+	return &jobsUI{ctx: ctx, handler: handler, logger: logger}, nil
+}
+
+func (j *jobsUI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	j.start.Do(func() {
+		if err := j.handler.Start(j.ctx); err != nil {
+			// It still serves; its counts are then queried per request.
+			j.logger.WarnContext(r.Context(), "start river job ui", "err", err.Error())
+		}
+	})
+	j.handler.ServeHTTP(w, r)
 }
 
 // WorkerPool opens the outbox worker's pool: a connection per concurrent

@@ -1,0 +1,421 @@
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"html/template"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/bojanz/currency"
+	"github.com/labstack/echo/v4"
+
+	"chargeflow/api/jsoncanon"
+	"chargeflow/intent"
+	"chargeflow/operator"
+)
+
+// The operator's page (docs/operations.md, "Operators"): /ops/ serves a
+// person with a browser what /ops/v1 serves a program — the charges by
+// state, the review queue, a charge's timeline, and for admins the resolve
+// and reconcile forms — rendered on the server from embedded templates, with
+// no script and no build step. Signing in and the CSRF token are in
+// opspage_session.go. Every action goes through the JSON API's own
+// resolveCharge and reconcileCharge: the page is another way to ask, never
+// another implementation.
+
+//go:embed opspage
+var opsPageFS embed.FS
+
+// Content-Security-Policy of the pages. Ours need nothing but their own
+// stylesheet and forms that post to themselves; River's job UI is a script
+// application of its own, served from the same origin, whose components set
+// inline styles.
+const (
+	pageCSP = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; " +
+		"frame-ancestors 'none'; base-uri 'none'"
+	jobsCSP = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; " +
+		"form-action 'self'; frame-ancestors 'none'; base-uri 'self'"
+)
+
+// queuePageSize is how many charges the page lists at once.
+const queuePageSize = 50
+
+// opsPages is what the page is rendered from, parsed once by New.
+type opsPages struct {
+	templates map[string]*template.Template
+	css       []byte
+	// styleURL names the stylesheet by its content, so browsers may keep it
+	// forever and still never use an old one.
+	styleURL string
+}
+
+func newOpsPages() (*opsPages, error) {
+	css, err := opsPageFS.ReadFile("opspage/ops.css")
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(css)
+	p := &opsPages{templates: map[string]*template.Template{}, css: css,
+		styleURL: "/ops/ops.css?v=" + hex.EncodeToString(sum[:6])}
+	funcs := template.FuncMap{"money": money, "when": when}
+	for _, name := range []string{"sign-in", "home", "charge", "problem", "jobs-missing"} {
+		t, err := template.New(name).Funcs(funcs).ParseFS(opsPageFS, "opspage/layout.html", "opspage/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("api: page template %s: %w", name, err)
+		}
+		p.templates[name] = t
+	}
+	return p, nil
+}
+
+// pageBase is what the layout of every page shows.
+type pageBase struct {
+	Title    string
+	StyleURL string
+	// Operator is the signed-in operator; its zero value hides the
+	// navigation.
+	Operator operator.Operator
+	// CSRF is the session's token, the hidden field of every form.
+	CSRF string
+}
+
+func (s *Server) pageBase(c echo.Context, title string) pageBase {
+	b := pageBase{Title: title, StyleURL: s.pages.styleURL, Operator: operatorOf(c)}
+	if session, ok := sessionOf(c); ok {
+		b.CSRF = csrfToken(session.ID)
+	}
+	return b
+}
+
+// render writes a page in full or not at all: a template error is a 500,
+// never half a page.
+func (s *Server) render(c echo.Context, status int, name string, data any) error {
+	var buf bytes.Buffer
+	if err := s.pages.templates[name].ExecuteTemplate(&buf, "layout", data); err != nil {
+		return fmt.Errorf("render page %s: %w", name, err)
+	}
+	// Pages show charges and carry the CSRF token: no cache keeps them,
+	// and the back button after signing out shows nothing.
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.HTMLBlob(status, buf.Bytes())
+}
+
+// pageHeaders sets the headers that keep a page from being framed, from
+// leaking its address, and from running anything but what csp allows.
+func pageHeaders(csp string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			h := c.Response().Header()
+			h.Set("Content-Security-Policy", csp)
+			h.Set("X-Frame-Options", "DENY")
+			h.Set("Referrer-Policy", "no-referrer")
+			h.Set("X-Content-Type-Options", "nosniff")
+			return next(c)
+		}
+	}
+}
+
+// pageErrors shows a person, as a page, the problem a program would get as
+// problem+json: the status and detail come from problemFor, the one place
+// errors become statuses.
+func (s *Server) pageErrors(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		err := next(c)
+		if err == nil || c.Response().Committed {
+			return err
+		}
+		p := s.noteProblem(c, err)
+		return s.render(c, p.Status, "problem", struct {
+			pageBase
+			Problem *Problem
+		}{s.pageBase(c, p.Title), p})
+	}
+}
+
+// noteProblem turns err into its problem and records it for the request
+// log and the problems metric, as handleError does for the JSON API.
+func (s *Server) noteProblem(c echo.Context, err error) *Problem {
+	p := problemFor(err)
+	c.Set(logProblemKey, p)
+	if p.RetryAfter > 0 {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(p.RetryAfter))
+	}
+	return p
+}
+
+// redirectTo answers every request with a redirect to path.
+func redirectTo(path string) echo.HandlerFunc {
+	return func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, path) }
+}
+
+// pageStyle serves the stylesheet. Its URL changes with its content.
+func (s *Server) pageStyle(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+	return c.Blob(http.StatusOK, "text/css; charset=utf-8", s.pages.css)
+}
+
+type stateCount struct {
+	State intent.State
+	N     int64
+}
+
+// pageHome shows the charges by state and a listing, the review queue
+// unless ?status= names another state. It takes the JSON listing's query
+// parameters (status, tenant, limit, starting_after).
+func (s *Server) pageHome(c echo.Context) error {
+	params, err := listParams(c, intent.ListParams{AllTenants: true, State: intent.StateNeedsReview, Limit: queuePageSize})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.dbContext(c)
+	defer cancel()
+	counts, countedAt, err := s.telemetry.charges.counts(ctx)
+	if err != nil {
+		return err
+	}
+	charges, more, err := intent.List(ctx, s.cfg.DB, params)
+	if err != nil {
+		return err
+	}
+	page := struct {
+		pageBase
+		Counts    []stateCount
+		CountedAt time.Time
+		State     intent.State
+		Charges   []intent.Charge
+		// Older is the starting_after of the next page; "" on the last.
+		Older string
+	}{pageBase: s.pageBase(c, "Charges"), CountedAt: countedAt, State: params.State, Charges: charges}
+	for _, state := range intent.States() {
+		page.Counts = append(page.Counts, stateCount{state, counts[state]})
+	}
+	if more {
+		page.Older = charges[len(charges)-1].ID
+	}
+	return s.render(c, http.StatusOK, "home", page)
+}
+
+// pageOutcome is the banner above a charge after an action: what happened,
+// or the problem that refused it.
+type pageOutcome struct {
+	OK     bool
+	Title  string
+	Detail string
+	Code   Code
+}
+
+// resolveForm is what the resolve form shows: empty at first, what the
+// operator typed after a refusal.
+type resolveForm struct {
+	Status, ProviderChargeID, FailureCode, Evidence string
+}
+
+// The outcomes a redirect after a successful action names (?done=); any
+// other value shows nothing, so a link cannot put words on the page.
+var doneOutcomes = map[string]pageOutcome{
+	"resolved": {OK: true, Title: "Resolved.", Detail: "Checked against the provider's records; the timeline shows your resolution."},
+	"reconcile": {OK: true, Title: "Lookup requested.",
+		Detail: "The reconciler looks the charge up at the provider on its next tick; reload to see the outcome."},
+}
+
+// pageCharge shows a charge, its timeline, and an admin's forms.
+func (s *Server) pageCharge(c echo.Context) error {
+	var outcome *pageOutcome
+	if o, ok := doneOutcomes[c.QueryParam("done")]; ok {
+		outcome = &o
+	}
+	return s.renderCharge(c, http.StatusOK, outcome, resolveForm{Status: string(intent.StateSucceeded)})
+}
+
+func (s *Server) renderCharge(c echo.Context, status int, outcome *pageOutcome, form resolveForm) error {
+	charge, events, err := s.findWithEvents(c)
+	if err != nil {
+		return err
+	}
+	return s.render(c, status, "charge", struct {
+		pageBase
+		Charge         intent.Charge
+		Facts          []fact
+		Events         []intent.Event
+		Outcome        *pageOutcome
+		Admin          bool
+		Form           resolveForm
+		ReconcileFloor time.Duration
+	}{
+		pageBase: s.pageBase(c, charge.ID), Charge: charge, Facts: chargeFacts(charge), Events: events,
+		Outcome: outcome, Admin: operatorOf(c).Role == operator.RoleAdmin, Form: form, ReconcileFloor: s.cfg.ReconcileFloor,
+	})
+}
+
+// pageResolve is the resolve form's POST: the same resolveCharge as POST
+// /ops/v1/charges/{id}/resolve, on the same validation. Success redirects
+// to the charge (so a reload does not post again); a refusal shows the
+// charge with the problem, under the problem's status, and the form as the
+// operator filled it.
+func (s *Server) pageResolve(c echo.Context) error {
+	id, err := chargeIDParam(c)
+	if err != nil {
+		return err
+	}
+	form := formOf(c)
+	typed := resolveForm{Status: form.Get("status"), ProviderChargeID: form.Get("provider_charge_id"),
+		FailureCode: form.Get("failure_code"), Evidence: form.Get("evidence")}
+	r, err := resolutionFromForm(form)
+	if err == nil {
+		_, err = s.resolveCharge(c, id, r)
+	}
+	if err != nil {
+		return s.renderRefusal(c, err, typed)
+	}
+	return c.Redirect(http.StatusSeeOther, "/ops/charges/"+id+"?done=resolved")
+}
+
+// pageReconcile is the "reconcile now" button's POST: the same
+// reconcileCharge as POST /ops/v1/charges/{id}/reconcile.
+func (s *Server) pageReconcile(c echo.Context) error {
+	id, err := chargeIDParam(c)
+	if err != nil {
+		return err
+	}
+	if _, err := s.reconcileCharge(c, id); err != nil {
+		return s.renderRefusal(c, err, resolveForm{Status: string(intent.StateSucceeded)})
+	}
+	return c.Redirect(http.StatusSeeOther, "/ops/charges/"+id+"?done=reconcile")
+}
+
+// renderRefusal shows the charge with the problem that refused an action.
+// An internal error shows no cause, as problemFor's answer has none.
+func (s *Server) renderRefusal(c echo.Context, err error, typed resolveForm) error {
+	p := s.noteProblem(c, err)
+	return s.renderCharge(c, p.Status, &pageOutcome{Title: p.Title, Detail: p.Detail, Code: p.Code}, typed)
+}
+
+// resolutionFromForm reads the resolve form as the JSON body it stands
+// for and validates it with resolutionOf, so that the page and the JSON API
+// accept exactly the same resolutions (card numbers in the evidence
+// included). Empty optional fields are absent; fields the form does not
+// have are not read.
+func resolutionFromForm(form url.Values) (resolution, error) {
+	v := jsoncanon.Value{Kind: jsoncanon.Object}
+	for _, name := range []string{"status", "evidence", "provider_charge_id", "failure_code"} {
+		values := form[name]
+		switch {
+		case len(values) == 0:
+			continue
+		case len(values) > 1:
+			return resolution{}, fieldProblem(CodeDuplicateMember, name, "the form sent "+name+" more than once")
+		case !utf8.ValidString(values[0]):
+			return resolution{}, fieldProblem(CodeInvalidUTF8, name, name+" is not valid UTF-8")
+		case values[0] == "" && (name == "provider_charge_id" || name == "failure_code"):
+			continue
+		}
+		v.Members = append(v.Members, jsoncanon.Member{Name: name, Value: jsoncanon.Value{Kind: jsoncanon.String, String: values[0]}})
+	}
+	return resolutionOf(v)
+}
+
+// pageJobs serves River's job UI (Config.JobsUI) to a signed-in operator,
+// or says that this process has none.
+func (s *Server) pageJobs(c echo.Context) error {
+	if s.cfg.JobsUI == nil {
+		c.Response().Header().Set("Content-Security-Policy", pageCSP) // our page, not River's
+		return s.render(c, http.StatusNotFound, "jobs-missing", s.pageBase(c, "Jobs"))
+	}
+	s.cfg.JobsUI.ServeHTTP(c.Response(), c.Request())
+	return nil
+}
+
+// viewersOnlyRead lets a viewer read River's job UI but not change
+// anything through its API (cancel, retry or delete jobs, pause queues):
+// every method but GET and HEAD needs an admin. Those requests are the job
+// UI's own scripts, which cannot carry our CSRF token; the session cookie's
+// SameSite=Strict and the cross-origin check of every /ops/ request stand in
+// for it.
+func viewersOnlyRead(next echo.HandlerFunc) echo.HandlerFunc {
+	admin := requireAdmin(next)
+	return func(c echo.Context) error {
+		switch c.Request().Method {
+		case http.MethodGet, http.MethodHead:
+			return next(c)
+		}
+		return admin(c)
+	}
+}
+
+// fact is one line of a charge's description on its page.
+type fact struct {
+	Name, Value string
+	// Mono sets the value in a fixed-width font: ids and keys.
+	Mono bool
+}
+
+// chargeFacts lists what an operator needs to know about a charge, in the
+// order they would check it; facts that do not apply are left out.
+func chargeFacts(ch intent.Charge) []fact {
+	facts := []fact{
+		{"Tenant", ch.TenantID, true},
+		{"Amount", money(ch.Amount, ch.Currency), false},
+		{"Payment method", ch.PaymentMethod, true},
+	}
+	if ch.Description != nil {
+		facts = append(facts, fact{"Description", *ch.Description, false})
+	}
+	for _, k := range slices.Sorted(maps.Keys(ch.Metadata)) {
+		facts = append(facts, fact{"metadata." + k, ch.Metadata[k], false})
+	}
+	facts = append(facts, fact{"Provider", ch.Provider, false}, fact{"Provider key", ch.ProviderKey, true})
+	optional := []fact{
+		{"Provider charge id", ch.ProviderChargeID, true},
+		{"Failure code", ch.FailureCode, true},
+		{"Review reason", ch.ReviewReason, false},
+	}
+	for _, f := range optional {
+		if f.Value != "" {
+			facts = append(facts, f)
+		}
+	}
+	facts = append(facts, fact{"Attempts", strconv.Itoa(ch.Attempts), false})
+	for _, t := range []struct {
+		name string
+		at   *time.Time
+	}{
+		{"First attempt", ch.FirstAttemptAt}, {"Last attempt", ch.LastAttemptAt}, {"Unknown since", ch.UnknownSince},
+		{"Next check", ch.NextCheckAt}, {"Last lookup", ch.LastLookupAt}, {"Forced lookup", ch.ForcedCheckAt},
+	} {
+		if t.at != nil {
+			facts = append(facts, fact{t.name, when(*t.at), false})
+		}
+	}
+	if ch.LookupFailures > 0 {
+		facts = append(facts, fact{"Lookup failures", strconv.Itoa(ch.LookupFailures), false})
+	}
+	return append(facts, fact{"Created", when(ch.CreatedAt), false}, fact{"Updated", when(ch.UpdatedAt), false})
+}
+
+// money shows minor units as the currency's major units: 1000 USD is
+// "10.00 USD".
+func money(amount int64, code string) string {
+	a, err := currency.NewAmountFromInt64(amount, code)
+	if err != nil {
+		return fmt.Sprintf("%d %s (minor units)", amount, code)
+	}
+	return a.Number() + " " + code
+}
+
+// when shows a time in UTC to the second, as operators compare it with
+// providers' dashboards and logs.
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
