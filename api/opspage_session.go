@@ -5,9 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"fmt"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,10 +63,23 @@ func (s *Server) pageSignIn(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// Failed sign-ins count against the address as failed bearer
+	// authentications do (authlimit.go), so tokens cannot be guessed here
+	// faster than on the API.
+	addr := clientAddress(c.Request())
+	if wait, blocked := s.authFailures.blocked(addr, s.cfg.Now()); blocked {
+		p := problem(CodeTooManyAuthFailures, "")
+		p.RetryAfter = max(1, int(math.Ceil(wait.Seconds())))
+		c.Set(logProblemKey, p)
+		c.Response().Header().Set("Retry-After", strconv.Itoa(p.RetryAfter))
+		return s.renderSignIn(c, http.StatusTooManyRequests,
+			fmt.Sprintf("Too many failed sign-ins from this address; try again in %d seconds.", p.RetryAfter))
+	}
 	ctx, cancel := s.dbContext(c)
 	defer cancel()
 	op, err := operator.Authenticate(ctx, s.cfg.DB, strings.TrimSpace(form.Get("token")))
 	if errors.Is(err, operator.ErrUnauthenticated) {
+		s.authFailures.fail(addr, s.cfg.Now())
 		c.Set(logProblemKey, problem(CodeUnauthorized, ""))
 		return s.renderSignIn(c, http.StatusUnauthorized,
 			"That is not a valid operator token. Operator tokens start with cfo_; a merchant's API key does not sign in here.")

@@ -119,6 +119,21 @@ func requirePage(t *testing.T, resp response, status int, contains ...string) {
 // Only an operator's token signs in, into a session that every API process
 // knows, that the JSON API does not take, and that signing out ends
 // everywhere. No token is ever logged.
+// Failed sign-ins count against the address like failed API
+// authentications: past the limit even the right token waits.
+func TestOpsPageSignInIsRateLimited(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.config = func(c *api.Config) { c.AuthFailureLimit = 3 } })
+	for range 3 {
+		resp := pageRequest(t, b.url, nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {"cfo_guess"}})
+		require.Equal(t, http.StatusUnauthorized, resp.status)
+	}
+	resp := pageRequest(t, b.url, nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {b.admin.Token}})
+	requirePage(t, resp, http.StatusTooManyRequests, "Too many failed sign-ins")
+	require.NotEmpty(t, resp.header.Get("Retry-After"))
+	require.Nil(t, cookieOf(resp), "no session while the address is blocked")
+}
+
 func TestOpsPageSignIn(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
