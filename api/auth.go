@@ -21,16 +21,7 @@ const tenantKey = "chargeflow.tenant"
 // then the tenant's rate limit. Both refusals store nothing.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		apiKey, ok := bearerToken(c.Request().Header.Values("Authorization"))
-		if !ok {
-			return problem(CodeUnauthorized, "send Authorization: Bearer <api key>")
-		}
-		ctx, cancel := s.dbContext(c)
-		defer cancel()
-		t, err := s.auth.authenticate(ctx, apiKey)
-		if errors.Is(err, tenant.ErrUnauthenticated) {
-			return problem(CodeUnauthorized, "the API key is not valid")
-		}
+		t, err := bearer(s, c, "API key", s.auth.authenticate, tenant.ErrUnauthenticated)
 		if err != nil {
 			return err
 		}
@@ -43,6 +34,24 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		c.Set(tenantKey, t)
 		return next(c)
 	}
+}
+
+// bearer verifies a request's bearer credential (what names it in the
+// answer): a missing one, or one verify refuses with refused, is 401 and
+// says what to send; any other error is the caller's.
+func bearer[T any](s *Server, c echo.Context, what string, verify func(context.Context, string) (T, error), refused error) (T, error) {
+	credential, ok := bearerToken(c.Request().Header.Values("Authorization"))
+	if !ok {
+		var zero T
+		return zero, problem(CodeUnauthorized, "send Authorization: Bearer <"+what+">")
+	}
+	ctx, cancel := s.dbContext(c)
+	defer cancel()
+	v, err := verify(ctx, credential)
+	if errors.Is(err, refused) {
+		return v, problem(CodeUnauthorized, "the "+what+" is not valid")
+	}
+	return v, err
 }
 
 // tenantOf returns the tenant authenticate put on the request.

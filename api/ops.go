@@ -34,16 +34,9 @@ const operatorKey = "chargeflow.operator"
 // operator token, or 401. A tenant's API key is not an operator token.
 func (s *Server) authenticateOperator(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		token, ok := bearerToken(c.Request().Header.Values("Authorization"))
-		if !ok {
-			return problem(CodeUnauthorized, "send Authorization: Bearer <operator token>")
-		}
-		ctx, cancel := s.dbContext(c)
-		defer cancel()
-		op, err := operator.Authenticate(ctx, s.cfg.DB, token)
-		if errors.Is(err, operator.ErrUnauthenticated) {
-			return problem(CodeUnauthorized, "the operator token is not valid")
-		}
+		op, err := bearer(s, c, "operator token", func(ctx context.Context, token string) (operator.Operator, error) {
+			return operator.Authenticate(ctx, s.cfg.DB, token)
+		}, operator.ErrUnauthenticated)
 		if err != nil {
 			return err
 		}
