@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -41,6 +42,9 @@ func runAll(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	defer done()
+	if o.ProviderKind == app.ProviderStripe {
+		return errors.New("chargeflow all runs the bundled fake provider, which speaks chargeflow's protocol: run the api, worker and reconciler roles to use --psp stripe")
+	}
 
 	pspLogger := r.base.With("role", "fakepsp")
 	provider, err := newFakePSP(p, pspLogger)
