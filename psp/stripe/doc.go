@@ -47,8 +47,8 @@
 // clock, while FirstSent and LastSent are ours. The slack must exceed the
 // clock skew between the two plus the longest a request may wait at Stripe
 // before executing (the call timeout, and the reconciler's
-// --max-apply-delay); DefaultCreatedSlack, ten minutes, is generous for a
-// ten-second call timeout. A scan longer than MaxPages pages, or one that
+// --max-apply-delay). internal/app gives it DefaultCreatedSlack, ten
+// minutes for clock skew alone, plus both. A scan longer than MaxPages pages, or one that
 // runs out of time, is an unknown outcome rather than a not-found. When an
 // earlier answer named the PaymentIntent's id, Find retrieves it by that id
 // instead, which is strongly consistent on its own.

@@ -29,7 +29,8 @@ const (
 	KeyWindow = 24 * time.Hour
 
 	// DefaultCreatedSlack widens a lookup's created-time window on both
-	// sides; see the package doc.
+	// sides; see the package doc. internal/app adds the call timeout and
+	// the reconciler's apply delay to it.
 	DefaultCreatedSlack = 10 * time.Minute
 
 	// DefaultPageSize is Stripe's largest list page.
