@@ -13,9 +13,16 @@ import (
 	"chargeflow/psp"
 )
 
-// MetadataKey is the PaymentIntent metadata key that holds our reference
-// (chargeflow's charge id); a lookup by reference matches on it.
-const MetadataKey = "chargeflow_charge"
+// The PaymentIntent metadata keys the adapter files a charge under.
+const (
+	// MetadataKey holds our reference (chargeflow's charge id); a lookup by
+	// reference matches on it.
+	MetadataKey = "chargeflow_charge"
+
+	// MetadataTenantKey holds the charge's tenant tag, when it has one, so
+	// that Stripe's records (and the fake's audit) can be read per tenant.
+	MetadataTenantKey = "chargeflow_tenant"
+)
 
 // op is the Stripe call an attempt belongs to.
 type op int

@@ -135,7 +135,8 @@ func (a *Adapter) Capabilities() psp.Capabilities {
 }
 
 // Charge creates and confirms one PaymentIntent for req, with req.Key as
-// its Idempotency-Key and req.Reference in its metadata, and classifies the
+// its Idempotency-Key and req.Reference (and req.Tag, the tenant) in its
+// metadata, and classifies the
 // answer (classify). A decline is a Charge with psp.StatusFailed and a nil
 // error; every error is a *psp.Error of kind ErrNotApplied or
 // ErrUnknownOutcome, with the intent's id as ProviderID when the answer
@@ -176,6 +177,9 @@ func (a *Adapter) charge(ctx context.Context, req psp.ChargeRequest, header http
 	}
 	params.IdempotencyKey = stripego.String(req.Key)
 	params.AddMetadata(MetadataKey, req.Reference)
+	if req.Tag != "" {
+		params.AddMetadata(MetadataTenantKey, req.Tag)
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()

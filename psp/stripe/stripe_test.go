@@ -140,6 +140,7 @@ func TestChargeSendsOnePaymentIntent(t *testing.T) {
 	require.Equal(t, "pm_canary_visa", form.Get("payment_method"))
 	require.Equal(t, "true", form.Get("confirm"))
 	require.Equal(t, "ch_1", form.Get("metadata[chargeflow_charge]"))
+	require.Equal(t, "tn_1", form.Get("metadata[chargeflow_tenant]"), "the tenant tag")
 	require.Equal(t, "never", form.Get("automatic_payment_methods[allow_redirects]"))
 }
 
