@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"io"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"chargeflow/fakepsp"
 	"chargeflow/internal/app"
+	"chargeflow/internal/dbtest"
 )
 
 // The provider's flags default from the environment; the Stripe key is
@@ -51,4 +56,60 @@ func TestAllRefusesStripe(t *testing.T) {
 
 	err := run(context.Background(), []string{"all", "--psp", "stripe"}, func(string) string { return "" }, io.Discard, io.Discard)
 	require.ErrorContains(t, err, "--psp stripe")
+}
+
+// The Stripe adapter wired into real processes: the API, a worker and a
+// reconciler with PSP_KIND=stripe against the fake speaking Stripe's API,
+// its de-duplication off so that only chargeflow prevents a double charge.
+// Some charges are applied and answered with a 500, so the reconciler must
+// find them by reference; some are rate limited, so the worker retries.
+func TestStripeAdapterThroughProcesses(t *testing.T) {
+	t.Parallel()
+
+	s := &system{t: t, dbURL: dbtest.URL(t), ledger: filepath.Join(t.TempDir(), "ledger.jsonl")}
+	s.pool = dbtest.NewPool(t, s.dbURL, 4)
+	_, s.apiKey = createTenant(t, s.dbURL, "stripe")
+	psp := start(t, nil, "fakepsp", "--addr", "127.0.0.1:0", "--protocol", "stripe", "--no-dedupe", "--ledger", s.ledger)
+	s.pspURL = psp.listenAddr()
+	stripeEnv := []string{"PSP_KIND=stripe", "STRIPE_API_KEY=sk_test_chargeflow"}
+	api := start(t, append([]string{"DATABASE_URL=" + s.dbURL, "PSP_URL=" + s.pspURL}, stripeEnv...), "api", "--addr", "127.0.0.1:0", "--max-conns", "4")
+	s.apiURL = api.listenAddr()
+	s.faults(fakepsp.Schedule{Seed: 7, Rules: []fakepsp.Rule{
+		{On: fakepsp.OnCharge, Fault: fakepsp.FaultErrorAfterApply, P: 0.3},
+		{On: fakepsp.OnCharge, Fault: fakepsp.FaultNotProcessed, P: 0.2},
+	}})
+	s.startWorker(stripeEnv...)
+	s.startReconciler(stripeEnv)
+
+	ids := map[string]string{}
+	for i := range 20 {
+		method := "pm_card_visa"
+		if i%4 == 3 {
+			method = "pm_card_chargeDeclinedInsufficientFunds"
+		}
+		ids[s.post(fmt.Sprintf("stripe-adapter-key-%03d", i), method, 1000+i)] = method
+	}
+	s.waitNoneIn(60*time.Second, "pending", "submitting", "unknown")
+
+	require.Empty(t, s.violations(), "the fake's ledger agrees with every charge")
+	for id, method := range ids {
+		want := "succeeded"
+		if method != "pm_card_visa" {
+			want = "failed"
+		}
+		require.Equal(t, want, s.state(id), id)
+	}
+	var providers []string
+	rows, err := s.pool.Query(context.Background(), `SELECT DISTINCT provider FROM charges`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var name string
+		require.NoError(t, rows.Scan(&name))
+		providers = append(providers, name)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"stripe"}, providers)
+	reasons := s.reasons()
+	require.Positive(t, reasons["lookup_found_succeeded"], "a 500 after applying was settled by a lookup by reference: %v", reasons)
+	require.Positive(t, reasons["not_applied:rate_limited"], "a rate-limited charge went back to pending: %v", reasons)
 }
