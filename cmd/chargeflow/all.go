@@ -4,13 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
 
+	"chargeflow/fakepsp"
 	"chargeflow/internal/app"
 	"chargeflow/internal/pg"
 	"chargeflow/migrations"
@@ -43,7 +43,10 @@ func runAll(ctx context.Context, e env, args []string) error {
 	}
 	defer done()
 	if o.ProviderKind == app.ProviderStripe {
-		return errors.New("chargeflow all runs the bundled fake provider, which speaks chargeflow's protocol: run the api, worker and reconciler roles to use --psp stripe")
+		// The bundled fake speaks Stripe's API too: every role uses the
+		// Stripe adapter against it, with a test key the fake accepts. No
+		// other key is needed or used: the provider is always this fake.
+		p.protocol, o.StripeAPIKey = fakepsp.ProtocolStripe, "sk_test_chargeflow_all"
 	}
 
 	pspLogger := r.base.With("role", "fakepsp")

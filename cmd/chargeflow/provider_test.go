@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
+	"net/http"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,13 +52,38 @@ func TestBindProvider(t *testing.T) {
 	require.Equal(t, "sk_test_flag", o.StripeAPIKey)
 }
 
-// `chargeflow all` runs the bundled fake, which speaks chargeflow's
-// protocol: it refuses the Stripe adapter rather than talk Stripe to it.
-func TestAllRefusesStripe(t *testing.T) {
+// `chargeflow all --psp stripe` runs its fake speaking Stripe's API and
+// every role through the Stripe adapter: the quickstart's charge succeeds.
+func TestAllWithStripe(t *testing.T) {
 	t.Parallel()
+	dbURL := dbtest.URL(t)
 
-	err := run(context.Background(), []string{"all", "--psp", "stripe"}, func(string) string { return "" }, io.Discard, io.Discard)
-	require.ErrorContains(t, err, "--psp stripe")
+	all := start(t, []string{"DATABASE_URL=" + dbURL}, "all", "--psp", "stripe", "--addr", "127.0.0.1:0", "--psp-addr", "127.0.0.1:0",
+		"--max-conns", "6", "--concurrency", "4", "--ledger", filepath.Join(t.TempDir(), "ledger.jsonl"))
+	require.Eventually(t, func() bool { return strings.Contains(all.stdout.String(), "Then follow it") }, 30*time.Second, 10*time.Millisecond)
+	require.Contains(t, all.stderr.String(), `"protocol":"stripe"`, "the fake speaks Stripe")
+	m := regexp.MustCompile(`curl -sS -i (\S+)/v1/charges \\\s+-H 'Authorization: Bearer (\S+)'`).FindStringSubmatch(all.stdout.String())
+	require.NotNil(t, m, "no curl in:\n%s", all.stdout.String())
+	apiURL, apiKey := m[1], m[2]
+
+	posted := postCharge(apiURL, apiKey, "stripe-quickstart-order-1", `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa"}`)
+	require.NoError(t, posted.err)
+	require.Equal(t, http.StatusCreated, posted.status, posted.body)
+	var charge struct {
+		ID, Status string
+	}
+	require.NoError(t, json.Unmarshal([]byte(posted.body), &charge))
+	require.Eventually(t, func() bool {
+		req, _ := http.NewRequest(http.MethodGet, apiURL+"/v1/charges/"+charge.ID, nil)
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&charge) == nil && charge.Status == "succeeded"
+	}, 30*time.Second, 10*time.Millisecond)
+	require.NotContains(t, all.stderr.String(), "sk_test_chargeflow_all", "the key is never logged")
 }
 
 // The Stripe adapter wired into real processes: the API, a worker and a
