@@ -106,6 +106,33 @@ func newTelemetry(cfg Config, baseURL string) telemetry {
 	return t
 }
 
+// Telemetry records provider calls the way psp.Client records its own: one
+// client span per call ("psp.charge", "psp.lookup") labelled with what the
+// answer proved, the W3C trace context for the provider, and one sample of
+// MetricCallDuration. Other adapters (psp/stripe) record through it, so
+// dashboards and alerts read one set of names whichever provider is
+// configured. The zero value is not usable; use NewTelemetry.
+type Telemetry struct{ t telemetry }
+
+// NewTelemetry returns the telemetry of calls to the provider at baseURL
+// (its host and port label every span). Nil providers record nothing.
+func NewTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, baseURL string) Telemetry {
+	return Telemetry{t: newTelemetry(Config{TracerProvider: tp, MeterProvider: mp}, baseURL)}
+}
+
+// Start opens the span of one call of op under ctx's span and writes the
+// trace context into header, for the adapter to send with its request(s).
+func (t Telemetry) Start(ctx context.Context, op Op, header http.Header) (context.Context, trace.Span) {
+	return t.t.start(ctx, op, header)
+}
+
+// End records what the call proved (OutcomeOf(err), ReasonOf(err), the
+// charge's status) on span and in the latency histogram since start, and
+// ends span. Only classified facts are recorded, never the request.
+func (t Telemetry) End(ctx context.Context, span trace.Span, op Op, start time.Time, answer Charge, err error) {
+	t.t.end(ctx, span, op, start, answer, err)
+}
+
 // start opens the client span of one call ("psp.charge", "psp.lookup") and
 // writes the W3C trace context into the request headers, so a provider that
 // traces joins the caller's trace.

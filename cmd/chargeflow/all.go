@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"chargeflow/fakepsp"
 	"chargeflow/internal/app"
 	"chargeflow/internal/pg"
 	"chargeflow/migrations"
@@ -41,6 +42,12 @@ func runAll(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	defer done()
+	if o.ProviderKind == app.ProviderStripe {
+		// The bundled fake speaks Stripe's API too: every role uses the
+		// Stripe adapter against it, with a test key the fake accepts. No
+		// other key is needed or used: the provider is always this fake.
+		p.protocol, o.StripeAPIKey = fakepsp.ProtocolStripe, "sk_test_chargeflow_all"
+	}
 
 	pspLogger := r.base.With("role", "fakepsp")
 	provider, err := newFakePSP(p, pspLogger)

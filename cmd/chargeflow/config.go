@@ -16,6 +16,7 @@ import (
 	"chargeflow/crashpoint"
 	"chargeflow/internal/app"
 	"chargeflow/psp"
+	pspstripe "chargeflow/psp/stripe"
 )
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/chargeflow?sslmode=disable"
@@ -118,9 +119,14 @@ func (r roleSetup) options(o app.Options, c common, component string) app.Option
 }
 
 // bindProvider registers the provider client's flags, shared by every
-// process that calls the provider: its URL and the one call timeout.
+// process that calls the provider: which adapter, its URL and key, and the
+// one call timeout. An empty URL is the adapter's default.
 func bindProvider(fs *flag.FlagSet, e env, o *app.Options) {
-	fs.StringVar(&o.Provider.BaseURL, "psp-url", cmp.Or(e.getenv("PSP_URL"), psp.DefaultBaseURL), "the provider's base URL (env PSP_URL)")
+	fs.StringVar(&o.ProviderKind, "psp", cmp.Or(e.getenv("PSP_KIND"), app.ProviderFake), "the provider adapter: fake (chargeflow's protocol, as fakepsp serves it) or stripe (env PSP_KIND)")
+	fs.StringVar(&o.Provider.BaseURL, "psp-url", e.getenv("PSP_URL"), "the provider's base URL (env PSP_URL; default "+psp.DefaultBaseURL+" for fake, "+pspstripe.DefaultBaseURL+" for stripe)")
+	// Registered without a default, so that -h cannot print the key.
+	fs.StringVar(&o.StripeAPIKey, "stripe-api-key", "", "the Stripe secret key, required with --psp stripe (env STRIPE_API_KEY, better: a flag shows in ps)")
+	o.StripeAPIKey = e.getenv("STRIPE_API_KEY")
 	fs.DurationVar(&o.Provider.Timeout, "call-timeout", psp.DefaultTimeout, "how long one provider call (or lookup) may take before its outcome is unknown; the worker's job timeout and the reconciler's settle window follow from it")
 }
 

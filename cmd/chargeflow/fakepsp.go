@@ -21,7 +21,7 @@ type fakepspFlags struct {
 	ledger   string
 
 	// protocol is bound by `chargeflow fakepsp` alone: `chargeflow all`
-	// wires its worker to the fake protocol, so its provider speaks that.
+	// sets it from --psp, so that its provider speaks what its roles do.
 	protocol string
 }
 

@@ -95,6 +95,6 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nenvironment: DATABASE_URL (default "+defaultDatabaseURL+"), PSP_URL (default http://127.0.0.1:9090), LOG_LEVEL (debug|info|warn|error)")
+	fmt.Fprintln(w, "\nenvironment: DATABASE_URL (default "+defaultDatabaseURL+"), PSP_KIND (fake|stripe), PSP_URL (default http://127.0.0.1:9090, or https://api.stripe.com for stripe), STRIPE_API_KEY, LOG_LEVEL (debug|info|warn|error)")
 	fmt.Fprintln(w, "run 'chargeflow COMMAND -h' for a command's flags")
 }

@@ -17,6 +17,7 @@ package app
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -37,6 +38,7 @@ import (
 	"chargeflow/migrations"
 	"chargeflow/outbox"
 	"chargeflow/psp"
+	pspstripe "chargeflow/psp/stripe"
 	"chargeflow/reconciler"
 	"chargeflow/retention"
 	"chargeflow/submit"
@@ -62,6 +64,13 @@ type Options struct {
 	// Capabilities name the provider new charges go to (and the reconciler
 	// resolves) and say what a lookup proves.
 	Provider psp.Config
+	// ProviderKind picks the adapter Provider configures: ProviderFake
+	// (psp.Client, chargeflow's own protocol; the default) or
+	// ProviderStripe (psp/stripe, whose capabilities are Stripe's own, so
+	// Provider.Capabilities is not used). StripeAPIKey is the secret key
+	// the Stripe adapter needs; it is never logged.
+	ProviderKind string
+	StripeAPIKey string
 
 	// Jobs configures the submit queue (max attempts, notify cooldown).
 	Jobs submit.Config
@@ -204,11 +213,35 @@ func OpenPool(ctx context.Context, databaseURL, role string, p Pool) (*pgxpool.P
 	return pool, nil
 }
 
-// ProviderClient is the provider every component of o talks to.
-func (o Options) ProviderClient() psp.Provider {
+// The provider kinds of Options.ProviderKind.
+const (
+	ProviderFake   = "fake"
+	ProviderStripe = "stripe"
+)
+
+// ProviderClient is the provider every component of o talks to, as
+// o.ProviderKind picks it.
+func (o Options) ProviderClient() (psp.Provider, error) {
 	cfg := o.Provider
 	cfg.TracerProvider, cfg.MeterProvider = o.TracerProvider, o.MeterProvider
-	return psp.NewClient(cfg)
+	switch o.ProviderKind {
+	case "", ProviderFake:
+		return psp.NewClient(cfg), nil
+	case ProviderStripe:
+		if o.StripeAPIKey == "" {
+			return nil, errors.New("the stripe provider needs an API key (STRIPE_API_KEY)")
+		}
+		// A lookup by reference must see every intent created while a
+		// request could still be applied: the slack covers the call timeout
+		// and the apply delay the reconciler assumes, besides clock skew.
+		slack := pspstripe.DefaultCreatedSlack + cmp.Or(cfg.Timeout, psp.DefaultTimeout) + o.Reconciler.Provider.MaxApplyDelay
+		return pspstripe.New(pspstripe.Config{
+			BaseURL: cfg.BaseURL, APIKey: o.StripeAPIKey, Timeout: cfg.Timeout, HTTPClient: cfg.HTTPClient,
+			CreatedSlack: slack, TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider,
+		}), nil
+	default:
+		return nil, fmt.Errorf("provider kind %q: want %s or %s", o.ProviderKind, ProviderFake, ProviderStripe)
+	}
 }
 
 // NewQueue makes the submit queue on a River client: an insert-only one
@@ -260,6 +293,10 @@ func (a *API) Close() {
 // /readyz checks that every migration is applied.
 func NewAPI(ctx context.Context, o Options) (*API, error) {
 	o = o.withDefaults()
+	provider, err := o.ProviderClient()
+	if err != nil {
+		return nil, err
+	}
 	pool, err := OpenPool(ctx, o.DatabaseURL, "api", o.APIPool)
 	if err != nil {
 		return nil, err
@@ -282,7 +319,6 @@ func NewAPI(ctx context.Context, o Options) (*API, error) {
 		return nil, err
 	}
 	cfg := o.API
-	provider := o.ProviderClient()
 	cfg.DB, cfg.Jobs, cfg.Provider, cfg.JobsUI = pool, jobs, provider.Capabilities().Name, ui
 	cfg.ProviderClient, cfg.ProviderKeyWindow = provider, o.keyWindow(provider)
 	cfg.Logger, cfg.CrashPoints = o.Logger, o.CrashPoints
@@ -349,7 +385,10 @@ func WorkerPool(ctx context.Context, o Options) (*pgxpool.Pool, error) {
 // periodic retention job on pool. Start it with RunRiver.
 func NewWorker(pool *pgxpool.Pool, o Options) (*river.Client[pgx.Tx], error) {
 	o = o.withDefaults()
-	provider := o.ProviderClient()
+	provider, err := o.ProviderClient()
+	if err != nil {
+		return nil, err
+	}
 	worker, err := outbox.NewWorker(outbox.Config{
 		DB:                pool,
 		Provider:          provider,
@@ -400,7 +439,11 @@ func NewReconciler(pool *pgxpool.Pool, jobs *submit.Queue, o Options) (*reconcil
 	o = o.withDefaults()
 	cfg := o.Reconciler
 	cfg.DB, cfg.Jobs = pool, jobs
-	cfg.Provider.Client = o.ProviderClient()
+	client, err := o.ProviderClient()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Provider.Client = client
 	cfg.Logger, cfg.CrashPoints = o.Logger, o.CrashPoints
 	cfg.TracerProvider, cfg.MeterProvider = o.TracerProvider, o.MeterProvider
 	return reconciler.New(cfg)

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"chargeflow/fakepsp"
+	"chargeflow/internal/app"
+	"chargeflow/internal/dbtest"
+)
+
+// The provider's flags default from the environment; the Stripe key is
+// read from it but never printed by -h.
+func TestBindProvider(t *testing.T) {
+	t.Parallel()
+
+	parse := func(environ map[string]string, args ...string) (app.Options, string) {
+		var o app.Options
+		var help bytes.Buffer
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(&help)
+		bindProvider(fs, env{getenv: func(k string) string { return environ[k] }}, &o)
+		require.NoError(t, fs.Parse(args))
+		fs.PrintDefaults()
+		return o, help.String()
+	}
+
+	o, _ := parse(nil)
+	require.Equal(t, app.ProviderFake, o.ProviderKind)
+	require.Empty(t, o.Provider.BaseURL, "each adapter has its own default URL")
+
+	stripeEnv := map[string]string{"PSP_KIND": "stripe", "PSP_URL": "http://127.0.0.1:12111", "STRIPE_API_KEY": "sk_test_canary"}
+	o, help := parse(stripeEnv)
+	require.Equal(t, app.ProviderStripe, o.ProviderKind)
+	require.Equal(t, "http://127.0.0.1:12111", o.Provider.BaseURL)
+	require.Equal(t, "sk_test_canary", o.StripeAPIKey)
+	require.NotContains(t, help, "sk_test_canary", "-h never prints the key")
+
+	o, _ = parse(stripeEnv, "--psp", "fake", "--stripe-api-key", "sk_test_flag")
+	require.Equal(t, app.ProviderFake, o.ProviderKind, "a flag overrides the environment")
+	require.Equal(t, "sk_test_flag", o.StripeAPIKey)
+}
+
+// `chargeflow all --psp stripe` runs its fake speaking Stripe's API and
+// every role through the Stripe adapter: the quickstart's charge succeeds.
+func TestAllWithStripe(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+
+	all := start(t, []string{"DATABASE_URL=" + dbURL}, "all", "--psp", "stripe", "--addr", "127.0.0.1:0", "--psp-addr", "127.0.0.1:0",
+		"--max-conns", "6", "--concurrency", "4", "--ledger", filepath.Join(t.TempDir(), "ledger.jsonl"))
+	require.Eventually(t, func() bool { return strings.Contains(all.stdout.String(), "Then follow it") }, 30*time.Second, 10*time.Millisecond)
+	require.Contains(t, all.stderr.String(), `"protocol":"stripe"`, "the fake speaks Stripe")
+	m := regexp.MustCompile(`curl -sS -i (\S+)/v1/charges \\\s+-H 'Authorization: Bearer (\S+)'`).FindStringSubmatch(all.stdout.String())
+	require.NotNil(t, m, "no curl in:\n%s", all.stdout.String())
+	apiURL, apiKey := m[1], m[2]
+
+	posted := postCharge(apiURL, apiKey, "stripe-quickstart-order-1", `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa"}`)
+	require.NoError(t, posted.err)
+	require.Equal(t, http.StatusCreated, posted.status, posted.body)
+	var charge struct {
+		ID, Status string
+	}
+	require.NoError(t, json.Unmarshal([]byte(posted.body), &charge))
+	require.Eventually(t, func() bool {
+		req, _ := http.NewRequest(http.MethodGet, apiURL+"/v1/charges/"+charge.ID, nil)
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&charge) == nil && charge.Status == "succeeded"
+	}, 30*time.Second, 10*time.Millisecond)
+	require.NotContains(t, all.stderr.String(), "sk_test_chargeflow_all", "the key is never logged")
+}
+
+// The Stripe adapter wired into real processes: the API, a worker and a
+// reconciler with PSP_KIND=stripe against the fake speaking Stripe's API,
+// its de-duplication off so that only chargeflow prevents a double charge.
+// Some charges are applied and answered with a 500, so the reconciler must
+// find them by reference; some are rate limited, so the worker retries.
+func TestStripeAdapterThroughProcesses(t *testing.T) {
+	t.Parallel()
+
+	s := &system{t: t, dbURL: dbtest.URL(t), ledger: filepath.Join(t.TempDir(), "ledger.jsonl")}
+	s.pool = dbtest.NewPool(t, s.dbURL, 4)
+	_, s.apiKey = createTenant(t, s.dbURL, "stripe")
+	psp := start(t, nil, "fakepsp", "--addr", "127.0.0.1:0", "--protocol", "stripe", "--no-dedupe", "--ledger", s.ledger)
+	s.pspURL = psp.listenAddr()
+	stripeEnv := []string{"PSP_KIND=stripe", "STRIPE_API_KEY=sk_test_chargeflow"}
+	api := start(t, append([]string{"DATABASE_URL=" + s.dbURL, "PSP_URL=" + s.pspURL}, stripeEnv...), "api", "--addr", "127.0.0.1:0", "--max-conns", "4")
+	s.apiURL = api.listenAddr()
+	s.faults(fakepsp.Schedule{Seed: 7, Rules: []fakepsp.Rule{
+		{On: fakepsp.OnCharge, Fault: fakepsp.FaultErrorAfterApply, P: 0.3},
+		{On: fakepsp.OnCharge, Fault: fakepsp.FaultNotProcessed, P: 0.2},
+	}})
+	s.startWorker(stripeEnv...)
+	s.startReconciler(stripeEnv)
+
+	ids := map[string]string{}
+	for i := range 20 {
+		method := "pm_card_visa"
+		if i%4 == 3 {
+			method = "pm_card_chargeDeclinedInsufficientFunds"
+		}
+		ids[s.post(fmt.Sprintf("stripe-adapter-key-%03d", i), method, 1000+i)] = method
+	}
+	s.waitNoneIn(60*time.Second, "pending", "submitting", "unknown")
+
+	require.Empty(t, s.violations(), "the fake's ledger agrees with every charge")
+	for id, method := range ids {
+		want := "succeeded"
+		if method != "pm_card_visa" {
+			want = "failed"
+		}
+		require.Equal(t, want, s.state(id), id)
+	}
+	var providers []string
+	rows, err := s.pool.Query(context.Background(), `SELECT DISTINCT provider FROM charges`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var name string
+		require.NoError(t, rows.Scan(&name))
+		providers = append(providers, name)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"stripe"}, providers)
+	reasons := s.reasons()
+	require.Positive(t, reasons["lookup_found_succeeded"], "a 500 after applying was settled by a lookup by reference: %v", reasons)
+	require.Positive(t, reasons["not_applied:rate_limited"], "a rate-limited charge went back to pending: %v", reasons)
+}

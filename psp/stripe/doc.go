@@ -1,0 +1,65 @@
+// Package stripe is the psp.Provider for Stripe, built on stripe-go: a charge
+// is one PaymentIntent created and confirmed in one request, and a lookup
+// retrieves a PaymentIntent by id or finds it by our reference in its
+// metadata. Import it as pspstripe; the package name clashes with
+// stripe-go's.
+//
+// Every answer is classified by one pure function, classify, into the four
+// classes of package psp (a charge, a decline, ErrNotApplied,
+// ErrUnknownOutcome), with a stable snake_case reason; docs/provider.md
+// ("The Stripe adapter") has the table. Two rules carry the weight. An
+// answer is "not applied" only when Stripe refused the request before
+// executing it (authentication, validation, rate limiting, a lock timeout):
+// Stripe saves an idempotency key's answer once execution begins, so those
+// are the answers a re-send with the same key can turn into a charge
+// without charging twice. Everything after execution may have begun (a
+// timeout once connected, any 5xx, a reused key, a key still in flight, an
+// answer we cannot read) is an unknown outcome that only a lookup settles.
+//
+// Exactly one attempt per call: stripe-go's own retries are off
+// (MaxNetworkRetries 0), and the HTTP client under it cannot replay a
+// request either (net/http silently re-sends a POST carrying an
+// Idempotency-Key on a broken reused connection unless GetBody is nil; the
+// adapter's transport clears it, as psp.Client does). Each call is bounded
+// by Timeout through its context, never by a retry budget. stripe-go's
+// logger is silenced: it would log error bodies, which quote the
+// PaymentIntent and its payment method.
+//
+// # What a lookup proves
+//
+// The adapter declares a strongly consistent lookup by reference, and that
+// is honest because of which Stripe endpoint it uses. Stripe's search
+// (GET /v1/payment_intents/search, which can query metadata directly) is
+// eventually consistent: Stripe documents that new data is usually
+// searchable within a minute and can lag by an hour in outages, so a search
+// that finds nothing proves nothing. The list endpoint
+// (GET /v1/payment_intents) reads the same store as a retrieve and is
+// consistent, but cannot filter by metadata. Find therefore lists every
+// PaymentIntent created in [FirstSent − CreatedSlack, LastSent +
+// CreatedSlack], page by page with starting_after, and matches the
+// metadata key chargeflow_charge itself. Only a complete scan, every page
+// read and decoded, with no match is psp.ErrNotFound; two matches would be
+// a double charge and are an unknown outcome (multiple_matches) for a
+// person, never a pick. Search is not used at all.
+//
+// What would break the promise is a created-time window that misses the
+// intent: Stripe stamps created when it executes the request, on its own
+// clock, while FirstSent and LastSent are ours. The slack must exceed the
+// clock skew between the two plus the longest a request may wait at Stripe
+// before executing (the call timeout, and the reconciler's
+// --max-apply-delay). internal/app gives it DefaultCreatedSlack, ten
+// minutes for clock skew alone, plus both. A scan longer than MaxPages pages, or one that
+// runs out of time, is an unknown outcome rather than a not-found. When an
+// earlier answer named the PaymentIntent's id, Find retrieves it by that id
+// instead, which is strongly consistent on its own.
+//
+// The key window is 24 hours: Stripe documents that it may prune an
+// idempotency key once it is at least 24 hours old, so that is all it
+// promises. Refunds are not implemented yet.
+//
+// Telemetry is psp's own (psp.Telemetry): a "psp.charge" or "psp.lookup"
+// span per call (a lookup's pages are one span) and
+// chargeflow.provider.call.duration, labelled with what the answer proved.
+// Neither they nor any error carry the payment method, the API key, the
+// metadata or Stripe's error messages (which can quote a payment method).
+package stripe
