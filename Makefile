@@ -38,6 +38,7 @@ test: db
 	scripts/ensure-postgres_test.sh
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow scenario run all --short --parallel 3
+	bin/chargeflow scenario run all --short --parallel 3 --psp stripe
 
 ## bench: measure the performance targets as ratios against baselines on a
 ## fresh database (docs/benchmarks.md); BENCHFLAGS adds flags, e.g. --json
@@ -49,3 +50,4 @@ bench: db
 scenarios: db
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow scenario run all --parallel 3
+	bin/chargeflow scenario run all --parallel 3 --psp stripe
