@@ -54,8 +54,8 @@ type Config struct {
 	// appears in errors, spans or logs.
 	APIKey string
 
-	// Timeout bounds each call, from dialing to the last byte; a lookup's
-	// pages share it. Defaults to psp.DefaultTimeout.
+	// Timeout bounds each call, from dialing to the last byte: a charge, a
+	// retrieve, one page of a lookup's scan. Defaults to psp.DefaultTimeout.
 	Timeout time.Duration
 
 	// CreatedSlack widens a lookup by reference's created-time window on
@@ -197,8 +197,10 @@ func (a *Adapter) charge(ctx context.Context, req psp.ChargeRequest, header http
 // else by q.Reference, listing the intents created around the charge's
 // sends and matching their metadata (see the package doc). It returns
 // psp.ErrNotFound only after a complete scan found no match; every failure
-// is a *psp.Error of kind ErrUnknownOutcome. The whole lookup, every page
-// of it, is bounded by Timeout.
+// is a *psp.Error of kind ErrUnknownOutcome. Each request (the retrieve,
+// each page of a scan) is one call bounded by Timeout; a scan reads at most
+// MaxPages of them. Bounding the whole scan by one call's timeout would make
+// a busy window time out every lookup, for ever.
 func (a *Adapter) Find(ctx context.Context, q psp.LookupRequest) (psp.Charge, error) {
 	start := time.Now()
 	header := http.Header{}
@@ -221,9 +223,6 @@ func (a *Adapter) find(ctx context.Context, q psp.LookupRequest, header http.Hea
 		return refuse("a lookup by reference needs the times the charge was sent")
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
-
 	if q.ProviderID != "" {
 		span.SetAttributes(attribute.String("psp.lookup.by", "provider_id"))
 		return a.retrieve(ctx, q.ProviderID, header)
@@ -234,6 +233,8 @@ func (a *Adapter) find(ctx context.Context, q psp.LookupRequest, header http.Hea
 
 // retrieve gets one PaymentIntent by id.
 func (a *Adapter) retrieve(ctx context.Context, id string, header http.Header) (psp.Charge, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
 	ctx, obs := observe(ctx, header)
 	pi, err := a.client.V1PaymentIntents.Retrieve(ctx, id, nil)
 	at := obs.attempt(opRetrieve, err)
@@ -289,6 +290,8 @@ func (a *Adapter) listPage(ctx context.Context, created *stripego.RangeQueryPara
 	if startingAfter != "" {
 		params.StartingAfter = stripego.String(startingAfter)
 	}
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
 	ctx, obs := observe(ctx, header)
 	params.Context = ctx
 	values := &form.Values{}
