@@ -163,20 +163,28 @@ func TestStripeKeyInFlightIsRefused(t *testing.T) {
 	t.Run("while its request executes", func(t *testing.T) {
 		t.Parallel()
 
-		// Each request takes 800 ms to execute, holding its key meanwhile.
-		b := setupStripe(t, fakepsp.Config{Faults: faults(always(fakepsp.OnCharge, fakepsp.FaultLatency, 800))})
+		// The first request takes 3 s to execute, holding its key
+		// meanwhile; the second is sent only once the first is executing
+		// (its latency fault has fired), however slow the machine.
+		b := setupStripe(t, fakepsp.Config{Faults: faults(always(fakepsp.OnCharge, fakepsp.FaultLatency, 3000))})
 		type result struct {
 			intent *stripe.PaymentIntent
 			err    error
 		}
 		results := make(chan result, 2)
 		var wg sync.WaitGroup
-		for range 2 {
+		send := func() {
 			wg.Go(func() {
 				intent, err := b.create(t, "cf_busy", intentParams("ch_busy", fakepsp.PaymentMethodVisa))
 				results <- result{intent, err}
 			})
 		}
+		send()
+		require.Eventually(t, func() bool {
+			state, err := fakepsp.FetchFaults(t.Context(), b.url)
+			return err == nil && state.Fired[fakepsp.FaultLatency] > 0
+		}, 10*time.Second, 10*time.Millisecond, "the first request is executing")
+		send()
 		wg.Wait()
 		close(results)
 
@@ -205,7 +213,9 @@ func TestStripeKeyInFlightIsRefused(t *testing.T) {
 	t.Run("until a delayed apply lands", func(t *testing.T) {
 		t.Parallel()
 
-		b := setupStripe(t, fakepsp.Config{Faults: faults(always(fakepsp.OnCharge, fakepsp.FaultDelayedApply, 400))})
+		// 3 s: long enough that the retry below arrives before it lands,
+		// however slow the machine.
+		b := setupStripe(t, fakepsp.Config{Faults: faults(always(fakepsp.OnCharge, fakepsp.FaultDelayedApply, 3000))})
 		_, err := createWith(t, b.clientWithTimeout(50*time.Millisecond), "cf_late", intentParams("ch_cf_late", fakepsp.PaymentMethodVisa))
 		require.Error(t, err)
 		var stripeErr *stripe.Error

@@ -86,7 +86,7 @@ type Client struct {
 
 // NewClient returns a Client for cfg, with zero fields set to their defaults.
 func NewClient(cfg Config) *Client {
-	httpClient := &http.Client{Transport: newTransport()}
+	httpClient := &http.Client{Transport: NewTransport()}
 	if cfg.HTTPClient != nil {
 		copied := *cfg.HTTPClient
 		httpClient = &copied
@@ -128,10 +128,10 @@ func (c *Client) Find(ctx context.Context, q LookupRequest) (Charge, error) {
 // Client is a Provider.
 var _ Provider = (*Client)(nil)
 
-// newTransport returns the default transport: its own pool sized for a
-// worker that talks to one provider at high concurrency, and no proxy, since
-// only cmd reads the environment.
-func newTransport() *http.Transport {
+// NewTransport returns the transport every adapter uses by default: its own
+// pool sized for a worker that talks to one provider at high concurrency,
+// and no proxy, since only cmd reads the environment.
+func NewTransport() *http.Transport {
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		DialContext:           dialer.DialContext,

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
-	"time"
+
+	"chargeflow/psp"
 )
 
 // observation is what the transport saw of one request beneath stripe-go,
@@ -134,7 +134,7 @@ func (b observedBody) Read(p []byte) (int, error) {
 // and which never follows a redirect (a redirected POST would be re-sent
 // as a GET; a 3xx is classified instead).
 func newHTTPClient(base *http.Client) *http.Client {
-	client := &http.Client{Transport: newTransport()}
+	client := &http.Client{Transport: psp.NewTransport()}
 	if base != nil {
 		copied := *base
 		client = &copied
@@ -146,20 +146,4 @@ func newHTTPClient(base *http.Client) *http.Client {
 	client.Transport = oneAttempt{next: next}
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return client
-}
-
-// newTransport returns the default transport: its own pool sized for a
-// worker that talks to one provider at high concurrency, and no proxy,
-// since only cmd reads the environment.
-func newTransport() *http.Transport {
-	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   128,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
-	}
 }
