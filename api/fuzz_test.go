@@ -95,11 +95,10 @@ func FuzzCreateCharge(f *testing.F) {
 	}
 
 	f.Fuzz(func(t *testing.T, body []byte, key, contentType string, auth uint8, header string) {
-		for _, v := range []string{key, contentType, header} {
-			if !validHeaderValue(v) {
-				t.Skip("the client refuses to send this header")
-			}
-		}
+		// net/http refuses to send control bytes in a header value (and a
+		// server never sees one over the wire: they end the header), so
+		// the fuzzer's are dropped rather than the input.
+		key, contentType, header = sendable(key), sendable(contentType), sendable(header)
 		req, err := http.NewRequest(http.MethodPost, b.url+"/v1/charges", bytes.NewReader(body))
 		require.NoError(t, err)
 		switch auth % 4 {
@@ -153,15 +152,15 @@ func FuzzCreateCharge(f *testing.F) {
 	})
 }
 
-// validHeaderValue reports whether Go's HTTP client sends v as a header
-// value: no control characters but tab.
-func validHeaderValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
-			return false
+// sendable is v without the bytes an HTTP client cannot put in a header
+// value: control bytes other than tab, and DEL.
+func sendable(v string) string {
+	return strings.Map(func(r rune) rune {
+		if (r < 0x20 && r != '\t') || r == 0x7f {
+			return -1
 		}
-	}
-	return true
+		return r
+	}, v)
 }
 
 // takeBuffer collects log lines for one fuzz input at a time: take returns
