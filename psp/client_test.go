@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"chargeflow/psp"
+	"chargeflow/psp/psptest"
 )
 
 const chargeJSON = `{"id":"py_1","status":"succeeded","amount":1000,"currency":"USD","reference":"ch_1"}`
@@ -211,62 +212,6 @@ func TestClientChargeStatuses(t *testing.T) {
 	}
 }
 
-// rawServer is a hand-written HTTP/1.1 server for the connection behaviours
-// httptest cannot produce. On its first connection it answers the first
-// request and closes the connection after reading the second, without an
-// answer: a provider that applied the request and lost the connection, or a
-// keep-alive connection torn down just as a request arrived. Every later
-// connection is answered normally.
-type rawServer struct {
-	listener net.Listener
-	requests atomic.Int32
-	conns    atomic.Int32
-	wg       sync.WaitGroup
-}
-
-func startRawServer(t *testing.T) *rawServer {
-	t.Helper()
-
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	s := &rawServer{listener: listener}
-	s.wg.Go(func() {
-		for {
-			conn, err := listener.Accept()
-			if err != nil {
-				return
-			}
-			index := s.conns.Add(1)
-			s.wg.Go(func() { s.serve(conn, index == 1) })
-		}
-	})
-	t.Cleanup(func() {
-		_ = listener.Close()
-		s.wg.Wait()
-	})
-	return s
-}
-
-func (s *rawServer) url() string { return "http://" + s.listener.Addr().String() }
-
-func (s *rawServer) serve(conn net.Conn, dropSecond bool) {
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	reader := bufio.NewReader(conn)
-	for n := 1; ; n++ {
-		req, err := http.ReadRequest(reader)
-		if err != nil {
-			return
-		}
-		_, _ = io.Copy(io.Discard, req.Body)
-		s.requests.Add(1)
-		if dropSecond && n == 2 {
-			return
-		}
-		_, _ = fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chargeJSON), chargeJSON)
-	}
-}
-
 func TestClientChargeMakesExactlyOneAttempt(t *testing.T) {
 	t.Parallel()
 
@@ -275,13 +220,13 @@ func TestClientChargeMakesExactlyOneAttempt(t *testing.T) {
 
 		// The control: without the client's precaution the transport sends
 		// the second POST twice, once per connection, and reports success.
-		server := startRawServer(t)
+		server := psptest.StartLosingServer(t, []byte(chargeJSON))
 		transport := &http.Transport{}
 		t.Cleanup(transport.CloseIdleConnections)
 		httpClient := &http.Client{Transport: transport}
 
 		post := func(key string) error {
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, server.url()+"/v1/charges", bytes.NewReader([]byte(`{}`)))
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, server.URL()+"/v1/charges", bytes.NewReader([]byte(`{}`)))
 			require.NoError(t, err)
 			req.Header.Set("Idempotency-Key", key)
 			resp, err := httpClient.Do(req)
@@ -293,36 +238,36 @@ func TestClientChargeMakesExactlyOneAttempt(t *testing.T) {
 		}
 		require.NoError(t, post("pk_first"))
 		require.NoError(t, post("pk_second"), "the transport hid the dropped connection by re-sending")
-		require.Equal(t, int32(3), server.requests.Load())
+		require.Equal(t, int32(3), server.Requests.Load())
 	})
 
 	t.Run("the psp client sends once and reports an unknown outcome", func(t *testing.T) {
 		t.Parallel()
 
-		server := startRawServer(t)
+		server := psptest.StartLosingServer(t, []byte(chargeJSON))
 		transport := &http.Transport{}
 		t.Cleanup(transport.CloseIdleConnections)
-		client := psp.NewClient(psp.Config{BaseURL: server.url(), HTTPClient: &http.Client{Transport: transport}})
+		client := psp.NewClient(psp.Config{BaseURL: server.URL(), HTTPClient: &http.Client{Transport: transport}})
 
 		_, err := client.Charge(t.Context(), visaRequest("pk_first"))
 		require.NoError(t, err)
 		_, err = client.Charge(t.Context(), visaRequest("pk_second"))
 		requirePSPError(t, err, psp.ErrUnknownOutcome, "reset_after_send")
-		require.Equal(t, int32(2), server.requests.Load(), "the dropped POST was not sent again")
-		require.Equal(t, int32(1), server.conns.Load(), "no second connection was opened for a re-send")
+		require.Equal(t, int32(2), server.Requests.Load(), "the dropped POST was not sent again")
+		require.Equal(t, int32(1), server.Conns.Load(), "no second connection was opened for a re-send")
 	})
 
 	t.Run("the default transport sends once too", func(t *testing.T) {
 		t.Parallel()
 
-		server := startRawServer(t)
-		client := psp.NewClient(psp.Config{BaseURL: server.url()})
+		server := psptest.StartLosingServer(t, []byte(chargeJSON))
+		client := psp.NewClient(psp.Config{BaseURL: server.URL()})
 
 		_, err := client.Charge(t.Context(), visaRequest("pk_first"))
 		require.NoError(t, err)
 		_, err = client.Charge(t.Context(), visaRequest("pk_second"))
 		requirePSPError(t, err, psp.ErrUnknownOutcome, "reset_after_send")
-		require.Equal(t, int32(2), server.requests.Load())
+		require.Equal(t, int32(2), server.Requests.Load())
 	})
 }
 

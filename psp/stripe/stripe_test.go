@@ -1,7 +1,6 @@
 package stripe_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -23,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"chargeflow/psp"
+	"chargeflow/psp/psptest"
 	pspstripe "chargeflow/psp/stripe"
 )
 
@@ -259,59 +259,6 @@ func TestChargeRefusesWhatCannotBeSent(t *testing.T) {
 	}
 }
 
-// rawServer answers the first request of its first connection and closes
-// that connection after reading the second, without an answer: a reused
-// keep-alive connection lost just as a charge was sent on it.
-type rawServer struct {
-	listener net.Listener
-	requests atomic.Int32
-	conns    atomic.Int32
-	wg       sync.WaitGroup
-}
-
-func startRawServer(t *testing.T) *rawServer {
-	t.Helper()
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	s := &rawServer{listener: listener}
-	s.wg.Go(func() {
-		for {
-			conn, err := listener.Accept()
-			if err != nil {
-				return
-			}
-			index := s.conns.Add(1)
-			s.wg.Go(func() { s.serve(conn, index == 1) })
-		}
-	})
-	t.Cleanup(func() {
-		_ = listener.Close()
-		s.wg.Wait()
-	})
-	return s
-}
-
-func (s *rawServer) url() string { return "http://" + s.listener.Addr().String() }
-
-func (s *rawServer) serve(conn net.Conn, dropSecond bool) {
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	reader := bufio.NewReader(conn)
-	body := intentJSON("pi_1", "succeeded", "ch_1", 1)
-	for n := 1; ; n++ {
-		req, err := http.ReadRequest(reader)
-		if err != nil {
-			return
-		}
-		_, _ = io.Copy(io.Discard, req.Body)
-		s.requests.Add(1)
-		if dropSecond && n == 2 {
-			return
-		}
-		_, _ = fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	}
-}
-
 func TestChargeMakesExactlyOneAttempt(t *testing.T) {
 	t.Parallel()
 
@@ -320,11 +267,11 @@ func TestChargeMakesExactlyOneAttempt(t *testing.T) {
 
 		// The control: with its retries off, stripe-go still sets GetBody,
 		// and net/http re-sends the POST on a new connection.
-		server := startRawServer(t)
+		server := psptest.StartLosingServer(t, []byte(intentJSON("pi_1", "succeeded", "ch_1", 1)))
 		transport := &http.Transport{}
 		t.Cleanup(transport.CloseIdleConnections)
 		client := stripego.NewClient(testKey, stripego.WithBackends(stripego.NewBackendsWithConfig(&stripego.BackendConfig{
-			URL: stripego.String(server.url()), HTTPClient: &http.Client{Transport: transport},
+			URL: stripego.String(server.URL()), HTTPClient: &http.Client{Transport: transport},
 			MaxNetworkRetries: stripego.Int64(0), LeveledLogger: &stripego.LeveledLogger{Level: stripego.LevelNull},
 		})))
 		create := func(key string) error {
@@ -335,35 +282,35 @@ func TestChargeMakesExactlyOneAttempt(t *testing.T) {
 		}
 		require.NoError(t, create("pk_first"))
 		require.NoError(t, create("pk_second"), "the transport hid the lost connection by re-sending")
-		require.Equal(t, int32(3), server.requests.Load())
+		require.Equal(t, int32(3), server.Requests.Load())
 	})
 
 	t.Run("the adapter sends once and reports an unknown outcome", func(t *testing.T) {
 		t.Parallel()
 
-		server := startRawServer(t)
+		server := psptest.StartLosingServer(t, []byte(intentJSON("pi_1", "succeeded", "ch_1", 1)))
 		transport := &http.Transport{}
 		t.Cleanup(transport.CloseIdleConnections)
-		adapter := newAdapter(server.url(), func(c *pspstripe.Config) { c.HTTPClient = &http.Client{Transport: transport} })
+		adapter := newAdapter(server.URL(), func(c *pspstripe.Config) { c.HTTPClient = &http.Client{Transport: transport} })
 
 		_, err := adapter.Charge(t.Context(), visaRequest("pk_first"))
 		require.NoError(t, err)
 		_, err = adapter.Charge(t.Context(), visaRequest("pk_second"))
 		requirePSPError(t, err, psp.ErrUnknownOutcome, "reset_after_send")
-		require.Equal(t, int32(2), server.requests.Load(), "the lost POST was not sent again")
-		require.Equal(t, int32(1), server.conns.Load())
+		require.Equal(t, int32(2), server.Requests.Load(), "the lost POST was not sent again")
+		require.Equal(t, int32(1), server.Conns.Load())
 	})
 
 	t.Run("the default transport sends once too", func(t *testing.T) {
 		t.Parallel()
 
-		server := startRawServer(t)
-		adapter := newAdapter(server.url())
+		server := psptest.StartLosingServer(t, []byte(intentJSON("pi_1", "succeeded", "ch_1", 1)))
+		adapter := newAdapter(server.URL())
 		_, err := adapter.Charge(t.Context(), visaRequest("pk_first"))
 		require.NoError(t, err)
 		_, err = adapter.Charge(t.Context(), visaRequest("pk_second"))
 		requirePSPError(t, err, psp.ErrUnknownOutcome, "reset_after_send")
-		require.Equal(t, int32(2), server.requests.Load())
+		require.Equal(t, int32(2), server.Requests.Load())
 	})
 }
 
