@@ -93,8 +93,7 @@ func stripeIntent(c *charge) stripePaymentIntent {
 	_, suffix, _ := strings.Cut(c.ID, "_")
 	metadata := c.Metadata
 	if metadata == nil {
-		// A charge the fake protocol made: show its reference where the
-		// Stripe adapter would have put it.
+		// A charge the fake protocol made (stripeMetadataValue).
 		metadata = map[string]string{MetadataCharge: c.Reference}
 	}
 	intent := stripePaymentIntent{
@@ -112,19 +111,36 @@ func stripeIntent(c *charge) stripePaymentIntent {
 	if c.Description != "" {
 		intent.Description = &c.Description
 	}
+	intent.Status = stripeStatus(c)
 	if c.Status == psp.StatusSucceeded {
-		intent.Status = "succeeded"
 		intent.AmountReceived = c.Amount
 		paymentMethod := "pm_" + suffix
 		intent.PaymentMethod = &paymentMethod
 	} else {
-		// A declined confirmation leaves the intent waiting for another
-		// payment method, with the decline as its last error.
-		intent.Status = "requires_payment_method"
 		decline := stripeDecline(c)
 		intent.LastPaymentError = &decline
 	}
 	return intent
+}
+
+// stripeStatus is the status of c's PaymentIntent: a declined
+// confirmation leaves the intent waiting for another payment method, with
+// the decline as its last error.
+func stripeStatus(c *charge) string {
+	if c.Status == psp.StatusSucceeded {
+		return "succeeded"
+	}
+	return "requires_payment_method"
+}
+
+// stripeMetadataValue is c's PaymentIntent's metadata value for key. A
+// charge the fake protocol made shows its reference where the Stripe
+// adapter would have put it.
+func stripeMetadataValue(c *charge, key string) string {
+	if c.Metadata == nil && key == MetadataCharge {
+		return c.Reference
+	}
+	return c.Metadata[key]
 }
 
 // stripeDecline is the card error of a declined charge. Stripe names an

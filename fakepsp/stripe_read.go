@@ -3,6 +3,7 @@ package fakepsp
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -120,24 +121,21 @@ func (s *Server) handleStripeSearch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.now()
-	var found []*charge
-	for _, c := range s.newestFirst() {
-		if after != nil && c.position >= after.position {
-			continue
-		}
-		if d.fault == FaultLookupLag && now.Sub(c.CreatedAt) < d.duration {
-			continue // not indexed yet
-		}
-		if query.matches(c) {
-			found = append(found, c)
-		}
+	from := len(s.ledgerView())
+	if after != nil {
+		from = after.position
 	}
+	found, more := olderThan(s.ledgerView(), from, limit, func(c *charge) bool {
+		if d.fault == FaultLookupLag && now.Sub(c.CreatedAt) < d.duration {
+			return false // not indexed yet
+		}
+		return query.matches(c)
+	})
 
 	result := stripeSearchResult{Object: "search_result", Data: []stripePaymentIntent{}, URL: "/v1/payment_intents/search"}
-	if len(found) > limit {
-		found = found[:limit]
+	if more {
 		result.HasMore = true
-		next := found[limit-1].ID
+		next := found[len(found)-1].ID
 		result.NextPage = &next
 	}
 	for _, c := range found {
@@ -180,33 +178,19 @@ func (s *Server) handleStripeList(w http.ResponseWriter, r *http.Request) {
 	if _, answered := s.stripeLookupFaults(w, r, "", false); answered {
 		return
 	}
-	var matching []*charge
-	for _, c := range s.newestFirst() {
-		if created.contains(c.CreatedAt.Unix()) {
-			matching = append(matching, c)
-		}
-	}
-
+	charges := s.ledgerView()
+	inRange := func(c *charge) bool { return created.contains(c.CreatedAt.Unix()) }
 	var page []*charge
-	hasMore := false
+	var hasMore bool
 	switch {
 	case before != nil:
 		// The limit charges just newer than the cursor, still newest first.
-		end := 0
-		for end < len(matching) && matching[end].position > before.position {
-			end++
-		}
-		start := max(0, end-limit)
-		page, hasMore = matching[start:end], start > 0
+		page, hasMore = newerThan(charges, before.position, limit, inRange)
+		slices.Reverse(page)
+	case after != nil:
+		page, hasMore = olderThan(charges, after.position, limit, inRange)
 	default:
-		start := 0
-		if after != nil {
-			for start < len(matching) && matching[start].position >= after.position {
-				start++
-			}
-		}
-		end := min(len(matching), start+limit)
-		page, hasMore = matching[start:end], end < len(matching)
+		page, hasMore = olderThan(charges, len(charges), limit, inRange)
 	}
 
 	list := stripeList{Object: "list", Data: []stripePaymentIntent{}, HasMore: hasMore, URL: "/v1/payment_intents"}
@@ -216,22 +200,46 @@ func (s *Server) handleStripeList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, list)
 }
 
-// newestFirst returns the charges on disk, newest first.
-func (s *Server) newestFirst() []*charge {
+// ledgerView returns the charges in ledger order, oldest first. s.charges
+// only grows and a charge never changes once appended, so the slice is
+// read without s.mu; a page costs the charges it walks, never a copy of the
+// ledger.
+func (s *Server) ledgerView() []*charge {
 	s.mu.Lock()
-	charges := make([]*charge, 0, len(s.charges))
-	for i := len(s.charges) - 1; i >= 0; i-- {
-		charges = append(charges, s.charges[i])
-	}
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	return s.charges
+}
 
-	durable := charges[:0]
-	for _, c := range charges {
-		if c.committed.durable() {
-			durable = append(durable, c)
+// olderThan returns, newest first, up to limit of the durable charges that
+// keep accepts among those before position end, and whether there is
+// another.
+func olderThan(charges []*charge, end, limit int, keep func(*charge) bool) ([]*charge, bool) {
+	var page []*charge
+	for i := end - 1; i >= 0; i-- {
+		if c := charges[i]; c.committed.durable() && keep(c) {
+			if len(page) == limit {
+				return page, true
+			}
+			page = append(page, c)
 		}
 	}
-	return durable
+	return page, false
+}
+
+// newerThan returns, oldest first, up to limit of the durable charges that
+// keep accepts among those after position start, and whether there is
+// another.
+func newerThan(charges []*charge, start, limit int, keep func(*charge) bool) ([]*charge, bool) {
+	var page []*charge
+	for i := start + 1; i < len(charges); i++ {
+		if c := charges[i]; c.committed.durable() && keep(c) {
+			if len(page) == limit {
+				return page, true
+			}
+			page = append(page, c)
+		}
+	}
+	return page, false
 }
 
 // checkStripeQuery answers 400 for a query parameter the read does not
@@ -337,14 +345,14 @@ type stripeQuery struct {
 	status   string
 }
 
-// matches reports whether c satisfies every clause.
+// matches reports whether c satisfies every clause, reading the charge as
+// stripeIntent shows it without building the intent.
 func (q stripeQuery) matches(c *charge) bool {
-	intent := stripeIntent(c)
-	if q.status != "" && intent.Status != q.status {
+	if q.status != "" && stripeStatus(c) != q.status {
 		return false
 	}
 	for key, value := range q.metadata {
-		if intent.Metadata[key] != value {
+		if stripeMetadataValue(c, key) != value {
 			return false
 		}
 	}

@@ -189,7 +189,7 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 	if fenced > 0 {
 		rep.Fired["fenced_refusals"] = fenced
 	}
-	for _, name := range s.mustFire() {
+	for _, name := range s.sc.MustFire {
 		if rep.Fired[name] == 0 {
 			add(Violation{InvariantFaultsFired, name, "never happened, so this run proves nothing about it"})
 		}
@@ -338,22 +338,4 @@ func PrintViolations(w io.Writer, reports []Report) {
 			fmt.Fprintln(w, "  the negative control found no violation: the checker missed a double charge")
 		}
 	}
-}
-
-// mustFire is what the scenario requires to have happened, less what the
-// run's provider protocol cannot exercise: the Stripe adapter never uses
-// Stripe's search (it proves not-found with the consistent list endpoint,
-// docs/provider.md), so the fake's lookup_lag — Stripe's search index lag —
-// has nothing to delay in a Stripe run.
-func (s *system) mustFire() []string {
-	if s.runner.cfg.PSP != "stripe" {
-		return s.sc.MustFire
-	}
-	var out []string
-	for _, name := range s.sc.MustFire {
-		if name != "fault:lookup_lag" {
-			out = append(out, name)
-		}
-	}
-	return out
 }

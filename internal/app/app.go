@@ -232,12 +232,11 @@ func (o Options) ProviderClient() (psp.Provider, error) {
 			return nil, errors.New("the stripe provider needs an API key (STRIPE_API_KEY)")
 		}
 		// A lookup by reference must see every intent created while a
-		// request could still be applied: the slack covers the call timeout
-		// and the apply delay the reconciler assumes, besides clock skew.
-		slack := pspstripe.DefaultCreatedSlack + cmp.Or(cfg.Timeout, psp.DefaultTimeout) + o.Reconciler.Provider.MaxApplyDelay
+		// request could still be applied: up to the apply delay the
+		// reconciler assumes after the call's timeout.
 		return pspstripe.New(pspstripe.Config{
 			BaseURL: cfg.BaseURL, APIKey: o.StripeAPIKey, Timeout: cfg.Timeout, HTTPClient: cfg.HTTPClient,
-			CreatedSlack: slack, TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider,
+			ApplyDelay: o.Reconciler.Provider.MaxApplyDelay, TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider,
 		}), nil
 	default:
 		return nil, fmt.Errorf("provider kind %q: want %s or %s", o.ProviderKind, ProviderFake, ProviderStripe)

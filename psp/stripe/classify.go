@@ -34,6 +34,8 @@ const (
 	opRetrieve
 	// opList is one page of GET /v1/payment_intents.
 	opList
+	// opSearch is the first page of GET /v1/payment_intents/search.
+	opSearch
 )
 
 // pspOp is the psp.Op an op is recorded as: a charge, or a lookup.
@@ -44,14 +46,15 @@ func (o op) pspOp() psp.Op {
 	return psp.OpLookup
 }
 
-// intentPage is one page of GET /v1/payment_intents as stripe-go decodes
-// it. stripe-go's own page type is unexported and its iterator hides
-// has_more, which the scan must see to know that it read every page.
+// intentPage is one page of GET /v1/payment_intents, or of its search, as
+// stripe-go decodes it. stripe-go's own page types are unexported and its
+// iterators hide has_more, which the scan must see to know that it read
+// every page and the search to know that it saw every hit.
 type intentPage struct {
 	stripego.APIResource
-	stripego.ListMeta
-	Object string                    `json:"object"`
-	Data   []*stripego.PaymentIntent `json:"data"`
+	HasMore bool                      `json:"has_more"`
+	Object  string                    `json:"object"`
+	Data    []*stripego.PaymentIntent `json:"data"`
 }
 
 // attempt is everything classify needs to know about one request to Stripe.
@@ -97,8 +100,8 @@ type attempt struct {
 //   - An answer stripe-go could not read or decode, or a non-2xx one that
 //     is not a Stripe error (a proxy's page, a 3xx): the status rules of
 //     psp.Classify over an unreadable body (a 2xx is malformed_body).
-//   - A 2xx list page: nil error when it is a well-formed page (the scan
-//     reads it), malformed_body otherwise.
+//   - A 2xx list or search page: nil error when it is a well-formed page
+//     (the scan or the search reads it), malformed_body otherwise.
 //   - A 2xx PaymentIntent: chargeOf.
 //
 // A "not applied" whose answer Stripe replayed is made unknown
@@ -138,8 +141,8 @@ func classifyAnswer(a attempt) (psp.Charge, error) {
 		return psp.Classify(psp.Attempt{Op: a.op.pspOp(), Err: a.bodyErr, GotConn: true, WroteRequest: true, StatusCode: a.status})
 	}
 
-	if a.op == opList {
-		if err := checkPage(a.page); err != nil {
+	if a.op == opList || a.op == opSearch {
+		if err := checkPage(a.page, a.op); err != nil {
 			return psp.Charge{}, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "malformed_body", StatusCode: a.status, Err: err}
 		}
 		return psp.Charge{}, nil
@@ -148,12 +151,17 @@ func classifyAnswer(a attempt) (psp.Charge, error) {
 }
 
 // checkPage refuses a page that does not prove what it says: one that is
-// not a list, has an intent without an id, or claims more pages after an
-// empty one (a scan could not page on from it).
-func checkPage(page *intentPage) error {
+// not a list (a search_result, for a search), has an intent without an id,
+// or claims more pages after an empty one (a scan could not page on from
+// it).
+func checkPage(page *intentPage, o op) error {
+	object := "list"
+	if o == opSearch {
+		object = "search_result"
+	}
 	switch {
-	case page == nil || page.Object != "list":
-		return errors.New("answer is not a list")
+	case page == nil || page.Object != object:
+		return errors.New("answer is not a " + object)
 	case page.HasMore && len(page.Data) == 0:
 		return errors.New("empty page with has_more")
 	}

@@ -63,6 +63,12 @@ func TestClassify(t *testing.T) {
 		a.page.HasMore = hasMore
 		return a
 	}
+	searchPage := func(intents ...*stripego.PaymentIntent) attempt {
+		a := sent(opSearch)
+		a.status = 200
+		a.page = &intentPage{Object: "search_result", Data: intents}
+		return a
+	}
 	// stripeErr is an answer stripe-go decoded into a *stripego.Error.
 	stripeErr := func(o op, status int, typ stripego.ErrorType, code stripego.ErrorCode, edit ...func(*stripego.Error)) attempt {
 		e := &stripego.Error{Type: typ, Code: code, HTTPStatusCode: status, RequestID: "req_1",
@@ -175,6 +181,12 @@ func TestClassify(t *testing.T) {
 		{"list 500", stripeErr(opList, 500, stripego.ErrorTypeAPI, ""), want{kind: psp.ErrUnknownOutcome, reason: "status_500"}},
 		{"list 400", stripeErr(opList, 400, stripego.ErrorTypeInvalidRequest, "parameter_invalid_integer"), want{kind: psp.ErrUnknownOutcome, reason: "status_400", providerCode: "parameter_invalid_integer"}},
 		{"list not json", garbled(opList, 200, nil), want{kind: psp.ErrUnknownOutcome, reason: "malformed_body"}},
+
+		// A search page: the same rules, but a search_result.
+		{"search page", searchPage(intent("succeeded")), want{}},
+		{"search answered with a list", func() attempt { a := searchPage(); a.page.Object = "list"; return a }(), want{kind: psp.ErrUnknownOutcome, reason: "malformed_body"}},
+		{"search 400 is not a not-applied", stripeErr(opSearch, 400, stripego.ErrorTypeInvalidRequest, "parameter_invalid"), want{kind: psp.ErrUnknownOutcome, reason: "status_400", providerCode: "parameter_invalid"}},
+		{"search 429", stripeErr(opSearch, 429, stripego.ErrorTypeInvalidRequest, "rate_limit"), want{kind: psp.ErrUnknownOutcome, reason: "status_429", providerCode: "rate_limit"}},
 	}
 
 	for _, tc := range tests {

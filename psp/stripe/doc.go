@@ -28,30 +28,33 @@
 // # What a lookup proves
 //
 // The adapter declares a strongly consistent lookup by reference, and that
-// is honest because of which Stripe endpoint it uses. Stripe's search
-// (GET /v1/payment_intents/search, which can query metadata directly) is
-// eventually consistent: Stripe documents that new data is usually
-// searchable within a minute and can lag by an hour in outages, so a search
-// that finds nothing proves nothing. The list endpoint
-// (GET /v1/payment_intents) reads the same store as a retrieve and is
-// consistent, but cannot filter by metadata. Find therefore lists every
-// PaymentIntent created in [FirstSent − CreatedSlack, LastSent +
-// CreatedSlack], page by page with starting_after, and matches the
-// metadata key chargeflow_charge itself. Only a complete scan, every page
-// read and decoded, with no match is psp.ErrNotFound; two matches would be
-// a double charge and are an unknown outcome (multiple_matches) for a
-// person, never a pick. Search is not used at all.
+// is honest because of which Stripe endpoint proves a not-found. Stripe's
+// search (GET /v1/payment_intents/search) can query metadata directly but
+// is eventually consistent: Stripe documents that new data is usually
+// searchable within a minute and can lag by an hour in outages. So a search
+// hit proves the intent exists (its state is then read by a retrieve, which
+// is consistent), and a search miss proves nothing. Only then does Find
+// scan: the list endpoint (GET /v1/payment_intents) reads the same store as
+// a retrieve and is consistent, but cannot filter by metadata, so Find
+// lists every PaymentIntent created in [FirstSent − ClockSkew, LastSent +
+// Timeout + ApplyDelay + ClockSkew], page by page with starting_after, and
+// matches the metadata key chargeflow_charge itself. Only a complete scan,
+// every page read and decoded, with no match is psp.ErrNotFound; two
+// matches, in the search or in the scan, would be a double charge and are
+// an unknown outcome (multiple_matches) for a person, never a pick.
+// Searching first keeps a lookup's cost from growing with the account's
+// charge rate: a scan reads every intent created in its window.
 //
 // What would break the promise is a created-time window that misses the
 // intent: Stripe stamps created when it executes the request, on its own
-// clock, while FirstSent and LastSent are ours. The slack must exceed the
-// clock skew between the two plus the longest a request may wait at Stripe
-// before executing (the call timeout, and the reconciler's
-// --max-apply-delay). internal/app gives it DefaultCreatedSlack, ten
-// minutes for clock skew alone, plus both. A scan longer than MaxPages pages, or one that
-// runs out of time, is an unknown outcome rather than a not-found. When an
-// earlier answer named the PaymentIntent's id, Find retrieves it by that id
-// instead, which is strongly consistent on its own.
+// clock, while FirstSent and LastSent are ours. Stripe cannot execute a
+// send before we make it, and executes the last one within the call
+// timeout and the apply delay the reconciler assumes (--max-apply-delay,
+// which internal/app passes as ApplyDelay); ClockSkew, a minute by
+// default, covers the clocks. A scan longer than MaxPages pages, or one
+// that runs out of time, is an unknown outcome rather than a not-found.
+// When an earlier answer named the PaymentIntent's id, Find retrieves it by
+// that id instead, which is strongly consistent on its own.
 //
 // The key window is 24 hours: Stripe documents that it may prune an
 // idempotency key once it is at least 24 hours old, so that is all it

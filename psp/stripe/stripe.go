@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -28,10 +29,11 @@ const (
 	// it documents that keys may be pruned once at least 24 hours old.
 	KeyWindow = 24 * time.Hour
 
-	// DefaultCreatedSlack widens a lookup's created-time window on both
-	// sides; see the package doc. internal/app adds the call timeout and
-	// the reconciler's apply delay to it.
-	DefaultCreatedSlack = 10 * time.Minute
+	// DefaultClockSkew is how far Stripe's clock may be from ours: a
+	// lookup's created-time window is widened by it on both sides. See the
+	// package doc for why a minute is generous and what a larger skew
+	// would cost.
+	DefaultClockSkew = time.Minute
 
 	// DefaultPageSize is Stripe's largest list page.
 	DefaultPageSize = 100
@@ -58,9 +60,14 @@ type Config struct {
 	// retrieve, one page of a lookup's scan. Defaults to psp.DefaultTimeout.
 	Timeout time.Duration
 
-	// CreatedSlack widens a lookup by reference's created-time window on
-	// both sides. Defaults to DefaultCreatedSlack.
-	CreatedSlack time.Duration
+	// ClockSkew widens a lookup by reference's created-time window on both
+	// sides. Defaults to DefaultClockSkew.
+	ClockSkew time.Duration
+
+	// ApplyDelay is how long after a request's timeout Stripe may still
+	// execute it: the reconciler's --max-apply-delay. It widens the window
+	// after the last send, on top of Timeout.
+	ApplyDelay time.Duration
 
 	// PageSize and MaxPages shape a lookup by reference's scan. Default
 	// DefaultPageSize and DefaultMaxPages.
@@ -80,14 +87,15 @@ type Config struct {
 
 // Adapter is the psp.Provider for Stripe. It is safe for concurrent use.
 type Adapter struct {
-	client       *stripego.Client
-	backend      stripego.Backend
-	apiKey       string
-	timeout      time.Duration
-	createdSlack time.Duration
-	pageSize     int64
-	maxPages     int
-	telemetry    psp.Telemetry
+	client     *stripego.Client
+	backend    stripego.Backend
+	apiKey     string
+	timeout    time.Duration
+	clockSkew  time.Duration
+	applyDelay time.Duration
+	pageSize   int64
+	maxPages   int
+	telemetry  psp.Telemetry
 }
 
 // Adapter is a psp.Provider.
@@ -107,14 +115,15 @@ func New(cfg Config) *Adapter {
 		LeveledLogger: &stripego.LeveledLogger{Level: stripego.LevelNull},
 	})
 	return &Adapter{
-		client:       stripego.NewClient(cfg.APIKey, stripego.WithBackends(backends)),
-		backend:      backends.API,
-		apiKey:       cfg.APIKey,
-		timeout:      cmp.Or(cfg.Timeout, psp.DefaultTimeout),
-		createdSlack: cmp.Or(cfg.CreatedSlack, DefaultCreatedSlack),
-		pageSize:     cmp.Or(cfg.PageSize, DefaultPageSize),
-		maxPages:     cmp.Or(cfg.MaxPages, DefaultMaxPages),
-		telemetry:    psp.NewTelemetry(cfg.TracerProvider, cfg.MeterProvider, baseURL),
+		client:     stripego.NewClient(cfg.APIKey, stripego.WithBackends(backends)),
+		backend:    backends.API,
+		apiKey:     cfg.APIKey,
+		timeout:    cmp.Or(cfg.Timeout, psp.DefaultTimeout),
+		clockSkew:  cmp.Or(cfg.ClockSkew, DefaultClockSkew),
+		applyDelay: cfg.ApplyDelay,
+		pageSize:   cmp.Or(cfg.PageSize, DefaultPageSize),
+		maxPages:   cmp.Or(cfg.MaxPages, DefaultMaxPages),
+		telemetry:  psp.NewTelemetry(cfg.TracerProvider, cfg.MeterProvider, baseURL),
 	}
 }
 
@@ -122,8 +131,8 @@ func New(cfg Config) *Adapter {
 func (a *Adapter) Timeout() time.Duration { return a.timeout }
 
 // Capabilities are Stripe's: a 24-hour key window, a strongly consistent
-// lookup by reference (the list endpoint, not search; see the package
-// doc) and a strong retrieve by PaymentIntent id.
+// lookup by reference (search finds, the list endpoint proves not-found;
+// see the package doc) and a strong retrieve by PaymentIntent id.
 func (a *Adapter) Capabilities() psp.Capabilities {
 	return psp.Capabilities{
 		Name:         Name,
@@ -194,13 +203,14 @@ func (a *Adapter) charge(ctx context.Context, req psp.ChargeRequest, header http
 
 // Find looks a charge up: by q.ProviderID when an earlier answer named the
 // PaymentIntent (a retrieve; 404 resource_missing is psp.ErrNotFound),
-// else by q.Reference, listing the intents created around the charge's
-// sends and matching their metadata (see the package doc). It returns
-// psp.ErrNotFound only after a complete scan found no match; every failure
-// is a *psp.Error of kind ErrUnknownOutcome. Each request (the retrieve,
-// each page of a scan) is one call bounded by Timeout; a scan reads at most
-// MaxPages of them. Bounding the whole scan by one call's timeout would make
-// a busy window time out every lookup, for ever.
+// else by q.Reference: a search on its metadata, and when the search finds
+// nothing, a scan of the intents created around the charge's sends (see
+// the package doc). It returns psp.ErrNotFound only after a complete scan
+// found no match; every failure is a *psp.Error of kind ErrUnknownOutcome.
+// Each request (the retrieve, the search, each page of a scan) is one call
+// bounded by Timeout; a scan reads at most MaxPages of them. Bounding the
+// whole scan by one call's timeout would make a busy window time out every
+// lookup, for ever.
 func (a *Adapter) Find(ctx context.Context, q psp.LookupRequest) (psp.Charge, error) {
 	start := time.Now()
 	header := http.Header{}
@@ -228,7 +238,64 @@ func (a *Adapter) find(ctx context.Context, q psp.LookupRequest, header http.Hea
 		return a.retrieve(ctx, q.ProviderID, header)
 	}
 	span.SetAttributes(attribute.String("psp.lookup.by", string(psp.LookupByReference)))
-	return a.scan(ctx, q, header, span)
+	hits, err := a.search(ctx, q.Reference, header)
+	if err != nil {
+		return psp.Charge{}, err
+	}
+	span.SetAttributes(attribute.Int("psp.lookup.search_hits", len(hits)))
+	switch len(hits) {
+	case 0:
+		// Search is eventually consistent: no hit proves nothing.
+		return a.scan(ctx, q, header, span)
+	case 1:
+		// The search proved the intent exists; its state is the
+		// retrieve's, which is consistent where the search's copy may lag.
+		found, err := a.retrieve(ctx, hits[0].ID, header)
+		if err == nil && found.Reference != q.Reference {
+			return psp.Charge{}, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "reference_mismatch", ProviderID: hits[0].ID,
+				Err: fmt.Errorf("payment intent %s was found by its reference but no longer carries it", hits[0].ID)}
+		}
+		if errors.Is(err, psp.ErrNotFound) {
+			// Found by search, missing by id: nothing is proven.
+			return psp.Charge{}, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "search_hit_missing", ProviderID: hits[0].ID,
+				Err: fmt.Errorf("payment intent %s was found by search but not by id", hits[0].ID)}
+		}
+		return found, err
+	default:
+		return matchReference(hits, q.Reference)
+	}
+}
+
+// search asks Stripe's search for the intents whose metadata holds
+// reference, and returns those that do (a search is trusted for what it
+// finds, checked all the same). More than a page of hits is as many as a
+// page: two are already a double charge for a person to look at.
+func (a *Adapter) search(ctx context.Context, reference string, header http.Header) ([]*stripego.PaymentIntent, error) {
+	params := &stripego.PaymentIntentSearchParams{}
+	params.Query = searchQuery(reference)
+	params.Limit = stripego.Int64(searchLimit)
+	page, err := a.readPage(ctx, opSearch, "/v1/payment_intents/search", params, header)
+	if err != nil {
+		return nil, err
+	}
+	var hits []*stripego.PaymentIntent
+	for _, pi := range page.Data {
+		if pi.Metadata[MetadataKey] == reference {
+			hits = append(hits, pi)
+		}
+	}
+	return hits, nil
+}
+
+// searchLimit is the search page the adapter reads: one hit is the
+// answer, and any more are a double charge.
+const searchLimit = 10
+
+// searchQuery is Stripe's search query for a metadata value: the value
+// quoted, with quotes and backslashes escaped.
+func searchQuery(reference string) string {
+	escaped := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(reference)
+	return "metadata['" + MetadataKey + "']:'" + escaped + "'"
 }
 
 // retrieve gets one PaymentIntent by id.
@@ -252,10 +319,12 @@ func (a *Adapter) scan(ctx context.Context, q psp.LookupRequest, header http.Hea
 	if to.Before(from) {
 		from, to = to, from
 	}
-	// created is in whole seconds: round the window outwards.
-	until := to.Add(a.createdSlack)
+	// Stripe cannot execute a request before we send it, and executes the
+	// last send within its timeout and apply delay; its clock may be off
+	// ours by the skew. created is in whole seconds: round outwards.
+	until := to.Add(a.timeout + a.applyDelay + a.clockSkew)
 	created := &stripego.RangeQueryParams{
-		GreaterThanOrEqual: from.Add(-a.createdSlack).Unix(),
+		GreaterThanOrEqual: from.Add(-a.clockSkew).Unix(),
 		LesserThanOrEqual:  until.Unix(),
 	}
 	if until.Nanosecond() > 0 {
@@ -282,24 +351,28 @@ func (a *Adapter) scan(ctx context.Context, q psp.LookupRequest, header http.Hea
 	}
 }
 
-// listPage reads one page of GET /v1/payment_intents through stripe-go's
-// backend (its iterator hides has_more), and classifies it.
+// listPage reads one page of GET /v1/payment_intents.
 func (a *Adapter) listPage(ctx context.Context, created *stripego.RangeQueryParams, startingAfter string, header http.Header) (*intentPage, error) {
 	params := &stripego.PaymentIntentListParams{CreatedRange: created}
 	params.Limit = stripego.Int64(a.pageSize)
 	if startingAfter != "" {
 		params.StartingAfter = stripego.String(startingAfter)
 	}
+	return a.readPage(ctx, opList, "/v1/payment_intents", params, header)
+}
+
+// readPage reads one page of a list or a search through stripe-go's
+// backend (its iterators hide has_more), and classifies it.
+func (a *Adapter) readPage(ctx context.Context, o op, path string, params any, header http.Header) (*intentPage, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	ctx, obs := observe(ctx, header)
-	params.Context = ctx
 	values := &form.Values{}
 	form.AppendTo(values, params)
 
 	page := &intentPage{}
-	err := a.backend.CallRaw(http.MethodGet, "/v1/payment_intents", a.apiKey, []byte(values.Encode()), params.GetParams(), page)
-	at := obs.attempt(opList, err)
+	err := a.backend.CallRaw(http.MethodGet, path, a.apiKey, []byte(values.Encode()), &stripego.Params{Context: ctx}, page)
+	at := obs.attempt(o, err)
 	if err == nil {
 		at.page = page
 	}

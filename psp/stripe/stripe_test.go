@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -354,43 +355,66 @@ func TestFindByProviderID(t *testing.T) {
 	}
 }
 
-// listServer serves GET /v1/payment_intents over intents (newest first) as
-// Stripe does: the created filter, limit and starting_after.
-func listServer(t *testing.T, intents []string, created []int64, fail func(page int) bool) *stripeServer {
+// readServer serves Stripe's reads over intents (newest first, each
+// created at created[i] and filed under references[i]) as Stripe does: the
+// list with its created filter, limit and starting_after; a retrieve by
+// id; and a search on the reference that sees only the intents indexed
+// reports, each in a stale copy whose status is still "processing". fail
+// answers a 500 to the request-th request (1-based) it reports.
+type readServer struct {
+	intents, references []string
+	created             []int64
+	indexed             func(i int) bool
+	fail                func(request int) bool
+}
+
+func (rs readServer) start(t *testing.T) *stripeServer {
 	t.Helper()
-	var pages atomic.Int32
+	var requests atomic.Int32
+	id := func(i int) string { return fmt.Sprintf("pi_%d", i) }
+	page := func(object, path string, bodies []string, hasMore bool) string {
+		return fmt.Sprintf(`{"object":%q,"url":%q,"has_more":%t,"data":[%s]}`, object, path, hasMore, strings.Join(bodies, ","))
+	}
 	return startStripeServer(t, func(w http.ResponseWriter, r *http.Request) {
-		page := int(pages.Add(1))
-		if fail != nil && fail(page) {
+		if rs.fail != nil && rs.fail(int(requests.Add(1))) {
 			answer(500, errorJSON("api_error", "", "Something went wrong."))(w, r)
 			return
 		}
 		q := r.URL.Query()
-		gte, _ := strconv.ParseInt(q.Get("created[gte]"), 10, 64)
-		lte, _ := strconv.ParseInt(q.Get("created[lte]"), 10, 64)
-		limit, _ := strconv.Atoi(q.Get("limit"))
-		var ids []string
-		var bodies []string
-		for i, body := range intents {
-			if created[i] >= gte && created[i] <= lte {
-				ids = append(ids, fmt.Sprintf("pi_%d", i))
-				bodies = append(bodies, body)
+		switch path := r.URL.Path; path {
+		case "/v1/payment_intents/search":
+			var hits []string
+			for i := range rs.intents {
+				if rs.indexed != nil && rs.indexed(i) && q.Get("query") == "metadata['chargeflow_charge']:'"+rs.references[i]+"'" {
+					hits = append(hits, intentJSON(id(i), "processing", rs.references[i], rs.created[i]))
+				}
 			}
-		}
-		start := 0
-		if after := q.Get("starting_after"); after != "" {
-			start = slices.Index(ids, after) + 1
-		}
-		end := min(start+limit, len(bodies))
-		data := "["
-		for i, body := range bodies[start:end] {
-			if i > 0 {
-				data += ","
+			answer(200, page("search_result", path, hits, false))(w, r)
+		case "/v1/payment_intents":
+			gte, _ := strconv.ParseInt(q.Get("created[gte]"), 10, 64)
+			lte, _ := strconv.ParseInt(q.Get("created[lte]"), 10, 64)
+			limit, _ := strconv.Atoi(q.Get("limit"))
+			var ids, bodies []string
+			for i, body := range rs.intents {
+				if rs.created[i] >= gte && rs.created[i] <= lte {
+					ids, bodies = append(ids, id(i)), append(bodies, body)
+				}
 			}
-			data += body
+			start := 0
+			if after := q.Get("starting_after"); after != "" {
+				start = slices.Index(ids, after) + 1
+			}
+			end := min(start+limit, len(bodies))
+			answer(200, page("list", path, bodies[start:end], end < len(bodies)))(w, r)
+		default:
+			for i := range rs.intents {
+				if path == "/v1/payment_intents/"+id(i) && rs.intents[i] != "" {
+					answer(200, rs.intents[i])(w, r)
+					return
+				}
+			}
+			answer(404, errorJSON("invalid_request_error", "resource_missing", "No such payment_intent"))(w, r)
 		}
-		data += "]"
-		answer(200, fmt.Sprintf(`{"object":"list","url":"/v1/payment_intents","has_more":%t,"data":%s}`, end < len(bodies), data))(w, r)
 	})
 }
 
@@ -398,10 +422,11 @@ func TestFindByReference(t *testing.T) {
 	t.Parallel()
 
 	sent := time.Unix(1_800_000_000, 500_000_000)
-	slack := 10 * time.Minute
+	skew := 10 * time.Minute
+	timeout := 2 * time.Second // newAdapter's
 	// Seven intents created around the send, newest first; pi_5 is ours.
 	// pi_0 was created after the window and pi_6 before it.
-	created := []int64{sent.Add(slack + 2*time.Second).Unix(), sent.Add(time.Minute).Unix(), sent.Unix() + 1, sent.Unix(), sent.Unix(), sent.Unix() - 1, sent.Add(-slack - time.Second).Unix()}
+	created := []int64{sent.Add(timeout + skew + 2*time.Second).Unix(), sent.Add(time.Minute).Unix(), sent.Unix() + 1, sent.Unix(), sent.Unix(), sent.Unix() - 1, sent.Add(-skew - time.Second).Unix()}
 	references := []string{"ch_1", "ch_a", "ch_b", "ch_c", "ch_d", "ch_1", "ch_1"}
 	intents := func(status map[int]string) []string {
 		out := make([]string, len(created))
@@ -410,60 +435,144 @@ func TestFindByReference(t *testing.T) {
 		}
 		return out
 	}
+	unindexed := func(status map[int]string) readServer {
+		return readServer{intents: intents(status), references: references, created: created}
+	}
 	q := psp.LookupRequest{Key: "pk_1", Reference: "ch_1", FirstSent: sent, LastSent: sent}
-	small := func(c *pspstripe.Config) { c.PageSize, c.CreatedSlack = 2, slack }
+	small := func(c *pspstripe.Config) { c.PageSize, c.ClockSkew = 2, skew }
+	succeeded := psp.Charge{ID: "pi_5", Status: psp.StatusSucceeded, Amount: 1000, Currency: "USD", Reference: "ch_1"}
 
-	t.Run("found on the third page", func(t *testing.T) {
+	t.Run("searched first, then found on the third page of the window", func(t *testing.T) {
 		t.Parallel()
 
-		server := listServer(t, intents(nil), created, nil)
+		server := unindexed(nil).start(t)
 		charge, err := newAdapter(server.URL, small).Find(t.Context(), q)
 		require.NoError(t, err)
-		require.Equal(t, psp.Charge{ID: "pi_5", Status: psp.StatusSucceeded, Amount: 1000, Currency: "USD", Reference: "ch_1"}, charge)
+		require.Equal(t, succeeded, charge)
 
-		require.Equal(t, 3, server.count(), "every page of the window, and no more")
+		require.Equal(t, 4, server.count(), "the search, then every page of the window and no more")
+		req, form := server.request(0)
+		require.Equal(t, "/v1/payment_intents/search", req.URL.Path)
+		require.Equal(t, "metadata['chargeflow_charge']:'ch_1'", form.Get("query"))
 		var after []string
-		for i := range 3 {
+		for i := 1; i < 4; i++ {
 			req, form := server.request(i)
 			require.Equal(t, "/v1/payment_intents", req.URL.Path)
-			require.Equal(t, strconv.FormatInt(sent.Add(-slack).Unix(), 10), form.Get("created[gte]"))
-			require.Equal(t, strconv.FormatInt(sent.Add(slack).Unix()+1, 10), form.Get("created[lte]"), "rounded outwards")
+			require.Equal(t, strconv.FormatInt(sent.Add(-skew).Unix(), 10), form.Get("created[gte]"), "a send cannot be executed before it is sent")
+			require.Equal(t, strconv.FormatInt(sent.Add(timeout+skew).Unix()+1, 10), form.Get("created[lte]"), "the last send may execute until its timeout; rounded outwards")
 			require.Equal(t, "2", form.Get("limit"))
 			after = append(after, form.Get("starting_after"))
 		}
 		require.Equal(t, []string{"", "pi_2", "pi_4"}, after)
 	})
 
+	t.Run("the apply delay widens the window after the last send", func(t *testing.T) {
+		t.Parallel()
+
+		server := unindexed(nil).start(t)
+		delayed := func(c *pspstripe.Config) { c.ApplyDelay = 3 * time.Second }
+		_, err := newAdapter(server.URL, small, delayed).Find(t.Context(), q)
+		requirePSPError(t, err, psp.ErrUnknownOutcome, "multiple_matches") // pi_0 is in the wider window
+		_, form := server.request(1)
+		require.Equal(t, strconv.FormatInt(sent.Add(timeout+3*time.Second+skew).Unix()+1, 10), form.Get("created[lte]"))
+	})
+
+	t.Run("a search hit is retrieved by id, no scan", func(t *testing.T) {
+		t.Parallel()
+
+		rs := unindexed(nil)
+		rs.indexed = func(i int) bool { return i == 5 }
+		server := rs.start(t)
+		charge, err := newAdapter(server.URL, small).Find(t.Context(), q)
+		require.NoError(t, err)
+		require.Equal(t, succeeded, charge, "the retrieve's state, not the search's stale copy")
+		require.Equal(t, 2, server.count())
+		req, _ := server.request(1)
+		require.Equal(t, "/v1/payment_intents/pi_5", req.URL.Path)
+	})
+
+	t.Run("a search hit that is not ours by id proves nothing", func(t *testing.T) {
+		t.Parallel()
+
+		for body, reason := range map[string]string{
+			intentJSON("pi_5", "succeeded", "ch_other", created[5]): "reference_mismatch",
+			"": "search_hit_missing",
+		} {
+			rs := unindexed(nil)
+			rs.indexed = func(i int) bool { return i == 5 }
+			rs.intents[5] = body
+			server := rs.start(t)
+			_, err := newAdapter(server.URL, small).Find(t.Context(), q)
+			pspErr := requirePSPError(t, err, psp.ErrUnknownOutcome, reason)
+			require.Equal(t, "pi_5", pspErr.ProviderID)
+			require.Equal(t, 2, server.count(), "no scan either")
+		}
+	})
+
+	t.Run("two search hits are never a pick", func(t *testing.T) {
+		t.Parallel()
+
+		rs := unindexed(nil)
+		rs.indexed = func(int) bool { return true }
+		server := rs.start(t)
+		_, err := newAdapter(server.URL, small).Find(t.Context(), q)
+		requirePSPError(t, err, psp.ErrUnknownOutcome, "multiple_matches")
+		require.Equal(t, 1, server.count(), "no scan after the search proved a double charge")
+	})
+
+	t.Run("a failed search proves nothing and scans nothing", func(t *testing.T) {
+		t.Parallel()
+
+		rs := unindexed(nil)
+		rs.fail = func(request int) bool { return request == 1 }
+		server := rs.start(t)
+		_, err := newAdapter(server.URL, small).Find(t.Context(), q)
+		requirePSPError(t, err, psp.ErrUnknownOutcome, "status_500")
+		require.Equal(t, 1, server.count())
+	})
+
+	t.Run("the search query escapes the reference", func(t *testing.T) {
+		t.Parallel()
+
+		server := unindexed(nil).start(t)
+		odd := q
+		odd.Reference = `ch_'x\`
+		_, err := newAdapter(server.URL, small).Find(t.Context(), odd)
+		require.Equal(t, psp.ErrNotFound, err)
+		_, form := server.request(0)
+		require.Equal(t, `metadata['chargeflow_charge']:'ch_\'x\\'`, form.Get("query"))
+	})
+
 	t.Run("not found after a complete scan", func(t *testing.T) {
 		t.Parallel()
 
-		server := listServer(t, intents(nil), created, nil)
+		server := unindexed(nil).start(t)
 		notOurs := q
 		notOurs.Reference = "ch_nobody"
 		_, err := newAdapter(server.URL, small).Find(t.Context(), notOurs)
 		require.Equal(t, psp.ErrNotFound, err)
-		require.Equal(t, 3, server.count())
+		require.Equal(t, 4, server.count())
 	})
 
 	t.Run("a non-final match names the intent", func(t *testing.T) {
 		t.Parallel()
 
-		server := listServer(t, intents(map[int]string{5: "requires_action"}), created, nil)
+		server := unindexed(map[int]string{5: "requires_action"}).start(t)
 		_, err := newAdapter(server.URL, small).Find(t.Context(), q)
 		pspErr := requirePSPError(t, err, psp.ErrUnknownOutcome, "intent_requires_action")
 		require.Equal(t, "pi_5", pspErr.ProviderID)
 	})
 
-	t.Run("two matches are never a pick", func(t *testing.T) {
+	t.Run("two matches in the window are never a pick", func(t *testing.T) {
 		t.Parallel()
 
-		twice := slices.Clone(references)
-		twice[2] = "ch_1"
-		bodies := make([]string, len(created))
+		rs := unindexed(nil)
+		rs.references = slices.Clone(references)
+		rs.references[2] = "ch_1"
 		for i := range created {
-			bodies[i] = intentJSON(fmt.Sprintf("pi_%d", i), "succeeded", twice[i], created[i])
+			rs.intents[i] = intentJSON(fmt.Sprintf("pi_%d", i), "succeeded", rs.references[i], created[i])
 		}
-		server := listServer(t, bodies, created, nil)
+		server := rs.start(t)
 		_, err := newAdapter(server.URL, small).Find(t.Context(), q)
 		pspErr := requirePSPError(t, err, psp.ErrUnknownOutcome, "multiple_matches")
 		require.Empty(t, pspErr.ProviderID)
@@ -472,27 +581,44 @@ func TestFindByReference(t *testing.T) {
 	t.Run("a failed page proves nothing", func(t *testing.T) {
 		t.Parallel()
 
-		server := listServer(t, intents(nil), created, func(page int) bool { return page == 2 })
+		rs := unindexed(nil)
+		rs.fail = func(request int) bool { return request == 3 }
+		server := rs.start(t)
 		_, err := newAdapter(server.URL, small).Find(t.Context(), q)
 		requirePSPError(t, err, psp.ErrUnknownOutcome, "status_500")
-		require.Equal(t, 2, server.count())
+		require.Equal(t, 3, server.count(), "the search, a page, and the failed page")
 	})
 
 	t.Run("a scan longer than allowed proves nothing", func(t *testing.T) {
 		t.Parallel()
 
-		server := listServer(t, intents(nil), created, nil)
+		server := unindexed(nil).start(t)
 		_, err := newAdapter(server.URL, small, func(c *pspstripe.Config) { c.MaxPages = 2 }).Find(t.Context(), q)
 		requirePSPError(t, err, psp.ErrUnknownOutcome, "scan_too_long")
-		require.Equal(t, 2, server.count())
+		require.Equal(t, 3, server.count())
 	})
 
 	t.Run("a page that is not a list proves nothing", func(t *testing.T) {
 		t.Parallel()
 
-		server := startStripeServer(t, answer(200, `{}`))
+		server := startStripeServer(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/payment_intents/search" {
+				answer(200, `{"object":"search_result","has_more":false,"data":[]}`)(w, r)
+				return
+			}
+			answer(200, `{}`)(w, r)
+		})
 		_, err := newAdapter(server.URL).Find(t.Context(), q)
 		requirePSPError(t, err, psp.ErrUnknownOutcome, "malformed_body")
+	})
+
+	t.Run("a search answer that is not a search result proves nothing", func(t *testing.T) {
+		t.Parallel()
+
+		server := startStripeServer(t, answer(200, `{"object":"list","has_more":false,"data":[]}`))
+		_, err := newAdapter(server.URL).Find(t.Context(), q)
+		requirePSPError(t, err, psp.ErrUnknownOutcome, "malformed_body")
+		require.Equal(t, 1, server.count())
 	})
 
 	t.Run("a lookup without times or reference is refused", func(t *testing.T) {
@@ -534,6 +660,10 @@ func TestTelemetry(t *testing.T) {
 	server := startStripeServer(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
 			answer(200, intentJSON("pi_1", "succeeded", "ch_1", 1))(w, r)
+			return
+		}
+		if r.URL.Path == "/v1/payment_intents/search" {
+			answer(200, `{"object":"search_result","has_more":false,"data":[]}`)(w, r)
 			return
 		}
 		answer(200, `{"object":"list","has_more":false,"data":[]}`)(w, r)
