@@ -19,6 +19,7 @@ import (
 	"chargeflow/intent"
 	"chargeflow/operator"
 	"chargeflow/psp"
+	"chargeflow/settle"
 	"chargeflow/submit"
 )
 
@@ -269,9 +270,11 @@ func (s *Server) verifyResolution(ctx context.Context, charge intent.Charge, r r
 				"resolve it to succeeded or failed with the provider's records")
 		}
 	}
-	found, err := s.cfg.ProviderClient.Find(ctx, psp.LookupRequest{Key: charge.ProviderKey, Reference: charge.ID,
-		ProviderID: charge.ProviderChargeID, FirstSent: timeOr(charge.FirstAttemptAt, charge.CreatedAt),
-		LastSent: timeOr(charge.LastAttemptAt, charge.CreatedAt)})
+	q, err := settle.LookupOf(ctx, s.cfg.DB, charge)
+	if err != nil {
+		return err
+	}
+	found, err := s.cfg.ProviderClient.Find(ctx, q)
 	notFound := errors.Is(err, psp.ErrNotFound)
 	if err != nil && !notFound {
 		p := problem(CodeProviderUnavailable, "the provider could not be asked about this charge ("+psp.ReasonOf(err)+"); nothing was changed")
@@ -363,12 +366,4 @@ func resolutionOf(v jsoncanon.Value) (resolution, error) {
 		return resolution{}, fieldProblem(CodeInvalidField, "failure_code", "only a failed resolution has a failure code")
 	}
 	return r, nil
-}
-
-// timeOr returns *t, or fallback when t is nil (a time not yet recorded).
-func timeOr(t *time.Time, fallback time.Time) time.Time {
-	if t == nil {
-		return fallback
-	}
-	return *t
 }

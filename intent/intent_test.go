@@ -250,6 +250,42 @@ func TestMoveCharge(t *testing.T) {
 		require.Equal(t, []string{">pending:accepted:0", "pending>submitting:submit:1", "submitting>unknown:timeout:1", "unknown>succeeded:lookup_found:1"}, moves)
 	})
 
+	t.Run("SendTimesAreTheMovesToSubmitting", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		c := b.accept(ctx, t, "sends-000000000001")
+		other := b.accept(ctx, t, "sends-000000000002")
+
+		sends, err := intent.SendTimes(ctx, b.pool, b.tenantID, c.ID)
+		require.NoError(t, err)
+		require.Empty(t, sends, "never sent")
+
+		var moved []intent.Charge
+		for _, m := range []struct{ from, to intent.State }{
+			{intent.StatePending, intent.StateSubmitting}, {intent.StateSubmitting, intent.StatePending},
+			{intent.StatePending, intent.StateSubmitting}, {intent.StateSubmitting, intent.StateUnknown},
+		} {
+			got, err := intent.MoveCharge(ctx, b.pool, intent.Move{TenantID: b.tenantID, ChargeID: c.ID, From: m.from, To: m.to,
+				Actor: "worker", Reason: "test", CountAttempt: m.to == intent.StateSubmitting})
+			require.NoError(t, err)
+			if m.to == intent.StateSubmitting {
+				moved = append(moved, got)
+			}
+		}
+		_, err = intent.MoveCharge(ctx, b.pool, intent.Move{TenantID: b.tenantID, ChargeID: other.ID, From: intent.StatePending,
+			To: intent.StateSubmitting, Actor: "worker", Reason: "test", CountAttempt: true})
+		require.NoError(t, err)
+
+		sends, err = intent.SendTimes(ctx, b.pool, b.tenantID, c.ID)
+		require.NoError(t, err)
+		require.Len(t, sends, 2, "one per attempt, none of another charge's")
+		for i, send := range sends {
+			require.False(t, send.Before(*moved[i].LastAttemptAt), "recorded in the move's transaction, before the request left")
+			require.WithinDuration(t, *moved[i].LastAttemptAt, send, time.Second)
+		}
+		require.True(t, sends[0].Before(sends[1]), "oldest first")
+	})
+
 	t.Run("CompareAndSetNeverOverwrites", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t)

@@ -239,6 +239,22 @@ func List(ctx context.Context, db DB, p ListParams) ([]Charge, bool, error) {
 	return charges, false, nil
 }
 
+// SendTimes returns when each attempt of a charge was sent, oldest first:
+// the times of its moves to submitting, each committed just before its
+// request left.
+func SendTimes(ctx context.Context, db DB, tenantID, chargeID string) ([]time.Time, error) {
+	rows, err := db.Query(ctx, `SELECT created_at FROM charge_events
+		WHERE tenant_id = $1 AND charge_id = $2 AND to_state = 'submitting' ORDER BY id`, tenantID, chargeID)
+	if err != nil {
+		return nil, fmt.Errorf("send times of %s: %w", chargeID, err)
+	}
+	sends, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return nil, fmt.Errorf("send times of %s: %w", chargeID, err)
+	}
+	return sends, nil
+}
+
 // Events returns a charge's audit trail, oldest first. Every charge has at
 // least its creation event, so none means the charge is not the tenant's.
 func Events(ctx context.Context, db DB, tenantID, chargeID string) ([]Event, error) {

@@ -90,4 +90,9 @@ type LookupRequest struct {
 	// reference can search the provider's records of that time only.
 	FirstSent time.Time
 	LastSent  time.Time
+	// Sends, when the caller knows them, are the times each attempt was
+	// sent, oldest first, between FirstSent and LastSent: a lookup by
+	// reference can then search around each rather than the whole span,
+	// which a crashed worker's rescue can stretch to minutes.
+	Sends []time.Time
 }

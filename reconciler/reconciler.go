@@ -464,9 +464,12 @@ func (r *Reconciler) decideAndWrite(ctx context.Context, log *slog.Logger, l int
 	if err := r.limiter.Wait(ctx); err != nil {
 		return Result{}, err
 	}
+	q, err := settle.LookupOf(ctx, r.cfg.DB, c)
+	if err != nil {
+		return Result{}, err
+	}
 	// The client bounds the lookup with its call timeout.
-	found, lookupErr := r.cfg.Provider.Client.Find(ctx, psp.LookupRequest{Key: c.ProviderKey, Reference: c.ID,
-		ProviderID: c.ProviderChargeID, FirstSent: timeOr(c.FirstAttemptAt, c.CreatedAt), LastSent: timeOr(c.LastAttemptAt, c.CreatedAt)})
+	found, lookupErr := r.cfg.Provider.Client.Find(ctx, q)
 	if err := r.cfg.CrashPoints.Hit(ctx, crashpoint.ReconcilerAfterLookupBeforeUpdate); err != nil {
 		return Result{}, err
 	}

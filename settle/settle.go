@@ -3,11 +3,14 @@
 // and the reconciler (what a lookup by provider key found) both settle
 // charges through Moves, so the integrity check, the evidence written and
 // the decline code are one rule wherever the answer comes from
-// (docs/architecture.md, "Settling on a provider's answer").
+// (docs/architecture.md, "Settling on a provider's answer"). Both ask a
+// lookup through LookupOf, so the reconciler and an operator's
+// verification ask the provider the same question.
 package settle
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 
 	"chargeflow/intent"
@@ -68,4 +71,24 @@ func Moves(base intent.Move, charge intent.Charge, answer psp.Charge, src Source
 	move.To, move.Reason, move.Evidence = intent.StateFailed, string(src)+"_declined", evidence
 	move.FailureCode = cmp.Or(answer.DeclineCode, "declined")
 	return []intent.Move{move}, Declined
+}
+
+// LookupOf is what a lookup of c asks the provider: the key every attempt
+// was sent with, our reference, the provider's id when an answer named
+// one, and when each attempt was sent, so that a lookup by reference
+// searches around those times only (docs/provider.md, "The window").
+func LookupOf(ctx context.Context, db intent.DB, c intent.Charge) (psp.LookupRequest, error) {
+	sends, err := intent.SendTimes(ctx, db, c.TenantID, c.ID)
+	if err != nil {
+		return psp.LookupRequest{}, err
+	}
+	q := psp.LookupRequest{Key: c.ProviderKey, Reference: c.ID, ProviderID: c.ProviderChargeID,
+		FirstSent: c.CreatedAt, LastSent: c.CreatedAt, Sends: sends}
+	if c.FirstAttemptAt != nil {
+		q.FirstSent = *c.FirstAttemptAt
+	}
+	if c.LastAttemptAt != nil {
+		q.LastSent = *c.LastAttemptAt
+	}
+	return q, nil
 }

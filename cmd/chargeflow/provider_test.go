@@ -155,8 +155,8 @@ func startStripeSystem(t *testing.T) (*system, []string) {
 // the fake's Stripe API with its de-duplication off and faults on every
 // path: applied then timed out, dropped before applying, applied then 500,
 // and a search index lagging 3 s — longer than a careless settle window —
-// which the adapter never relies on (it proves not-found with the
-// consistent list). No charge is applied twice, none fails falsely, every
+// which the adapter trusts only for what it finds (it proves not-found with
+// the consistent list). No charge is applied twice, none fails falsely, every
 // one ends terminal; the split of what the reconciler proved is printed.
 func TestThousandChargesThroughStripe(t *testing.T) {
 	t.Parallel()
@@ -173,7 +173,8 @@ func TestThousandChargesThroughStripe(t *testing.T) {
 	s.startReconciler(stripeEnv, "--max-attempts", "12")
 
 	// Every proof of not-found lists the PaymentIntents of its time window
-	// (all thousand, here), so the bound is generous for a -race build.
+	// (most of the thousand, here), so the bound is generous for a -race
+	// build.
 	s.postMany("stripe-thousand", 1000)
 	s.waitNoneIn(10*time.Minute, "pending", "submitting", "unknown")
 

@@ -71,6 +71,9 @@ type Options struct {
 	// the Stripe adapter needs; it is never logged.
 	ProviderKind string
 	StripeAPIKey string
+	// StripeClockSkew is how far Stripe's clock may be from ours
+	// (pspstripe.Config.ClockSkew); 0 is the adapter's default.
+	StripeClockSkew time.Duration
 
 	// Jobs configures the submit queue (max attempts, notify cooldown).
 	Jobs submit.Config
@@ -236,7 +239,7 @@ func (o Options) ProviderClient() (psp.Provider, error) {
 		// reconciler assumes after the call's timeout.
 		return pspstripe.New(pspstripe.Config{
 			BaseURL: cfg.BaseURL, APIKey: o.StripeAPIKey, Timeout: cfg.Timeout, HTTPClient: cfg.HTTPClient,
-			ApplyDelay: o.Reconciler.Provider.MaxApplyDelay, TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider,
+			ApplyDelay: o.Reconciler.Provider.MaxApplyDelay, ClockSkew: o.StripeClockSkew, TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider,
 		}), nil
 	default:
 		return nil, fmt.Errorf("provider kind %q: want %s or %s", o.ProviderKind, ProviderFake, ProviderStripe)

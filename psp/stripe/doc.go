@@ -50,9 +50,14 @@
 // clock, while FirstSent and LastSent are ours. Stripe cannot execute a
 // send before we make it, and executes the last one within the call
 // timeout and the apply delay the reconciler assumes (--max-apply-delay,
-// which internal/app passes as ApplyDelay); ClockSkew, a minute by
-// default, covers the clocks. A scan longer than MaxPages pages, or one
-// that runs out of time, is an unknown outcome rather than a not-found.
+// which internal/app passes as ApplyDelay); ClockSkew, ten seconds by
+// default (--stripe-clock-skew), covers the clocks: two NTP-disciplined
+// clocks are milliseconds apart. Too small a skew can turn a charge into a
+// false not-found, which inside the key window costs a re-send Stripe
+// answers with the original intent; too large a one makes every scan read
+// more intents. A scan longer than MaxPages pages (5,000 intents in one
+// window: about 160 charges a second with the defaults), or one that runs
+// out of time, is an unknown outcome rather than a not-found.
 // When an earlier answer named the PaymentIntent's id, Find retrieves it by
 // that id instead, which is strongly consistent on its own.
 //

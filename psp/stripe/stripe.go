@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,9 +32,9 @@ const (
 
 	// DefaultClockSkew is how far Stripe's clock may be from ours: a
 	// lookup's created-time window is widened by it on both sides. See the
-	// package doc for why a minute is generous and what a larger skew
-	// would cost.
-	DefaultClockSkew = time.Minute
+	// package doc for why ten seconds is generous, and what too small and
+	// too large a skew would cost.
+	DefaultClockSkew = 10 * time.Second
 
 	// DefaultPageSize is Stripe's largest list page.
 	DefaultPageSize = 100
@@ -311,44 +312,60 @@ func (a *Adapter) retrieve(ctx context.Context, id string, header http.Header) (
 	return classify(at)
 }
 
-// scan lists the PaymentIntents created in the charge's window, newest
-// first, page by page with starting_after, and matches their metadata
-// against q.Reference once every page has been read (matchReference).
+// scan lists the PaymentIntents created around each of the charge's sends
+// (windows), newest first, page by page with starting_after, and matches
+// their metadata against q.Reference once every page of every window has
+// been read (matchReference). MaxPages bounds the pages of all windows.
 func (a *Adapter) scan(ctx context.Context, q psp.LookupRequest, header http.Header, span trace.Span) (psp.Charge, error) {
-	from, to := q.FirstSent, q.LastSent
-	if to.Before(from) {
-		from, to = to, from
-	}
-	// Stripe cannot execute a request before we send it, and executes the
-	// last send within its timeout and apply delay; its clock may be off
-	// ours by the skew. created is in whole seconds: round outwards.
-	until := to.Add(a.timeout + a.applyDelay + a.clockSkew)
-	created := &stripego.RangeQueryParams{
-		GreaterThanOrEqual: from.Add(-a.clockSkew).Unix(),
-		LesserThanOrEqual:  until.Unix(),
-	}
-	if until.Nanosecond() > 0 {
-		created.LesserThanOrEqual++
-	}
-
 	var intents []*stripego.PaymentIntent
-	startingAfter := ""
-	for pages := 1; ; pages++ {
-		span.SetAttributes(attribute.Int("psp.lookup.pages", pages))
-		page, err := a.listPage(ctx, created, startingAfter, header)
-		if err != nil {
-			return psp.Charge{}, err
+	pages := 0
+	for _, created := range a.windows(q) {
+		startingAfter := ""
+		for {
+			if pages >= a.maxPages {
+				return psp.Charge{}, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "scan_too_long",
+					Err: errors.New("more payment intents around the sends than the scan may read")}
+			}
+			pages++
+			span.SetAttributes(attribute.Int("psp.lookup.pages", pages))
+			page, err := a.listPage(ctx, created, startingAfter, header)
+			if err != nil {
+				return psp.Charge{}, err
+			}
+			intents = append(intents, page.Data...)
+			if !page.HasMore {
+				break
+			}
+			startingAfter = page.Data[len(page.Data)-1].ID
 		}
-		intents = append(intents, page.Data...)
-		if !page.HasMore {
-			return matchReference(intents, q.Reference)
-		}
-		if pages >= a.maxPages {
-			return psp.Charge{}, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "scan_too_long",
-				Err: errors.New("more payment intents in the created window than the scan may read")}
-		}
-		startingAfter = page.Data[len(page.Data)-1].ID
 	}
+	return matchReference(intents, q.Reference)
+}
+
+// windows are the created-time ranges, in unix seconds, in which Stripe can
+// have executed one of q's sends: from each send less the clock skew (Stripe
+// cannot execute a request before we send it) to the send plus the call
+// timeout, the apply delay and the skew. Overlapping or adjacent ranges are
+// merged, so no intent is listed twice; the newest range comes first.
+func (a *Adapter) windows(q psp.LookupRequest) []*stripego.RangeQueryParams {
+	sends := append([]time.Time{q.FirstSent, q.LastSent}, q.Sends...)
+	slices.SortFunc(sends, time.Time.Compare)
+	var out []*stripego.RangeQueryParams
+	for _, sent := range sends {
+		// created is in whole seconds: round outwards.
+		until := sent.Add(a.timeout + a.applyDelay + a.clockSkew)
+		w := &stripego.RangeQueryParams{GreaterThanOrEqual: sent.Add(-a.clockSkew).Unix(), LesserThanOrEqual: until.Unix()}
+		if until.Nanosecond() > 0 {
+			w.LesserThanOrEqual++
+		}
+		if n := len(out); n > 0 && w.GreaterThanOrEqual <= out[n-1].LesserThanOrEqual+1 {
+			out[n-1].LesserThanOrEqual = max(out[n-1].LesserThanOrEqual, w.LesserThanOrEqual)
+			continue
+		}
+		out = append(out, w)
+	}
+	slices.Reverse(out)
+	return out
 }
 
 // listPage reads one page of GET /v1/payment_intents.

@@ -426,7 +426,7 @@ func TestFindByReference(t *testing.T) {
 	timeout := 2 * time.Second // newAdapter's
 	// Seven intents created around the send, newest first; pi_5 is ours.
 	// pi_0 was created after the window and pi_6 before it.
-	created := []int64{sent.Add(timeout + skew + 2*time.Second).Unix(), sent.Add(time.Minute).Unix(), sent.Unix() + 1, sent.Unix(), sent.Unix(), sent.Unix() - 1, sent.Add(-skew - time.Second).Unix()}
+	created := []int64{sent.Add(timeout + skew + 5*time.Second).Unix(), sent.Add(time.Minute).Unix(), sent.Unix() + 1, sent.Unix(), sent.Unix(), sent.Unix() - 1, sent.Add(-skew - time.Second).Unix()}
 	references := []string{"ch_1", "ch_a", "ch_b", "ch_c", "ch_d", "ch_1", "ch_1"}
 	intents := func(status map[int]string) []string {
 		out := make([]string, len(created))
@@ -470,11 +470,52 @@ func TestFindByReference(t *testing.T) {
 		t.Parallel()
 
 		server := unindexed(nil).start(t)
-		delayed := func(c *pspstripe.Config) { c.ApplyDelay = 3 * time.Second }
+		delayed := func(c *pspstripe.Config) { c.ApplyDelay = 6 * time.Second }
 		_, err := newAdapter(server.URL, small, delayed).Find(t.Context(), q)
 		requirePSPError(t, err, psp.ErrUnknownOutcome, "multiple_matches") // pi_0 is in the wider window
 		_, form := server.request(1)
-		require.Equal(t, strconv.FormatInt(sent.Add(timeout+3*time.Second+skew).Unix()+1, 10), form.Get("created[lte]"))
+		require.Equal(t, strconv.FormatInt(sent.Add(timeout+6*time.Second+skew).Unix()+1, 10), form.Get("created[lte]"))
+	})
+
+	t.Run("each send has its own window, newest first", func(t *testing.T) {
+		t.Parallel()
+
+		server := unindexed(nil).start(t)
+		later := sent.Add(time.Hour) // a rescued job's send, long after the first
+		spread := q
+		spread.LastSent, spread.Sends = later, []time.Time{sent, later}
+		charge, err := newAdapter(server.URL, small).Find(t.Context(), spread)
+		require.NoError(t, err)
+		require.Equal(t, succeeded, charge)
+
+		require.Equal(t, 5, server.count(), "the search, the later window's one page, the first window's three")
+		windows := map[string]string{}
+		for i := 1; i < 5; i++ {
+			_, form := server.request(i)
+			windows[form.Get("created[gte]")] = form.Get("created[lte]")
+		}
+		require.Equal(t, map[string]string{
+			strconv.FormatInt(later.Add(-skew).Unix(), 10): strconv.FormatInt(later.Add(timeout+skew).Unix()+1, 10),
+			strconv.FormatInt(sent.Add(-skew).Unix(), 10):  strconv.FormatInt(sent.Add(timeout+skew).Unix()+1, 10),
+		}, windows, "two windows, not the hour between them")
+		_, form := server.request(1)
+		require.Equal(t, strconv.FormatInt(later.Add(-skew).Unix(), 10), form.Get("created[gte]"), "the newest window first")
+	})
+
+	t.Run("overlapping windows are one, so no intent is listed twice", func(t *testing.T) {
+		t.Parallel()
+
+		server := unindexed(nil).start(t)
+		near := q
+		near.LastSent = sent.Add(time.Second)
+		near.Sends = []time.Time{sent, sent.Add(time.Second)}
+		charge, err := newAdapter(server.URL, small).Find(t.Context(), near)
+		require.NoError(t, err, "pi_5 in both windows would be two matches")
+		require.Equal(t, succeeded, charge)
+		require.Equal(t, 4, server.count())
+		_, form := server.request(1)
+		require.Equal(t, strconv.FormatInt(sent.Add(-skew).Unix(), 10), form.Get("created[gte]"))
+		require.Equal(t, strconv.FormatInt(sent.Add(time.Second+timeout+skew).Unix()+1, 10), form.Get("created[lte]"))
 	})
 
 	t.Run("a search hit is retrieved by id, no scan", func(t *testing.T) {
