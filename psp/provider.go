@@ -90,6 +90,9 @@ type LookupRequest struct {
 	// reference can search the provider's records of that time only.
 	FirstSent time.Time
 	LastSent  time.Time
+	// Charge is, for a refund's lookup (Refunder.FindRefund), the
+	// provider's id of the charge refunded; empty for a charge's.
+	Charge string
 	// Sends, when the caller knows them, are the times each attempt was
 	// sent, oldest first, between FirstSent and LastSent: a lookup by
 	// reference can then search around each rather than the whole span,
