@@ -260,7 +260,7 @@ func stateList() string {
 
 // listCharges answers a page of the tenant's charges, newest first.
 func (s *Server) listCharges(c echo.Context) error {
-	return listPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Limit: 10}, viewOf)
+	return listPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Kind: intent.KindCharge, Limit: 10}, viewOf)
 }
 
 // listPage answers {"data", "has_more"}: the charges base and the query

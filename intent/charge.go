@@ -27,6 +27,17 @@ var (
 	// ErrTooSoon means an operator forced a lookup too soon after the last
 	// one; *TooSoonError says how long to wait.
 	ErrTooSoon = errors.New("intent: too soon after the last lookup")
+
+	// ErrNotRefundable means a refund names a charge that is not a
+	// succeeded charge of the tenant in the refund's currency. The database
+	// decides it (SQLSTATE CF010), under the charge's row lock.
+	ErrNotRefundable = errors.New("intent: charge is not refundable")
+
+	// ErrRefundExceedsCharge means a refund would take the charge's refunds
+	// that are not failed past its amount. The database decides it (the
+	// constraint charges_refunds_within_amount), under the charge's row
+	// lock, so no number of concurrent requests can pass it.
+	ErrRefundExceedsCharge = errors.New("intent: refunds would exceed the charge")
 )
 
 // TooSoonError says how long until another forced lookup is allowed. It
@@ -67,11 +78,35 @@ func (e *ConflictError) Is(target error) bool {
 	return target == ErrConflict
 }
 
-// Charge is one charge intent as stored.
+// Kind is what an operation does at the provider. A refund is a row of the
+// same table as a charge, carried by the same machinery (docs/refunds.md,
+// "Where refunds live").
+type Kind string
+
+const (
+	KindCharge Kind = "charge"
+	KindRefund Kind = "refund"
+)
+
+// Charge is one operation as stored: a charge intent, or a refund of one
+// (Kind, ParentID).
 type Charge struct {
 	TenantID string
 	ID       string
 	State    State
+
+	// Kind is KindCharge or KindRefund ("" is a charge when accepting).
+	// A refund's ParentID is the charge it refunds, its Reason the
+	// merchant's, and it has no PaymentMethod.
+	Kind     Kind
+	ParentID string
+	Reason   string
+
+	// AmountReserved and AmountRefunded are, on a charge, the sums of its
+	// refunds that are not failed and that succeeded; the database keeps
+	// them (migration 0006), never Go.
+	AmountReserved int64
+	AmountRefunded int64
 
 	Amount        int64
 	Currency      string
@@ -124,6 +159,9 @@ type Event struct {
 	Action    string
 	CreatedAt time.Time
 }
+
+// RefundIDPrefix starts every refund's id, as "ch_" starts a charge's.
+const RefundIDPrefix = "re_"
 
 // ProviderKeyFor derives the provider idempotency key from a charge id. It
 // never involves the client's idempotency key, and it is the same on every

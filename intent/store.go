@@ -1,6 +1,7 @@
 package intent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"chargeflow/internal/pg"
 )
@@ -16,7 +18,8 @@ import (
 // a pgx.Tx. Passing a transaction makes the call part of it.
 type DB = pg.Handle
 
-const chargeColumns = `tenant_id, id, state, amount, currency, payment_method, description, metadata,
+const chargeColumns = `tenant_id, id, state, kind, coalesce(parent_id, ''), coalesce(reason, ''), amount_reserved, amount_refunded,
+	amount, currency, coalesce(payment_method, ''), description, metadata,
 	provider, provider_key, coalesce(provider_charge_id, ''), coalesce(failure_code, ''), coalesce(review_reason, ''),
 	attempts, first_attempt_at, last_attempt_at, unknown_since, lookup_failures, next_check_at,
 	coalesce(lease_owner, ''), lease_token, lease_expires_at, last_lookup_at, forced_check_at, created_at, updated_at`
@@ -26,7 +29,7 @@ const chargeColumns = `tenant_id, id, state, amount, currency, payment_method, d
 func scanCharge(row pgx.Row, extra ...any) (Charge, error) {
 	var c Charge
 	var metadata []byte
-	dest := append([]any{&c.TenantID, &c.ID, &c.State, &c.Amount, &c.Currency, &c.PaymentMethod, &c.Description, &metadata,
+	dest := append([]any{&c.TenantID, &c.ID, &c.State, &c.Kind, &c.ParentID, &c.Reason, &c.AmountReserved, &c.AmountRefunded, &c.Amount, &c.Currency, &c.PaymentMethod, &c.Description, &metadata,
 		&c.Provider, &c.ProviderKey, &c.ProviderChargeID, &c.FailureCode, &c.ReviewReason,
 		&c.Attempts, &c.FirstAttemptAt, &c.LastAttemptAt, &c.UnknownSince, &c.LookupFailures, &c.NextCheckAt,
 		&c.LeaseOwner, &c.LeaseToken, &c.LeaseExpiresAt, &c.LastLookupAt, &c.ForcedCheckAt, &c.CreatedAt, &c.UpdatedAt}, extra...)
@@ -126,8 +129,9 @@ WITH idem AS (
 	RETURNING tenant_id, charge_id
 ), charge AS (
 	INSERT INTO charges (tenant_id, id, state, amount, currency, payment_method, description, metadata,
-		provider, provider_key, created_at, updated_at)
-	SELECT tenant_id, charge_id, 'pending', $9, $10, $11, $12, $13, $14, $15, $7, $7 FROM idem
+		provider, provider_key, created_at, updated_at, kind, parent_id, reason)
+	SELECT tenant_id, charge_id, 'pending', $9, $10, nullif($11, ''), $12, $13, $14, $15, $7, $7,
+		$25, nullif($26, ''), nullif($27, '') FROM idem
 	RETURNING tenant_id, id
 ), event AS (
 	INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt)
@@ -143,9 +147,15 @@ SELECT (SELECT count(*) FROM idem), (SELECT count(*) FROM notified)`,
 		c.TenantID, a.KeyHash, a.Fingerprint, c.ID, a.StatusCode, a.ResponseBody, c.CreatedAt, a.ExpiresAt,
 		c.Amount, c.Currency, c.PaymentMethod, c.Description, metadata, c.Provider, c.ProviderKey, a.Actor,
 		job.Args, job.Kind, job.MaxAttempts, job.Metadata, job.Priority, job.Queue,
-		job.NotifyTopic, job.NotifyPayload,
+		job.NotifyTopic, job.NotifyPayload, cmp.Or(c.Kind, KindCharge), c.ParentID, c.Reason,
 	).Scan(&inserted, &notified)
-	if err != nil {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "CF010":
+		return false, fmt.Errorf("accept refund of %s: %w", c.ParentID, ErrNotRefundable)
+	case errors.As(err, &pgErr) && pgErr.ConstraintName == "charges_refunds_within_amount":
+		return false, fmt.Errorf("accept refund of %s: %w", c.ParentID, ErrRefundExceedsCharge)
+	case err != nil:
 		return false, fmt.Errorf("accept charge: %w", err)
 	}
 	return inserted == 1, nil
@@ -212,6 +222,9 @@ type ListParams struct {
 	AllTenants bool
 	// State filters by state; "" lists every state.
 	State State
+	// Kind filters by kind; "" lists charges and refunds alike (operators
+	// resolve both).
+	Kind Kind
 	// Limit is the page size.
 	Limit int
 	// StartingAfter is the id of the last charge of the previous page.
@@ -224,8 +237,8 @@ func List(ctx context.Context, db DB, p ListParams) ([]Charge, bool, error) {
 		return nil, false, errors.New("intent: list charges of which tenant?")
 	}
 	rows, err := db.Query(ctx, `SELECT `+chargeColumns+` FROM charges
-		WHERE ($1 = '' OR tenant_id = $1) AND ($2 = '' OR state = $2) AND ($3 = '' OR id < $3)
-		ORDER BY id DESC LIMIT $4`, p.TenantID, string(p.State), p.StartingAfter, p.Limit+1)
+		WHERE ($1 = '' OR tenant_id = $1) AND ($2 = '' OR state = $2) AND ($3 = '' OR id < $3) AND ($5 = '' OR kind = $5)
+		ORDER BY id DESC LIMIT $4`, p.TenantID, string(p.State), p.StartingAfter, p.Limit+1, string(p.Kind))
 	if err != nil {
 		return nil, false, fmt.Errorf("list charges: %w", err)
 	}
