@@ -102,14 +102,8 @@ func TestClientChargeWithoutKeyIsNotSent(t *testing.T) {
 func TestClientChargeConnectionRefusedIsNotApplied(t *testing.T) {
 	t.Parallel()
 
-	// Take a free port and close it again: nothing listens there.
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := listener.Addr().String()
-	require.NoError(t, listener.Close())
-
-	client := psp.NewClient(psp.Config{BaseURL: "http://" + addr, Timeout: 2 * time.Second})
-	_, err = client.Charge(t.Context(), visaRequest("pk_refused"))
+	client := psp.NewClient(psp.Config{BaseURL: psptest.ClosedURL(t), Timeout: 2 * time.Second})
+	_, err := client.Charge(t.Context(), visaRequest("pk_refused"))
 	requirePSPError(t, err, psp.ErrNotApplied, "connection_refused")
 	require.NotErrorIs(t, err, psp.ErrUnknownOutcome)
 }
@@ -366,12 +360,7 @@ func TestClientLookup(t *testing.T) {
 	t.Run("connection refused is unknown, never not applied", func(t *testing.T) {
 		t.Parallel()
 
-		listener, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := listener.Addr().String()
-		require.NoError(t, listener.Close())
-
-		_, err = psp.NewClient(psp.Config{BaseURL: "http://" + addr}).Lookup(t.Context(), "pk_any")
+		_, err := psp.NewClient(psp.Config{BaseURL: psptest.ClosedURL(t)}).Lookup(t.Context(), "pk_any")
 		requirePSPError(t, err, psp.ErrUnknownOutcome, "connection_refused")
 		require.NotErrorIs(t, err, psp.ErrNotApplied)
 		require.NotErrorIs(t, err, psp.ErrNotFound)

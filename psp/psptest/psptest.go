@@ -77,3 +77,19 @@ func (s *LosingServer) serve(conn net.Conn, dropSecond bool) {
 		_, _ = fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(s.body), s.body)
 	}
 }
+
+// ClosedURL returns the base URL of a loopback port that nothing listens
+// on: a connection to it is refused before any byte is sent, the one
+// failure an adapter may classify as not applied without an answer.
+func ClosedURL(t testing.TB) string {
+	t.Helper()
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("psptest: listen: %v", err)
+	}
+	addr := listener.Addr().String()
+	if err := listener.Close(); err != nil {
+		t.Fatalf("psptest: close: %v", err)
+	}
+	return "http://" + addr
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -233,12 +232,7 @@ func TestChargeClassifiesStripesAnswers(t *testing.T) {
 func TestChargeToAClosedPortIsNotApplied(t *testing.T) {
 	t.Parallel()
 
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := listener.Addr().String()
-	require.NoError(t, listener.Close())
-
-	_, err = newAdapter("http://"+addr).Charge(t.Context(), visaRequest("pk_1"))
+	_, err := newAdapter(psptest.ClosedURL(t)).Charge(t.Context(), visaRequest("pk_1"))
 	requirePSPError(t, err, psp.ErrNotApplied, "connection_refused")
 }
 
