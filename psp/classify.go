@@ -40,27 +40,58 @@ type Attempt struct {
 }
 
 // Classify turns one provider call into a Charge or an error, and is the only
-// place where that decision is made. The rules, in order:
+// place where that decision is made (ClassifyRefund makes it for refunds by
+// the same rules). The rules, in order:
 //
 //   - No response and no connection: the request provably never left, so
 //     ErrNotApplied (connection_refused, dns_failed, dial_timeout,
-//     dial_failed, canceled). This holds for charges only; for a lookup every
-//     failure is ErrUnknownOutcome.
+//     dial_failed, canceled). This holds for a call that moves money (a
+//     charge, a refund: Op.Applies) only; for a lookup every failure is
+//     ErrUnknownOutcome.
 //   - No response after a connection was obtained: ErrUnknownOutcome
 //     (timeout, canceled, reset_after_send, write_failed).
 //   - A 2xx whose body decodes into a charge with an id and a known status:
 //     that charge, with a nil error; a decline is such a charge. Any other 2xx
 //     body is ErrUnknownOutcome (malformed_body, unknown_status,
 //     body_read_failed).
-//   - Charge only: 429 and 400, 401, 403, 404, 405, 413, 415 mean the provider
-//     refused before processing: ErrNotApplied with reason status_NNN.
-//   - Lookup only: a 404 whose JSON error body carries charge_not_found is
+//   - A charge or refund only: 429 and 400, 401, 403, 404, 405, 413, 415
+//     mean the provider refused before processing: ErrNotApplied with reason
+//     status_NNN.
+//   - A lookup only: a 404 whose JSON error body carries the lookup's
+//     not-found code (CodeChargeNotFound, CodeRefundNotFound) is
 //     ErrNotFound. A bare 404 proves nothing.
 //   - Anything else (1xx, 3xx, 408, 409, 422, other 4xx, 5xx):
 //     ErrUnknownOutcome with reason status_NNN.
 func Classify(a Attempt) (Charge, error) {
-	if a.StatusCode == 0 {
-		return Charge{}, classifyTransport(a)
+	return classifyAs(a, decodeCharge)
+}
+
+// ClassifyRefund turns one refund call (OpRefund) or refund lookup
+// (OpRefundLookup) into a Refund or an error, by Classify's rules with one
+// more before them: a 409 answering a refund whose error code is
+// CodeRefundExceedsCharge or CodeChargeNotRefundable is the provider's
+// decisive refusal, a failed Refund with that code as FailureCode and no
+// ID (the adapter fills in the request: RefundRequest.Refused). A 2xx is a
+// refund with an id and a known status; anything else is what Classify
+// says of it.
+func ClassifyRefund(a Attempt) (Refund, error) {
+	if a.Op == OpRefund && a.StatusCode == http.StatusConflict && a.Err == nil {
+		switch code := providerErrorCode(a.Body); code {
+		case CodeRefundExceedsCharge, CodeChargeNotRefundable:
+			return Refund{Status: StatusFailed, FailureCode: code}, nil
+		}
+	}
+	return classifyAs(a, decodeRefund)
+}
+
+// classifyAs is Classify for an answer whose 2xx body decode reads.
+func classifyAs[T any](a Attempt, decode func(Attempt) (T, error)) (T, error) {
+	var none T
+	switch {
+	case a.StatusCode == 0:
+		return none, classifyTransport(a)
+	case a.StatusCode >= 200 && a.StatusCode <= 299:
+		return decode(a)
 	}
 
 	providerCode := providerErrorCode(a.Body)
@@ -73,27 +104,18 @@ func Classify(a Attempt) (Charge, error) {
 			Err:          a.Err,
 		}
 	}
-
-	switch {
-	case a.StatusCode >= 200 && a.StatusCode <= 299:
-		return decodeCharge(a)
-
-	case a.Op == OpCharge && refusedBeforeProcessing(a.StatusCode):
-		return Charge{}, statusErr(ErrNotApplied)
-
-	case a.Op == OpLookup && a.StatusCode == http.StatusNotFound:
-		if a.Err == nil && providerCode == CodeChargeNotFound {
-			return Charge{}, ErrNotFound
-		}
-		return Charge{}, statusErr(ErrUnknownOutcome)
-
+	switch notFound := a.Op.notFoundCode(); {
+	case a.Op.Applies() && refusedBeforeProcessing(a.StatusCode):
+		return none, statusErr(ErrNotApplied)
+	case notFound != "" && a.StatusCode == http.StatusNotFound && a.Err == nil && providerCode == notFound:
+		return none, ErrNotFound
 	default:
-		return Charge{}, statusErr(ErrUnknownOutcome)
+		return none, statusErr(ErrUnknownOutcome)
 	}
 }
 
-// refusedBeforeProcessing reports whether a status answering a charge POST
-// proves that the provider did not process it. 429 is the provider's explicit
+// refusedBeforeProcessing reports whether a status answering a charge or
+// refund POST proves that the provider did not process it. 429 is the provider's explicit
 // "not processed"; the others are refusals of the request itself (bad
 // parameters, authentication, routing, size, media type) that a provider gives
 // before it applies anything. 408, 409 and 422 are deliberately absent: a 409
@@ -117,7 +139,7 @@ func refusedBeforeProcessing(status int) bool {
 // classifyTransport classifies a call that produced no response.
 func classifyTransport(a Attempt) *Error {
 	kind := ErrUnknownOutcome
-	if a.Op == OpCharge && !a.GotConn {
+	if a.Op.Applies() && !a.GotConn {
 		kind = ErrNotApplied
 	}
 	return &Error{Kind: kind, Reason: transportReason(a), Err: a.Err}
@@ -176,8 +198,22 @@ func isTimeout(err error) bool {
 // decodeCharge decodes a 2xx body into a charge, refusing anything that is not
 // a charge with an id and a known status.
 func decodeCharge(a Attempt) (Charge, error) {
-	unknown := func(reason string, err error) (Charge, error) {
-		return Charge{}, &Error{Kind: ErrUnknownOutcome, Reason: reason, StatusCode: a.StatusCode, Err: err}
+	return decodeAnswer(a, "charge", func(c Charge) (string, Status) { return c.ID, c.Status })
+}
+
+// decodeRefund decodes a 2xx body into a refund, refusing anything that is
+// not a refund with an id and a known status.
+func decodeRefund(a Attempt) (Refund, error) {
+	return decodeAnswer(a, "refund", func(r Refund) (string, Status) { return r.ID, r.Status })
+}
+
+// decodeAnswer decodes a 2xx body into the object (named what) whose id and
+// status identify returns, refusing anything without an id and a known
+// status.
+func decodeAnswer[T any](a Attempt, what string, identify func(T) (string, Status)) (T, error) {
+	var none T
+	unknown := func(reason string, err error) (T, error) {
+		return none, &Error{Kind: ErrUnknownOutcome, Reason: reason, StatusCode: a.StatusCode, Err: err}
 	}
 
 	if a.Err != nil {
@@ -187,18 +223,19 @@ func decodeCharge(a Attempt) (Charge, error) {
 		return unknown("body_read_failed", a.Err)
 	}
 
-	var charge Charge
-	if err := json.Unmarshal(a.Body, &charge); err != nil {
+	var answer T
+	if err := json.Unmarshal(a.Body, &answer); err != nil {
 		return unknown("malformed_body", err)
 	}
-	if charge.ID == "" || charge.Status == "" {
-		return unknown("malformed_body", errors.New("charge without id or status"))
+	id, status := identify(answer)
+	if id == "" || status == "" {
+		return unknown("malformed_body", errors.New(what+" without id or status"))
 	}
-	switch charge.Status {
+	switch status {
 	case StatusSucceeded, StatusFailed:
-		return charge, nil
+		return answer, nil
 	default:
-		return unknown("unknown_status", fmt.Errorf("charge status %q", charge.Status))
+		return unknown("unknown_status", fmt.Errorf("%s status %q", what, status))
 	}
 }
 

@@ -161,22 +161,31 @@ func TestClassify(t *testing.T) {
 			}
 
 			require.Equal(t, psp.Charge{}, charge)
-			require.ErrorIs(t, err, tt.want.kind)
-			if tt.want.kind == psp.ErrNotFound {
-				require.NotErrorIs(t, err, psp.ErrUnknownOutcome)
-				return
-			}
-			requireKindExclusive(t, err, tt.want.kind)
-
-			var pspErr *psp.Error
-			require.ErrorAs(t, err, &pspErr)
-			require.Equal(t, tt.want.reason, pspErr.Reason)
-			require.Equal(t, tt.attempt.StatusCode, pspErr.StatusCode)
-			require.Equal(t, tt.want.providerCode, pspErr.ProviderCode)
-			if tt.want.wraps != nil {
-				require.ErrorIs(t, err, tt.want.wraps)
-			}
+			requireClassifiedError(t, tt.attempt, err, tt.want.kind, tt.want.reason, tt.want.providerCode, tt.want.wraps)
 		})
+	}
+}
+
+// requireClassifiedError checks the error a classifier made of a: a bare
+// ErrNotFound, or an *Error of exactly kind with reason, a's status,
+// providerCode and, when set, wrapping wraps.
+func requireClassifiedError(t *testing.T, a psp.Attempt, err, kind error, reason, providerCode string, wraps error) {
+	t.Helper()
+
+	require.ErrorIs(t, err, kind)
+	if kind == psp.ErrNotFound {
+		require.Equal(t, psp.ErrNotFound, err, "a bare ErrNotFound")
+		return
+	}
+	requireKindExclusive(t, err, kind)
+
+	var pspErr *psp.Error
+	require.ErrorAs(t, err, &pspErr)
+	require.Equal(t, reason, pspErr.Reason)
+	require.Equal(t, a.StatusCode, pspErr.StatusCode)
+	require.Equal(t, providerCode, pspErr.ProviderCode)
+	if wraps != nil {
+		require.ErrorIs(t, err, wraps)
 	}
 }
 
@@ -203,4 +212,136 @@ func TestErrorMessage(t *testing.T) {
 
 	err = &psp.Error{Kind: psp.ErrNotApplied, Reason: "connection_refused", Err: syscall.ECONNREFUSED}
 	require.Equal(t, "psp: request not applied (connection_refused): connection refused", err.Error())
+}
+
+// A refund is classified by a charge's rules, with one more: the fake's 409
+// refund_exceeds_charge and charge_not_refundable are a failed refund.
+func TestClassifyRefund(t *testing.T) {
+	t.Parallel()
+
+	urlErr := func(err error) error { return &url.Error{Op: "Post", URL: "http://psp/v1/refunds", Err: err} }
+	var (
+		refused     = urlErr(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)})
+		ctxDeadline = urlErr(context.DeadlineExceeded)
+		reset       = urlErr(&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)})
+	)
+	const (
+		okBody       = `{"id":"rf_1","status":"succeeded","charge":"py_1","amount":500,"currency":"USD","reference":"re_1","created_at":"2030-01-01T00:00:00Z"}`
+		failedBody   = `{"id":"rf_2","status":"failed","charge":"py_1","amount":500,"currency":"USD","reference":"re_1","failure_code":"expired_or_canceled_card"}`
+		exceedsBody  = `{"error":{"code":"refund_exceeds_charge","message":"refund exceeds what is left of the charge"}}`
+		notRefBody   = `{"error":{"code":"charge_not_refundable","message":"no such charge"}}`
+		notFoundBody = `{"error":{"code":"refund_not_found","message":"no refund for this key"}}`
+	)
+	succeeded := psp.Refund{ID: "rf_1", Status: psp.StatusSucceeded, Charge: "py_1", Amount: 500, Currency: "USD", Reference: "re_1"}
+	failed := psp.Refund{ID: "rf_2", Status: psp.StatusFailed, Charge: "py_1", Amount: 500, Currency: "USD", Reference: "re_1", FailureCode: "expired_or_canceled_card"}
+
+	sent := func(a psp.Attempt) psp.Attempt { a.GotConn, a.WroteRequest = true, true; return a }
+	answered := func(op psp.Op, status int, body string) psp.Attempt {
+		return sent(psp.Attempt{Op: op, StatusCode: status, Body: []byte(body)})
+	}
+	cutOff := func(a psp.Attempt) psp.Attempt { a.Err = io.ErrUnexpectedEOF; return a }
+
+	type want struct {
+		refund       psp.Refund
+		kind         error
+		reason       string
+		providerCode string
+	}
+	tests := []struct {
+		name    string
+		attempt psp.Attempt
+		want    want
+	}{
+		// Values: a refund, succeeded or failed; a refusal is a failed refund.
+		{"refund succeeded", answered(psp.OpRefund, 200, okBody), want{refund: succeeded}},
+		{"refund failed is a value", answered(psp.OpRefund, 200, failedBody), want{refund: failed}},
+		{"409 refund_exceeds_charge is a refusal", answered(psp.OpRefund, 409, exceedsBody), want{refund: psp.Refund{Status: psp.StatusFailed, FailureCode: "refund_exceeds_charge"}}},
+		{"409 charge_not_refundable is a refusal", answered(psp.OpRefund, 409, notRefBody), want{refund: psp.Refund{Status: psp.StatusFailed, FailureCode: "charge_not_refundable"}}},
+		{"lookup found", answered(psp.OpRefundLookup, 200, okBody), want{refund: succeeded}},
+		{"lookup found a failed refund", answered(psp.OpRefundLookup, 200, failedBody), want{refund: failed}},
+
+		// Not applied: nothing reached the provider, or it refused first.
+		{"connection refused", psp.Attempt{Op: psp.OpRefund, Err: refused}, want{kind: psp.ErrNotApplied, reason: "connection_refused"}},
+		{"deadline while dialing", psp.Attempt{Op: psp.OpRefund, Err: ctxDeadline}, want{kind: psp.ErrNotApplied, reason: "dial_timeout"}},
+		{"429", answered(psp.OpRefund, 429, `{"error":{"code":"rate_limited"}}`), want{kind: psp.ErrNotApplied, reason: "status_429", providerCode: "rate_limited"}},
+		{"400", answered(psp.OpRefund, 400, `{"error":{"code":"parameter_invalid"}}`), want{kind: psp.ErrNotApplied, reason: "status_400", providerCode: "parameter_invalid"}},
+		{"401", answered(psp.OpRefund, 401, ``), want{kind: psp.ErrNotApplied, reason: "status_401"}},
+		{"403", answered(psp.OpRefund, 403, ``), want{kind: psp.ErrNotApplied, reason: "status_403"}},
+		{"404 a route the provider lacks", answered(psp.OpRefund, 404, `404 page not found`), want{kind: psp.ErrNotApplied, reason: "status_404"}},
+		{"405", answered(psp.OpRefund, 405, ``), want{kind: psp.ErrNotApplied, reason: "status_405"}},
+		{"413", answered(psp.OpRefund, 413, ``), want{kind: psp.ErrNotApplied, reason: "status_413"}},
+		{"415", answered(psp.OpRefund, 415, ``), want{kind: psp.ErrNotApplied, reason: "status_415"}},
+
+		// Unknown: the provider may have refunded.
+		{"timeout after sending", sent(psp.Attempt{Op: psp.OpRefund, Err: ctxDeadline}), want{kind: psp.ErrUnknownOutcome, reason: "timeout"}},
+		{"reset after sending", sent(psp.Attempt{Op: psp.OpRefund, Err: reset}), want{kind: psp.ErrUnknownOutcome, reason: "reset_after_send"}},
+		{"409 key reused", answered(psp.OpRefund, 409, `{"error":{"code":"idempotency_key_reused"}}`), want{kind: psp.ErrUnknownOutcome, reason: "status_409", providerCode: "idempotency_key_reused"}},
+		{"409 key in use", answered(psp.OpRefund, 409, `{"error":{"code":"idempotency_key_in_use"}}`), want{kind: psp.ErrUnknownOutcome, reason: "status_409", providerCode: "idempotency_key_in_use"}},
+		{"bare 409", answered(psp.OpRefund, 409, ``), want{kind: psp.ErrUnknownOutcome, reason: "status_409"}},
+		{"409 refusal code outside the error object proves nothing", answered(psp.OpRefund, 409, `{"code":"refund_exceeds_charge"}`), want{kind: psp.ErrUnknownOutcome, reason: "status_409"}},
+		{"409 refusal cut off proves nothing", cutOff(answered(psp.OpRefund, 409, exceedsBody)), want{kind: psp.ErrUnknownOutcome, reason: "status_409", providerCode: "refund_exceeds_charge"}},
+		{"422 with a refusal code", answered(psp.OpRefund, 422, exceedsBody), want{kind: psp.ErrUnknownOutcome, reason: "status_422", providerCode: "refund_exceeds_charge"}},
+		{"500", answered(psp.OpRefund, 500, `{"error":{"code":"internal_error"}}`), want{kind: psp.ErrUnknownOutcome, reason: "status_500", providerCode: "internal_error"}},
+		{"503", answered(psp.OpRefund, 503, ``), want{kind: psp.ErrUnknownOutcome, reason: "status_503"}},
+		{"302", answered(psp.OpRefund, 302, ``), want{kind: psp.ErrUnknownOutcome, reason: "status_302"}},
+		{"200 pending", answered(psp.OpRefund, 200, `{"id":"rf_1","status":"pending"}`), want{kind: psp.ErrUnknownOutcome, reason: "unknown_status"}},
+		{"200 without id", answered(psp.OpRefund, 200, `{"status":"succeeded"}`), want{kind: psp.ErrUnknownOutcome, reason: "malformed_body"}},
+		{"200 not json", answered(psp.OpRefund, 200, `<html>ok</html>`), want{kind: psp.ErrUnknownOutcome, reason: "malformed_body"}},
+		{"200 body cut off", cutOff(answered(psp.OpRefund, 200, okBody[:30])), want{kind: psp.ErrUnknownOutcome, reason: "body_read_failed"}},
+
+		// A lookup: not found only on refund_not_found; never not applied.
+		{"lookup 404 refund_not_found", answered(psp.OpRefundLookup, 404, notFoundBody), want{kind: psp.ErrNotFound}},
+		{"lookup 404 charge_not_found proves nothing of a refund", answered(psp.OpRefundLookup, 404, `{"error":{"code":"charge_not_found"}}`), want{kind: psp.ErrUnknownOutcome, reason: "status_404", providerCode: "charge_not_found"}},
+		{"lookup bare 404", answered(psp.OpRefundLookup, 404, `404 page not found`), want{kind: psp.ErrUnknownOutcome, reason: "status_404"}},
+		{"lookup 404 cut off", cutOff(answered(psp.OpRefundLookup, 404, notFoundBody)), want{kind: psp.ErrUnknownOutcome, reason: "status_404", providerCode: "refund_not_found"}},
+		{"lookup 409 refusal code is no refusal", answered(psp.OpRefundLookup, 409, exceedsBody), want{kind: psp.ErrUnknownOutcome, reason: "status_409", providerCode: "refund_exceeds_charge"}},
+		{"lookup 429", answered(psp.OpRefundLookup, 429, ``), want{kind: psp.ErrUnknownOutcome, reason: "status_429"}},
+		{"lookup 400", answered(psp.OpRefundLookup, 400, ``), want{kind: psp.ErrUnknownOutcome, reason: "status_400"}},
+		{"lookup 500", answered(psp.OpRefundLookup, 500, ``), want{kind: psp.ErrUnknownOutcome, reason: "status_500"}},
+		{"lookup connection refused", psp.Attempt{Op: psp.OpRefundLookup, Err: refused}, want{kind: psp.ErrUnknownOutcome, reason: "connection_refused"}},
+		{"lookup malformed body", answered(psp.OpRefundLookup, 200, `{}`), want{kind: psp.ErrUnknownOutcome, reason: "malformed_body"}},
+	}
+
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			refund, err := psp.ClassifyRefund(tt.attempt)
+			if tt.want.kind == nil {
+				require.NoError(t, err)
+				require.Equal(t, tt.want.refund, refund)
+				return
+			}
+
+			require.Equal(t, psp.Refund{}, refund)
+			requireClassifiedError(t, tt.attempt, err, tt.want.kind, tt.want.reason, tt.want.providerCode, nil)
+		})
+	}
+}
+
+// A charge's lookup is not settled by a refund's not-found code, nor a
+// charge by a refusal code: each op reads its own codes.
+func TestClassifyKeepsChargesAndRefundsApart(t *testing.T) {
+	t.Parallel()
+
+	lookup := psp.Attempt{Op: psp.OpLookup, GotConn: true, WroteRequest: true, StatusCode: 404, Body: []byte(`{"error":{"code":"refund_not_found"}}`)}
+	_, err := psp.Classify(lookup)
+	require.ErrorIs(t, err, psp.ErrUnknownOutcome)
+
+	charge := psp.Attempt{Op: psp.OpCharge, GotConn: true, WroteRequest: true, StatusCode: 409, Body: []byte(`{"error":{"code":"refund_exceeds_charge"}}`)}
+	_, err = psp.Classify(charge)
+	require.ErrorIs(t, err, psp.ErrUnknownOutcome)
+
+	require.True(t, psp.OpCharge.Applies())
+	require.True(t, psp.OpRefund.Applies())
+	require.False(t, psp.OpLookup.Applies())
+	require.False(t, psp.OpRefundLookup.Applies())
+}
+
+func TestRefusedEchoesTheRequest(t *testing.T) {
+	t.Parallel()
+
+	req := psp.RefundRequest{Key: "rk_1", Charge: "py_1", Amount: 500, Currency: "EUR", Reference: "re_1", Reason: "duplicate", Tag: "tn_1"}
+	require.Equal(t, psp.Refund{Status: psp.StatusFailed, Charge: "py_1", Amount: 500, Currency: "EUR", Reference: "re_1", FailureCode: "refund_exceeds_charge"},
+		req.Refused("refund_exceeds_charge"))
 }

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -54,7 +55,7 @@ type Config struct {
 	// Capabilities are what this provider promises; see Provider. Name
 	// defaults to "fakepsp", Lookup to LookupByKey, Consistency to Strong
 	// and KeyWindow to DefaultKeyWindow, which is what the bundled fake
-	// offers.
+	// offers. Refunds is always true: the Client is a Refunder.
 	Capabilities Capabilities
 
 	// HTTPClient makes the calls; wrap its Transport for transport-level
@@ -64,8 +65,9 @@ type Config struct {
 	// connection pool and no proxy.
 	HTTPClient *http.Client
 
-	// TracerProvider makes one client span per call, "psp.charge" or
-	// "psp.lookup", that records what the answer proved (see Outcome), and
+	// TracerProvider makes one client span per call, "psp.charge",
+	// "psp.lookup", "psp.refund" or "psp.refund_lookup", that records what
+	// the answer proved (see Outcome), and
 	// the call sends the W3C traceparent header so a provider that traces
 	// joins the caller's trace. Nil means no spans.
 	TracerProvider trace.TracerProvider
@@ -104,6 +106,8 @@ func NewClient(cfg Config) *Client {
 	caps.Lookup = cmp.Or(caps.Lookup, LookupByKey)
 	caps.Consistency = cmp.Or(caps.Consistency, Strong)
 	caps.KeyWindow = cmp.Or(caps.KeyWindow, DefaultKeyWindow)
+	// The protocol has refunds (docs/refunds.md), so the adapter can refund.
+	caps.Refunds = true
 	return &Client{
 		baseURL:      baseURL,
 		capabilities: caps,
@@ -163,40 +167,12 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Charge, error) 
 	if req.Key == "" {
 		return Charge{}, &Error{Kind: ErrNotApplied, Reason: "invalid_request", Err: errors.New("empty idempotency key")}
 	}
-
-	body, err := json.Marshal(chargeBody{
+	return call(ctx, c, OpCharge, c.post("/v1/charges", req.Key, req.Tag, chargeBody{
 		Amount:        req.Amount,
 		Currency:      req.Currency,
 		PaymentMethod: req.PaymentMethod,
 		Reference:     req.Reference,
-	})
-	if err != nil {
-		return Charge{}, &Error{Kind: ErrNotApplied, Reason: "invalid_request", Err: err}
-	}
-
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+"/v1/charges", bytes.NewReader(body))
-	if err != nil {
-		return Charge{}, &Error{Kind: ErrNotApplied, Reason: "invalid_request", Err: err}
-	}
-	// net/http treats a POST carrying an Idempotency-Key header as replayable
-	// (Request.isReplayable) and, when a reused keep-alive connection breaks,
-	// silently sends it again on a new connection, using GetBody to rewind the
-	// body. That second send would be invisible here: the caller recorded one
-	// attempt, the provider saw two, and the classification below would
-	// describe only the last one. Without GetBody the request is not
-	// replayable, so the transport makes exactly one attempt and reports the
-	// broken connection to us as an unknown outcome.
-	httpReq.GetBody = nil
-	httpReq.Header.Set("Content-Type", "application/json")
-	httpReq.Header.Set("Idempotency-Key", req.Key)
-	if req.Tag != "" {
-		httpReq.Header.Set("X-Tenant-Tag", req.Tag)
-	}
-
-	return c.do(httpReq, OpCharge)
+	}), Classify)
 }
 
 // Lookup asks the provider for the charge it holds under the provider
@@ -207,31 +183,143 @@ func (c *Client) Lookup(ctx context.Context, key string) (Charge, error) {
 	if key == "" {
 		return Charge{}, &Error{Kind: ErrUnknownOutcome, Reason: "invalid_request", Err: errors.New("empty idempotency key")}
 	}
+	return call(ctx, c, OpLookup, c.get("/v1/charges/by-key/"+url.PathEscape(key)), Classify)
+}
 
+// refundBody is the JSON body of POST /v1/refunds.
+type refundBody struct {
+	Charge    string `json:"charge"`
+	Amount    int64  `json:"amount"`
+	Reference string `json:"reference"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// Refund asks the provider to refund req once, with req.Key as its
+// Idempotency-Key and req.Tag as its X-Tenant-Tag, and classifies the answer
+// (ClassifyRefund): a Refund, succeeded or failed (a 409
+// refund_exceeds_charge or charge_not_refundable is a failed Refund without
+// an ID, see RefundRequest.Refused), or an *Error of kind ErrNotApplied or
+// ErrUnknownOutcome. Exactly one request is sent, as for Charge.
+func (c *Client) Refund(ctx context.Context, req RefundRequest) (Refund, error) {
+	if err := checkRefund(req); err != nil {
+		return Refund{}, &Error{Kind: ErrNotApplied, Reason: "invalid_request", Err: err}
+	}
+	refund, err := call(ctx, c, OpRefund, c.post("/v1/refunds", req.Key, req.Tag, refundBody{
+		Charge:    req.Charge,
+		Amount:    req.Amount,
+		Reference: req.Reference,
+		Reason:    req.Reason,
+	}), ClassifyRefund)
+	if err == nil && refund.ID == "" {
+		refund = req.Refused(refund.FailureCode)
+	}
+	return refund, err
+}
+
+// checkRefund refuses a refund request that must not be sent: without a
+// key it could be applied twice, and without a charge or a positive amount
+// it names no money to give back.
+func checkRefund(req RefundRequest) error {
+	switch {
+	case req.Key == "":
+		return errors.New("empty idempotency key")
+	case req.Charge == "":
+		return errors.New("no charge to refund")
+	case req.Amount <= 0:
+		return errors.New("refund amount not positive")
+	default:
+		return nil
+	}
+}
+
+// FindRefund looks the refund up by its provider key, the one refund lookup
+// this protocol has: GET /v1/refunds/by-key/{key}. It returns ErrNotFound
+// only on the provider's 404 refund_not_found; every other failure is an
+// *Error of kind ErrUnknownOutcome.
+func (c *Client) FindRefund(ctx context.Context, q LookupRequest) (Refund, error) {
+	if q.Key == "" {
+		return Refund{}, &Error{Kind: ErrUnknownOutcome, Reason: "invalid_request", Err: errors.New("empty idempotency key")}
+	}
+	return call(ctx, c, OpRefundLookup, c.get("/v1/refunds/by-key/"+url.PathEscape(q.Key)), ClassifyRefund)
+}
+
+// Client is a Refunder.
+var _ Refunder = (*Client)(nil)
+
+// answer is what a call of the protocol answers: a charge or a refund, and
+// what its span records of it.
+type answer interface {
+	Charge | Refund
+	spanAttributes() []attribute.KeyValue
+}
+
+// call makes op's one request, built by build under the call's timeout,
+// inside op's span, and classifies what the transport observed with
+// classify; the span and the latency histogram record what it proved.
+func call[T answer](ctx context.Context, c *Client, op Op, build func(context.Context) (*http.Request, error), classify func(Attempt) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+"/v1/charges/by-key/"+url.PathEscape(key), nil)
+	httpReq, err := build(ctx)
 	if err != nil {
-		return Charge{}, &Error{Kind: ErrUnknownOutcome, Reason: "invalid_request", Err: err}
+		// Nothing was sent.
+		kind := ErrUnknownOutcome
+		if op.Applies() {
+			kind = ErrNotApplied
+		}
+		var none T
+		return none, &Error{Kind: kind, Reason: "invalid_request", Err: err}
 	}
 
-	return c.do(httpReq, OpLookup)
+	start := time.Now()
+	ctx, span := c.telemetry.start(ctx, op, httpReq.Header)
+	got, err := classify(c.roundTrip(httpReq.WithContext(ctx), op))
+	c.telemetry.end(ctx, span, op, start, got.spanAttributes(), err)
+	return got, err
 }
 
-// do sends httpReq inside the call's span, reads the answer, classifies it,
-// and records what it proved (span attributes and the latency histogram).
-func (c *Client) do(httpReq *http.Request, op Op) (Charge, error) {
-	start := time.Now()
-	ctx, span := c.telemetry.start(httpReq.Context(), op, httpReq.Header)
-	answer, err := c.roundTrip(httpReq.WithContext(ctx), op)
-	c.telemetry.end(ctx, span, op, start, answer, err)
-	return answer, err
+// post builds the POST of body, as JSON, to path, with key as its
+// Idempotency-Key and tag, when set, as its X-Tenant-Tag.
+func (c *Client) post(path, key, tag string, body any) func(context.Context) (*http.Request, error) {
+	return func(ctx context.Context) (*http.Request, error) {
+		payload, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+path, bytes.NewReader(payload))
+		if err != nil {
+			return nil, err
+		}
+		// net/http treats a POST carrying an Idempotency-Key header as
+		// replayable (Request.isReplayable) and, when a reused keep-alive
+		// connection breaks, silently sends it again on a new connection,
+		// using GetBody to rewind the body. That second send would be
+		// invisible here: the caller recorded one attempt, the provider saw
+		// two, and the classification would describe only the last one.
+		// Without GetBody the request is not replayable, so the transport
+		// makes exactly one attempt and reports the broken connection to us
+		// as an unknown outcome.
+		httpReq.GetBody = nil
+		httpReq.Header.Set("Content-Type", "application/json")
+		httpReq.Header.Set("Idempotency-Key", key)
+		if tag != "" {
+			httpReq.Header.Set("X-Tenant-Tag", tag)
+		}
+		return httpReq, nil
+	}
+}
+
+// get builds the GET of path.
+func (c *Client) get(path string) func(context.Context) (*http.Request, error) {
+	return func(ctx context.Context) (*http.Request, error) {
+		return http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+path, nil)
+	}
 }
 
 // roundTrip sends httpReq, recording through httptrace whether a connection
-// was obtained and the request written, reads the answer and classifies it.
-func (c *Client) roundTrip(httpReq *http.Request, op Op) (Charge, error) {
+// was obtained and the request written, and reads the answer: the Attempt
+// a classifier decides on.
+func (c *Client) roundTrip(httpReq *http.Request, op Op) Attempt {
 	// The trace hooks run on the transport's goroutines, hence the atomics.
 	var gotConn, wroteRequest atomic.Bool
 	trace := &httptrace.ClientTrace{
@@ -248,17 +336,17 @@ func (c *Client) roundTrip(httpReq *http.Request, op Op) (Charge, error) {
 
 	resp, err := c.httpClient.Do(httpReq)
 	if err != nil {
-		return Classify(Attempt{Op: op, Err: err, GotConn: gotConn.Load(), WroteRequest: wroteRequest.Load()})
+		return Attempt{Op: op, Err: err, GotConn: gotConn.Load(), WroteRequest: wroteRequest.Load()}
 	}
 	defer resp.Body.Close()
 
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBodyBytes))
-	return Classify(Attempt{
+	return Attempt{
 		Op:           op,
 		Err:          err,
 		GotConn:      true,
 		WroteRequest: true,
 		StatusCode:   resp.StatusCode,
 		Body:         body,
-	})
+	}
 }

@@ -30,10 +30,17 @@
 // that promise it also switches off the silent re-send that net/http performs
 // for requests carrying an Idempotency-Key header; see Client.Charge.
 //
+// Client is also a Refunder (docs/refunds.md): Refund is one POST
+// /v1/refunds and FindRefund a lookup by key, classified by ClassifyRefund,
+// which applies Classify's rules to refunds with one more: a 409
+// refund_exceeds_charge or charge_not_refundable is a failed refund, the
+// provider's decisive refusal, not an error.
+//
 // Given a TracerProvider and a MeterProvider in Config, every call is one
-// client span ("psp.charge", "psp.lookup") and one sample of
-// MetricCallDuration, both labelled with the call's Outcome; the call sends
-// the W3C traceparent header. Neither carries the request's payment method.
+// client span ("psp.charge", "psp.lookup", "psp.refund",
+// "psp.refund_lookup") and one sample of MetricCallDuration, both labelled
+// with the call's Outcome; the call sends the W3C traceparent header.
+// Neither carries the request's payment method, reference or key.
 //
 // The wire protocol is the one served by chargeflow/fakepsp and described in
 // docs/provider.md:
@@ -43,4 +50,10 @@
 //	  -> 200 {"id","status","amount","currency","reference","decline_code"?}
 //	GET  /v1/charges/by-key/{key}
 //	  -> 200 the same object, or 404 {"error":{"code":"charge_not_found"}}
+//	POST /v1/refunds                 Idempotency-Key: <key>, X-Tenant-Tag: <tag>
+//	     {"charge","amount","reference","reason"?}
+//	  -> 200 {"id","status","charge","amount","currency","reference","failure_code"?},
+//	     or 409 {"error":{"code":"refund_exceeds_charge"|"charge_not_refundable"}}
+//	GET  /v1/refunds/by-key/{key}
+//	  -> 200 the same refund, or 404 {"error":{"code":"refund_not_found"}}
 package psp

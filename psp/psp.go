@@ -75,7 +75,8 @@ type ChargeRequest struct {
 const CodeChargeNotFound = "charge_not_found"
 
 // Op names the provider call an Attempt belongs to; the same status can mean
-// different things for a charge and a lookup.
+// different things for a charge and a lookup. It also names the call's span
+// ("psp.<op>") and labels MetricCallDuration.
 type Op string
 
 const (
@@ -84,7 +85,33 @@ const (
 
 	// OpLookup is GET /v1/charges/by-key/{key}.
 	OpLookup Op = "lookup"
+
+	// OpRefund is POST /v1/refunds: a call that moves money, classified by
+	// the rules of a charge.
+	OpRefund Op = "refund"
+
+	// OpRefundLookup is GET /v1/refunds/by-key/{key}: a lookup, classified
+	// by the rules of a charge's lookup.
+	OpRefundLookup Op = "refund_lookup"
 )
+
+// Applies reports whether op asks the provider to move money (a charge or a
+// refund). Only such a call can be "not applied": a lookup that could not
+// be made proves nothing either way.
+func (op Op) Applies() bool { return op == OpCharge || op == OpRefund }
+
+// notFoundCode is the provider error code that, on a 404, proves that op's
+// lookup found nothing; "" for a call that is not a lookup.
+func (op Op) notFoundCode() string {
+	switch op {
+	case OpLookup:
+		return CodeChargeNotFound
+	case OpRefundLookup:
+		return CodeRefundNotFound
+	default:
+		return ""
+	}
+}
 
 var (
 	// ErrNotApplied is the Kind of an *Error proving that the provider did not
@@ -96,8 +123,9 @@ var (
 	// or may not have been applied. Only a lookup by key can tell.
 	ErrUnknownOutcome = errors.New("psp: outcome unknown")
 
-	// ErrNotFound is returned by Lookup, and only by Lookup, when the
-	// provider proved that no charge exists for the key.
+	// ErrNotFound is returned by a lookup (Lookup, Find, FindRefund), and
+	// only by a lookup, when the provider proved that no charge (or, from
+	// FindRefund, no refund) exists for the key.
 	ErrNotFound = errors.New("psp: no charge exists for the key")
 )
 

@@ -46,7 +46,8 @@ type RefundRequest struct {
 
 // Refund is a refund as the provider reports it, in answer to a refund
 // request and to a lookup. It is also the wire format of the fake
-// protocol's refund object.
+// protocol's refund object. A refund the provider refused outright has no
+// ID (see RefundRequest.Refused).
 type Refund struct {
 	// ID is the provider's own identifier, such as "rf_…" or "re_…".
 	ID string `json:"id"`
@@ -69,4 +70,39 @@ type Refund struct {
 
 	// FailureCode says why a failed refund failed, empty otherwise.
 	FailureCode string `json:"failure_code,omitempty"`
+}
+
+// The fake protocol's refund error codes (docs/refunds.md), in the
+// provider's JSON error body {"error": {"code": …}}.
+const (
+	// CodeRefundNotFound, on a 404 answering GET /v1/refunds/by-key/{key},
+	// proves that no refund exists for the key. A 404 without it proves
+	// nothing, as for CodeChargeNotFound.
+	CodeRefundNotFound = "refund_not_found"
+
+	// CodeRefundExceedsCharge, on a 409 answering POST /v1/refunds, is the
+	// provider's refusal of a refund larger than what is left of the charge.
+	CodeRefundExceedsCharge = "refund_exceeds_charge"
+
+	// CodeChargeNotRefundable, on a 409 answering POST /v1/refunds, is the
+	// provider's refusal of a refund of a charge it does not hold or that
+	// did not succeed.
+	CodeChargeNotRefundable = "charge_not_refundable"
+)
+
+// Refused is the failed Refund an adapter returns when the provider refused
+// req outright with code: no money moved, and no refund object exists, so
+// the Refund has no ID and carries what req asked for (the charge, amount,
+// currency and reference), for a caller comparing it with its request to
+// find it equal. Why a refusal is a failed refund and not ErrNotApplied is
+// in docs/refunds.md ("A refusal is a failed refund").
+func (req RefundRequest) Refused(code string) Refund {
+	return Refund{
+		Status:      StatusFailed,
+		Charge:      req.Charge,
+		Amount:      req.Amount,
+		Currency:    req.Currency,
+		Reference:   req.Reference,
+		FailureCode: code,
+	}
 }

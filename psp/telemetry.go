@@ -20,13 +20,18 @@ import (
 
 // Outcome is what one provider call proved, in the words of the metrics and
 // spans: the four answers of the package doc, with a decline counted as a
-// charge (it is an answer, not a failure of the call).
+// charge and a failed refund as a refund (each is an answer, not a failure
+// of the call).
 type Outcome string
 
 const (
 	// OutcomeCharge means the provider answered with a charge, succeeded or
 	// declined.
 	OutcomeCharge Outcome = "charge"
+
+	// OutcomeRefund means the provider answered a refund call or a refund
+	// lookup with a refund, succeeded or failed (a refusal included).
+	OutcomeRefund Outcome = "refund"
 
 	// OutcomeNotApplied means it is proven that the provider did not apply
 	// the request (ErrNotApplied).
@@ -41,9 +46,18 @@ const (
 	OutcomeNotFound Outcome = "not_found"
 )
 
-// OutcomeOf classifies the error of Charge or Lookup as an Outcome.
+// OutcomeOf classifies the error of Charge or Lookup as an Outcome; the
+// error of a refund call is OutcomeOp's.
 func OutcomeOf(err error) Outcome {
+	return OutcomeOp(OpCharge, err)
+}
+
+// OutcomeOp classifies the error of a call of op as an Outcome: a nil error
+// is OutcomeRefund for a refund or a refund lookup, OutcomeCharge otherwise.
+func OutcomeOp(op Op, err error) Outcome {
 	switch {
+	case err == nil && (op == OpRefund || op == OpRefundLookup):
+		return OutcomeRefund
 	case err == nil:
 		return OutcomeCharge
 	case errors.Is(err, ErrNotFound):
@@ -56,7 +70,7 @@ func OutcomeOf(err error) Outcome {
 }
 
 // MetricCallDuration is the histogram of provider call latency, in seconds,
-// by op (charge, lookup) and outcome.
+// by op (charge, lookup, refund, refund_lookup) and outcome.
 const MetricCallDuration = "chargeflow.provider.call.duration"
 
 // instrumentationName names the tracer and meter of this package.
@@ -82,7 +96,7 @@ func newTelemetry(cfg Config, baseURL string) telemetry {
 		mp = metricnoop.NewMeterProvider()
 	}
 	callDuration, err := mp.Meter(instrumentationName).Float64Histogram(MetricCallDuration,
-		metric.WithDescription("Latency of provider calls, by op (charge, lookup) and what the answer proved."),
+		metric.WithDescription("Latency of provider calls, by op (charge, lookup, refund, refund_lookup) and what the answer proved."),
 		metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 	if err != nil {
@@ -107,7 +121,8 @@ func newTelemetry(cfg Config, baseURL string) telemetry {
 }
 
 // Telemetry records provider calls the way psp.Client records its own: one
-// client span per call ("psp.charge", "psp.lookup") labelled with what the
+// client span per call ("psp.charge", "psp.lookup", "psp.refund",
+// "psp.refund_lookup") labelled with what the
 // answer proved, the W3C trace context for the provider, and one sample of
 // MetricCallDuration. Other adapters (psp/stripe) record through it, so
 // dashboards and alerts read one set of names whichever provider is
@@ -126,14 +141,38 @@ func (t Telemetry) Start(ctx context.Context, op Op, header http.Header) (contex
 	return t.t.start(ctx, op, header)
 }
 
-// End records what the call proved (OutcomeOf(err), ReasonOf(err), the
+// End records what the call proved (OutcomeOp(op, err), ReasonOf(err), the
 // charge's status) on span and in the latency histogram since start, and
 // ends span. Only classified facts are recorded, never the request.
 func (t Telemetry) End(ctx context.Context, span trace.Span, op Op, start time.Time, answer Charge, err error) {
-	t.t.end(ctx, span, op, start, answer, err)
+	t.t.end(ctx, span, op, start, answer.spanAttributes(), err)
 }
 
-// start opens the client span of one call ("psp.charge", "psp.lookup") and
+// EndRefund is End for a refund call or a refund lookup: the refund's
+// status and failure code, never its reference, metadata or key.
+func (t Telemetry) EndRefund(ctx context.Context, span trace.Span, op Op, start time.Time, answer Refund, err error) {
+	t.t.end(ctx, span, op, start, answer.spanAttributes(), err)
+}
+
+// spanAttributes are what a call's span records of a charge it answered.
+func (c Charge) spanAttributes() []attribute.KeyValue {
+	attrs := []attribute.KeyValue{attribute.String("psp.charge.status", string(c.Status))}
+	if c.DeclineCode != "" {
+		attrs = append(attrs, attribute.String("psp.decline_code", c.DeclineCode))
+	}
+	return attrs
+}
+
+// spanAttributes are what a call's span records of a refund it answered.
+func (r Refund) spanAttributes() []attribute.KeyValue {
+	attrs := []attribute.KeyValue{attribute.String("psp.refund.status", string(r.Status))}
+	if r.FailureCode != "" {
+		attrs = append(attrs, attribute.String("psp.refund.failure_code", r.FailureCode))
+	}
+	return attrs
+}
+
+// start opens the client span of one call ("psp.<op>") and
 // writes the W3C trace context into the request headers, so a provider that
 // traces joins the caller's trace.
 func (t telemetry) start(ctx context.Context, op Op, header http.Header) (context.Context, trace.Span) {
@@ -147,10 +186,12 @@ func (t telemetry) start(ctx context.Context, op Op, header http.Header) (contex
 
 // end records what the call proved on its span and in the latency
 // histogram, and ends the span. Only classified facts go in: the op, the
-// outcome, the stable reason, the HTTP status and the charge's status —
-// never the request (which carries the payment method) or raw error text.
-func (t telemetry) end(ctx context.Context, span trace.Span, op Op, start time.Time, answer Charge, err error) {
-	outcome := OutcomeOf(err)
+// outcome, the stable reason, the HTTP status and, when the provider
+// answered with a charge or a refund, answer (its status and code) — never
+// the request (which carries the payment method, the reference, the key)
+// or raw error text.
+func (t telemetry) end(ctx context.Context, span trace.Span, op Op, start time.Time, answer []attribute.KeyValue, err error) {
+	outcome := OutcomeOp(op, err)
 	t.callDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(
 		attribute.String("op", string(op)), attribute.String("outcome", string(outcome))))
 
@@ -163,11 +204,8 @@ func (t telemetry) end(ctx context.Context, span trace.Span, op Op, start time.T
 		}
 	}
 	switch outcome {
-	case OutcomeCharge:
-		span.SetAttributes(attribute.String("psp.charge.status", string(answer.Status)))
-		if answer.DeclineCode != "" {
-			span.SetAttributes(attribute.String("psp.decline_code", answer.DeclineCode))
-		}
+	case OutcomeCharge, OutcomeRefund:
+		span.SetAttributes(answer...)
 	case OutcomeNotFound:
 		// A proven not-found is an answer, not a failure of the call.
 	default:
