@@ -13,14 +13,20 @@ import (
 	"chargeflow/psp"
 )
 
-// The PaymentIntent metadata keys the adapter files a charge under.
+// The metadata keys the adapter files a charge (a PaymentIntent) and a
+// refund under.
 const (
 	// MetadataKey holds our reference (chargeflow's charge id); a lookup by
 	// reference matches on it.
 	MetadataKey = "chargeflow_charge"
 
-	// MetadataTenantKey holds the charge's tenant tag, when it has one, so
-	// that Stripe's records (and the fake's audit) can be read per tenant.
+	// MetadataRefundKey holds a refund's reference (chargeflow's refund
+	// id); a refund lookup without the refund's id matches on it.
+	MetadataRefundKey = "chargeflow_refund"
+
+	// MetadataTenantKey holds the charge's or refund's tenant tag, when it
+	// has one, so that Stripe's records (and the fake's audit) can be read
+	// per tenant.
 	MetadataTenantKey = "chargeflow_tenant"
 )
 
@@ -36,25 +42,98 @@ const (
 	opList
 	// opSearch is the first page of GET /v1/payment_intents/search.
 	opSearch
+	// opRefund is POST /v1/refunds.
+	opRefund
+	// opRefundRetrieve is GET /v1/refunds/{id}.
+	opRefundRetrieve
+	// opRefundList is one page of GET /v1/refunds?payment_intent=….
+	opRefundList
 )
 
-// pspOp is the psp.Op an op is recorded as: a charge, or a lookup.
+// pspOp is the psp.Op an op is recorded and classified as: a charge, a
+// refund, or the lookup of either.
 func (o op) pspOp() psp.Op {
-	if o == opCharge {
+	switch o {
+	case opCharge:
 		return psp.OpCharge
+	case opRefund:
+		return psp.OpRefund
+	case opRefundRetrieve, opRefundList:
+		return psp.OpRefundLookup
+	default:
+		return psp.OpLookup
 	}
-	return psp.OpLookup
 }
 
-// intentPage is one page of GET /v1/payment_intents, or of its search, as
-// stripe-go decodes it. stripe-go's own page types are unexported and its
-// iterators hide has_more, which the scan must see to know that it read
-// every page and the search to know that it saw every hit.
-type intentPage struct {
+// refunds reports whether o is a refund's call: a refund or its lookup.
+func (o op) refunds() bool { return o == opRefund || o == opRefundRetrieve || o == opRefundList }
+
+// retrieves reports whether o reads one object by its id, whose 404
+// resource_missing proves that the object does not exist.
+func (o op) retrieves() bool { return o == opRetrieve || o == opRefundRetrieve }
+
+// pageObject is the object a page answering o must be: "search_result"
+// for a search, "list" for a list, "" for an op that reads no page.
+func (o op) pageObject() string {
+	switch o {
+	case opSearch:
+		return "search_result"
+	case opList, opRefundList:
+		return "list"
+	default:
+		return ""
+	}
+}
+
+// page is one page of a list (GET /v1/payment_intents, GET /v1/refunds) or
+// of a search, as stripe-go decodes it. stripe-go's own page types are
+// unexported and its iterators hide has_more, which a scan must see to know
+// that it read every page and the search to know that it saw every hit.
+type page[T any] struct {
 	stripego.APIResource
-	HasMore bool                      `json:"has_more"`
-	Object  string                    `json:"object"`
-	Data    []*stripego.PaymentIntent `json:"data"`
+	HasMore bool   `json:"has_more"`
+	Object  string `json:"object"`
+	Data    []*T   `json:"data"`
+}
+
+type (
+	intentPage = page[stripego.PaymentIntent]
+	refundPage = page[stripego.Refund]
+)
+
+// listing is what classify checks of a page.
+type listing interface {
+	// check refuses a page that does not prove what it says: one that is
+	// not the object it must be, has an item without an id, or claims more
+	// pages after an empty one (a scan could not page on from it).
+	check(object string) error
+}
+
+func (p *page[T]) check(object string) error {
+	switch {
+	case p == nil || p.Object != object:
+		return errors.New("answer is not a " + object)
+	case p.HasMore && len(p.Data) == 0:
+		return errors.New("empty page with has_more")
+	}
+	for _, item := range p.Data {
+		if item == nil || idOf(item) == "" {
+			return errors.New("list item without an id")
+		}
+	}
+	return nil
+}
+
+// idOf is the id of a page's item.
+func idOf[T any](item *T) string {
+	switch v := any(item).(type) {
+	case *stripego.PaymentIntent:
+		return v.ID
+	case *stripego.Refund:
+		return v.ID
+	default:
+		return ""
+	}
 }
 
 // attempt is everything classify needs to know about one request to Stripe.
@@ -86,47 +165,62 @@ type attempt struct {
 	// stripe-go returned without error.
 	intent *stripego.PaymentIntent
 
-	// page is the decoded page of a list that stripe-go returned without
-	// error.
-	page *intentPage
+	// refund is the decoded Refund of a refund or a refund retrieve that
+	// stripe-go returned without error.
+	refund *stripego.Refund
+
+	// page is the decoded page of a list or a search that stripe-go
+	// returned without error.
+	page listing
 }
 
-// classify turns one request to Stripe into a charge or an error, and is
-// the only place where that decision is made. The rules, in order:
+// answer is what one request to Stripe settled: the charge of a charge or
+// a retrieve, the refund of a refund or a refund retrieve. A page settles
+// nothing by itself: its caller reads it.
+type answer struct {
+	charge psp.Charge
+	refund psp.Refund
+}
+
+// classify turns one request to Stripe into what it proves, and is the
+// only place where that decision is made, for charges and refunds alike.
+// The rules, in order:
 //
 //   - No answer: the transport rules of psp.Classify (not applied only for
-//     a charge whose connection was never obtained; else unknown).
+//     a charge or a refund whose connection was never obtained; else
+//     unknown).
 //   - A Stripe error: classifyAPIError.
 //   - An answer stripe-go could not read or decode, or a non-2xx one that
 //     is not a Stripe error (a proxy's page, a 3xx): the status rules of
 //     psp.Classify over an unreadable body (a 2xx is malformed_body).
 //   - A 2xx list or search page: nil error when it is a well-formed page
 //     (the scan or the search reads it), malformed_body otherwise.
-//   - A 2xx PaymentIntent: chargeOf.
+//   - A 2xx PaymentIntent: chargeOf. A 2xx Refund: refundOf.
 //
 // A "not applied" whose answer Stripe replayed is made unknown
 // (replayed_error): Stripe saves an answer only once it began executing
 // the request, so a replayed refusal is no longer a refusal before
 // execution. A lookup is never "not applied": a lookup that failed proves
-// nothing about the charge.
-func classify(a attempt) (psp.Charge, error) {
-	charge, err := classifyAnswer(a)
+// nothing about the charge or the refund.
+func classify(a attempt) (answer, error) {
+	got, err := classifyAnswer(a)
 	var pspErr *psp.Error
 	if errors.As(err, &pspErr) && pspErr.Kind == psp.ErrNotApplied {
 		switch {
-		case a.op != opCharge:
+		case !a.op.pspOp().Applies():
 			pspErr.Kind = psp.ErrUnknownOutcome
 		case a.replayed:
 			pspErr.Kind, pspErr.Reason = psp.ErrUnknownOutcome, "replayed_error"
 		}
 	}
-	return charge, err
+	return got, err
 }
 
 // classifyAnswer is classify without the final rules on "not applied".
-func classifyAnswer(a attempt) (psp.Charge, error) {
+func classifyAnswer(a attempt) (answer, error) {
 	if a.status == 0 {
-		return psp.Classify(psp.Attempt{Op: a.op.pspOp(), Err: a.err, GotConn: a.gotConn, WroteRequest: a.wroteRequest})
+		_, err := psp.Classify(psp.Attempt{Op: a.op.pspOp(), Err: a.err, GotConn: a.gotConn, WroteRequest: a.wroteRequest})
+		return answer{}, err
 	}
 
 	var stripeErr *stripego.Error
@@ -138,39 +232,32 @@ func classifyAnswer(a attempt) (psp.Charge, error) {
 		// stripe-go's decoding errors quote the body, which can hold the
 		// payment method and the metadata: only the status and the body's
 		// read error are kept.
-		return psp.Classify(psp.Attempt{Op: a.op.pspOp(), Err: a.bodyErr, GotConn: true, WroteRequest: true, StatusCode: a.status})
+		_, err := psp.Classify(psp.Attempt{Op: a.op.pspOp(), Err: a.bodyErr, GotConn: true, WroteRequest: true, StatusCode: a.status})
+		return answer{}, err
 	}
 
-	if a.op == opList || a.op == opSearch {
+	switch {
+	case a.op.pageObject() != "":
 		if err := checkPage(a.page, a.op); err != nil {
-			return psp.Charge{}, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "malformed_body", StatusCode: a.status, Err: err}
+			return answer{}, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "malformed_body", StatusCode: a.status, Err: err}
 		}
-		return psp.Charge{}, nil
+		return answer{}, nil
+	case a.op.refunds():
+		refund, err := refundOf(a.refund)
+		return answer{refund: refund}, err
+	default:
+		charge, err := chargeOf(a.intent, "")
+		return answer{charge: charge}, err
 	}
-	return chargeOf(a.intent, "")
 }
 
-// checkPage refuses a page that does not prove what it says: one that is
-// not a list (a search_result, for a search), has an intent without an id,
-// or claims more pages after an empty one (a scan could not page on from
-// it).
-func checkPage(page *intentPage, o op) error {
-	object := "list"
-	if o == opSearch {
-		object = "search_result"
+// checkPage refuses a page that does not prove what it says (listing.check)
+// for o: a search_result for a search, a list for a list.
+func checkPage(page listing, o op) error {
+	if page == nil {
+		return errors.New("answer is not a " + o.pageObject())
 	}
-	switch {
-	case page == nil || page.Object != object:
-		return errors.New("answer is not a " + object)
-	case page.HasMore && len(page.Data) == 0:
-		return errors.New("empty page with has_more")
-	}
-	for _, pi := range page.Data {
-		if pi == nil || pi.ID == "" {
-			return errors.New("list item without an id")
-		}
-	}
-	return nil
+	return page.check(o.pageObject())
 }
 
 // classifyAPIError classifies an answer Stripe gave as an error object. The
@@ -182,10 +269,13 @@ func checkPage(page *intentPage, o op) error {
 //     a request with this key exists: unknown (idempotency_key_reused).
 //   - 409: a request with this key is still executing, and it may apply:
 //     unknown (idempotency_key_in_use, conflict).
-//   - An error that carries the PaymentIntent: the intent's state decides
-//     (chargeOf); a card error's decline_code, else its code, is the
-//     decline code. A card decline is a failed charge: a value.
-//   - A card error without an intent: unknown (card_error_without_intent).
+//   - A refund that Stripe refused for the charge's state (refusesRefund):
+//     a failed refund with Stripe's code as its failure code, a value.
+//   - A charge whose error carries the PaymentIntent: the intent's state
+//     decides (chargeOf); a card error's decline_code, else its code, is
+//     the decline code. A card decline is a failed charge: a value.
+//   - A charge's card error without an intent: unknown
+//     (card_error_without_intent).
 //   - 5xx: unknown (status_NNN); Stripe saves a 500 for the key.
 //   - 429: refused before execution: not applied (lock_timeout,
 //     rate_limited).
@@ -193,22 +283,26 @@ func checkPage(page *intentPage, o op) error {
 //   - 400, 404 invalid_request_error: refused by validation before
 //     execution: not applied (invalid_request).
 //   - Anything else: unknown (status_NNN).
-func classifyAPIError(a attempt, e *stripego.Error) (psp.Charge, error) {
+//
+// A PaymentIntent inside an error names the intent, never a refund: only
+// for a charge's calls does it become the error's ProviderID, which a
+// refund's lookup would otherwise retrieve as a refund's id.
+func classifyAPIError(a attempt, e *stripego.Error) (answer, error) {
 	status := cmp.Or(a.status, e.HTTPStatusCode)
-	fail := func(kind error, reason string) (psp.Charge, error) {
+	fail := func(kind error, reason string) (answer, error) {
 		pspErr := &psp.Error{Kind: kind, Reason: reason, StatusCode: status, ProviderCode: string(e.Code), Err: apiError{
 			typ: string(e.Type), code: string(e.Code), declineCode: string(e.DeclineCode), status: status, requestID: e.RequestID,
 		}}
-		if e.PaymentIntent != nil {
+		if e.PaymentIntent != nil && !a.op.refunds() {
 			pspErr.ProviderID = e.PaymentIntent.ID
 		}
-		return psp.Charge{}, pspErr
+		return answer{}, pspErr
 	}
 	statusReason := "status_" + strconv.Itoa(status)
 
-	if a.op != opCharge {
-		if a.op == opRetrieve && status == http.StatusNotFound && e.Code == stripego.ErrorCodeResourceMissing && a.bodyErr == nil {
-			return psp.Charge{}, psp.ErrNotFound
+	if !a.op.pspOp().Applies() {
+		if a.op.retrieves() && status == http.StatusNotFound && e.Code == stripego.ErrorCodeResourceMissing && a.bodyErr == nil {
+			return answer{}, psp.ErrNotFound
 		}
 		return fail(psp.ErrUnknownOutcome, statusReason)
 	}
@@ -220,13 +314,16 @@ func classifyAPIError(a attempt, e *stripego.Error) (psp.Charge, error) {
 		return fail(psp.ErrUnknownOutcome, "idempotency_key_in_use")
 	case status == http.StatusConflict:
 		return fail(psp.ErrUnknownOutcome, "conflict")
-	case e.PaymentIntent != nil && e.PaymentIntent.ID != "":
+	case a.op == opRefund && refusesRefund(status, e):
+		return answer{refund: psp.Refund{Status: psp.StatusFailed, FailureCode: string(e.Code)}}, nil
+	case a.op == opCharge && e.PaymentIntent != nil && e.PaymentIntent.ID != "":
 		declineCode := ""
 		if e.Type == stripego.ErrorTypeCard {
 			declineCode = cmp.Or(string(e.DeclineCode), string(e.Code))
 		}
-		return chargeOf(e.PaymentIntent, declineCode)
-	case e.Type == stripego.ErrorTypeCard:
+		charge, err := chargeOf(e.PaymentIntent, declineCode)
+		return answer{charge: charge}, err
+	case a.op == opCharge && e.Type == stripego.ErrorTypeCard:
 		return fail(psp.ErrUnknownOutcome, "card_error_without_intent")
 	case status >= 500:
 		return fail(psp.ErrUnknownOutcome, statusReason)
@@ -243,6 +340,30 @@ func classifyAPIError(a attempt, e *stripego.Error) (psp.Charge, error) {
 	default:
 		return fail(psp.ErrUnknownOutcome, statusReason)
 	}
+}
+
+// refundRefusals are the codes of Stripe's 400 invalid_request_error with
+// which it refuses a refund for the state of the charge or the intent, not
+// for the request's form: the charge is refunded already, the amount is
+// more than is left of it (or than Stripe allows), it is disputed or not
+// refundable, or the PaymentIntent did not succeed. Each is listed in the
+// error codes of Stripe's OpenAPI spec (api_errors.code); which answers
+// carry which code, and why each is a decisive refusal rather than "not
+// applied", is in docs/refunds.md ("Stripe's refusals").
+var refundRefusals = map[stripego.ErrorCode]bool{
+	stripego.ErrorCodeChargeAlreadyRefunded:        true,
+	stripego.ErrorCodeAmountTooLarge:               true,
+	stripego.ErrorCodeChargeNotRefundable:          true,
+	stripego.ErrorCodeChargeDisputed:               true,
+	stripego.ErrorCodeRefundDisputedPayment:        true,
+	stripego.ErrorCodePaymentIntentUnexpectedState: true,
+}
+
+// refusesRefund reports whether e, answering a refund, is Stripe's decisive
+// refusal of it (refundRefusals). A refusal Stripe replays is the refusal
+// of the request's first execution, as final as a fresh one.
+func refusesRefund(status int, e *stripego.Error) bool {
+	return status == http.StatusBadRequest && e.Type == stripego.ErrorTypeInvalidRequest && refundRefusals[e.Code]
 }
 
 // chargeOf maps a PaymentIntent to what it proves. succeeded is a charge;
@@ -295,29 +416,100 @@ func chargeOf(pi *stripego.PaymentIntent, declineCode string) (psp.Charge, error
 	}
 }
 
+// refundOf maps a Stripe Refund to what it proves. succeeded is a
+// refund; failed and canceled are a failed refund (a value: the money did
+// not reach the customer, or never left), whose failure code is Stripe's
+// failure_reason, else the status. pending and requires_action are not
+// final: an unknown outcome whose ProviderID lets the reconciler retrieve
+// the refund by id; so is a status we do not know.
+func refundOf(r *stripego.Refund) (psp.Refund, error) {
+	if r == nil || r.ID == "" || r.Status == "" {
+		return psp.Refund{}, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "malformed_body", Err: errors.New("refund without id or status")}
+	}
+	refund := psp.Refund{
+		ID:        r.ID,
+		Amount:    r.Amount,
+		Currency:  strings.ToUpper(string(r.Currency)),
+		Reference: r.Metadata[MetadataRefundKey],
+	}
+	if r.PaymentIntent != nil {
+		refund.Charge = r.PaymentIntent.ID
+	}
+	unknown := func(reason string) (psp.Refund, error) {
+		return psp.Refund{}, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: reason, ProviderID: r.ID,
+			Err: fmt.Errorf("refund %s is %s", r.ID, r.Status)}
+	}
+
+	switch r.Status {
+	case stripego.RefundStatusSucceeded:
+		refund.Status = psp.StatusSucceeded
+		return refund, nil
+	case stripego.RefundStatusFailed, stripego.RefundStatusCanceled:
+		refund.Status, refund.FailureCode = psp.StatusFailed, cmp.Or(string(r.FailureReason), string(r.Status))
+		return refund, nil
+	case stripego.RefundStatusPending, stripego.RefundStatusRequiresAction:
+		return unknown("refund_" + string(r.Status))
+	default:
+		return unknown("unknown_status")
+	}
+}
+
 // matchReference decides a complete scan: the intents whose metadata holds
 // reference. None is psp.ErrNotFound, one is that intent (chargeOf), more
 // than one is an unknown outcome: two intents for one charge would be a
 // double charge, which a person must look at, never a pick.
 func matchReference(intents []*stripego.PaymentIntent, reference string) (psp.Charge, error) {
-	var matches []*stripego.PaymentIntent
-	for _, pi := range intents {
-		if pi != nil && pi.Metadata[MetadataKey] == reference {
-			matches = append(matches, pi)
+	pi, err := matchOne(intents, MetadataKey, reference)
+	if err != nil {
+		return psp.Charge{}, err
+	}
+	return chargeOf(pi, "")
+}
+
+// matchRefund decides a complete list of a charge's refunds: the refunds
+// whose metadata holds reference. None is psp.ErrNotFound, one is that
+// refund (refundOf), more than one is an unknown outcome: two refunds for
+// one of ours would be a double refund, for a person to look at.
+func matchRefund(refunds []*stripego.Refund, reference string) (psp.Refund, error) {
+	r, err := matchOne(refunds, MetadataRefundKey, reference)
+	if err != nil {
+		return psp.Refund{}, err
+	}
+	return refundOf(r)
+}
+
+// matchOne returns the one item whose metadata key holds reference:
+// psp.ErrNotFound for none, an unknown outcome (multiple_matches) naming
+// them all for more than one.
+func matchOne[T any](items []*T, key, reference string) (*T, error) {
+	var matches []*T
+	var ids []string
+	for _, item := range items {
+		if item != nil && metadataOf(item)[key] == reference {
+			matches = append(matches, item)
+			ids = append(ids, idOf(item))
 		}
 	}
 	switch len(matches) {
 	case 0:
-		return psp.Charge{}, psp.ErrNotFound
+		return nil, psp.ErrNotFound
 	case 1:
-		return chargeOf(matches[0], "")
+		return matches[0], nil
 	default:
-		ids := make([]string, len(matches))
-		for i, pi := range matches {
-			ids[i] = pi.ID
-		}
-		return psp.Charge{}, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "multiple_matches",
-			Err: fmt.Errorf("%d payment intents carry this reference: %s", len(matches), strings.Join(ids, ", "))}
+		return nil, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "multiple_matches",
+			Err: fmt.Errorf("%d objects carry this reference: %s", len(matches), strings.Join(ids, ", "))}
+	}
+}
+
+// metadataOf is the metadata of a page's item.
+func metadataOf[T any](item *T) map[string]string {
+	switch v := any(item).(type) {
+	case *stripego.PaymentIntent:
+		return v.Metadata
+	case *stripego.Refund:
+		return v.Metadata
+	default:
+		return nil
 	}
 }
 

@@ -1,13 +1,16 @@
-// Package stripe is the psp.Provider for Stripe, built on stripe-go: a charge
-// is one PaymentIntent created and confirmed in one request, and a lookup
-// retrieves a PaymentIntent by id or finds it by our reference in its
-// metadata. Import it as pspstripe; the package name clashes with
-// stripe-go's.
+// Package stripe is the psp.Provider and psp.Refunder for Stripe, built on
+// stripe-go: a charge is one PaymentIntent created and confirmed in one
+// request, and a lookup retrieves a PaymentIntent by id or finds it by our
+// reference in its metadata; a refund is one Refund of a PaymentIntent,
+// and its lookup retrieves the Refund by id or finds it by our reference
+// among the intent's refunds. Import it as pspstripe; the package name
+// clashes with stripe-go's.
 //
-// Every answer is classified by one pure function, classify, into the four
-// classes of package psp (a charge, a decline, ErrNotApplied,
-// ErrUnknownOutcome), with a stable snake_case reason; docs/provider.md
-// ("The Stripe adapter") has the table. Two rules carry the weight. An
+// Every answer, a charge's or a refund's, is classified by one pure
+// function, classify, into the four classes of package psp (a charge or a
+// refund, a decline or a failed refund, ErrNotApplied, ErrUnknownOutcome),
+// with a stable snake_case reason; docs/provider.md ("The Stripe adapter")
+// has the tables. Two rules carry the weight. An
 // answer is "not applied" only when Stripe refused the request before
 // executing it (authentication, validation, rate limiting, a lock timeout):
 // Stripe saves an idempotency key's answer once execution begins, so those
@@ -63,11 +66,29 @@
 //
 // The key window is 24 hours: Stripe documents that it may prune an
 // idempotency key once it is at least 24 hours old, so that is all it
-// promises. Refunds are not implemented yet.
+// promises.
 //
-// Telemetry is psp's own (psp.Telemetry): a "psp.charge" or "psp.lookup"
-// span per call (a lookup's pages are one span) and
-// chargeflow.provider.call.duration, labelled with what the answer proved.
-// Neither they nor any error carry the payment method, the API key, the
-// metadata or Stripe's error messages (which can quote a payment method).
+// # Refunds
+//
+// Refund creates one Refund (POST /v1/refunds) of the PaymentIntent the
+// charge made, with the refund's provider key as its Idempotency-Key and
+// our refund id in its metadata (chargeflow_refund), under the same
+// one-attempt transport. Stripe's succeeded is a refund; failed and
+// canceled are a failed refund with Stripe's failure_reason; pending and
+// requires_action are unknown outcomes naming the refund. A refund Stripe
+// refuses for the state of the charge (already refunded, more than is
+// left, disputed, an intent that did not succeed: refundRefusals) is a
+// failed refund with Stripe's code, not "not applied": docs/refunds.md
+// says why and what the codes rest on. FindRefund retrieves the refund by
+// id when an answer named it, else lists the intent's refunds
+// (GET /v1/refunds?payment_intent=…, consistent like a retrieve; a charge
+// has few refunds), every page, and matches our reference: none is a
+// not-found, two are a double refund for a person.
+//
+// Telemetry is psp's own (psp.Telemetry): a "psp.charge", "psp.lookup",
+// "psp.refund" or "psp.refund_lookup" span per call (a lookup's pages are
+// one span) and chargeflow.provider.call.duration, labelled with what the
+// answer proved. Neither they nor any error carry the payment method, the
+// API key, the metadata or Stripe's error messages (which can quote a
+// payment method or a parameter).
 package stripe

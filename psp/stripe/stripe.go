@@ -39,8 +39,8 @@ const (
 	// DefaultPageSize is Stripe's largest list page.
 	DefaultPageSize = 100
 
-	// DefaultMaxPages bounds one lookup's scan; a longer one is an unknown
-	// outcome, never a not-found.
+	// DefaultMaxPages bounds one lookup's scan (or list of refunds); a
+	// longer one is an unknown outcome, never a not-found.
 	DefaultMaxPages = 50
 
 	// maxKeyLength is Stripe's limit on an idempotency key.
@@ -58,7 +58,8 @@ type Config struct {
 	APIKey string
 
 	// Timeout bounds each call, from dialing to the last byte: a charge, a
-	// retrieve, one page of a lookup's scan. Defaults to psp.DefaultTimeout.
+	// refund, a retrieve, one page of a lookup's scan or of a charge's
+	// refunds. Defaults to psp.DefaultTimeout.
 	Timeout time.Duration
 
 	// ClockSkew widens a lookup by reference's created-time window on both
@@ -70,8 +71,9 @@ type Config struct {
 	// after the last send, on top of Timeout.
 	ApplyDelay time.Duration
 
-	// PageSize and MaxPages shape a lookup by reference's scan. Default
-	// DefaultPageSize and DefaultMaxPages.
+	// PageSize and MaxPages shape a lookup by reference's scan, and a
+	// refund lookup's list of the charge's refunds. Default DefaultPageSize
+	// and DefaultMaxPages.
 	PageSize int64
 	MaxPages int
 
@@ -99,8 +101,11 @@ type Adapter struct {
 	telemetry  psp.Telemetry
 }
 
-// Adapter is a psp.Provider.
-var _ psp.Provider = (*Adapter)(nil)
+// Adapter is a psp.Provider and a psp.Refunder.
+var (
+	_ psp.Provider = (*Adapter)(nil)
+	_ psp.Refunder = (*Adapter)(nil)
+)
 
 // New returns an Adapter for cfg, with zero fields set to their defaults.
 func New(cfg Config) *Adapter {
@@ -133,7 +138,8 @@ func (a *Adapter) Timeout() time.Duration { return a.timeout }
 
 // Capabilities are Stripe's: a 24-hour key window, a strongly consistent
 // lookup by reference (search finds, the list endpoint proves not-found;
-// see the package doc) and a strong retrieve by PaymentIntent id.
+// see the package doc), a strong retrieve by PaymentIntent id, and
+// refunds.
 func (a *Adapter) Capabilities() psp.Capabilities {
 	return psp.Capabilities{
 		Name:         Name,
@@ -141,6 +147,7 @@ func (a *Adapter) Capabilities() psp.Capabilities {
 		Lookup:       psp.LookupByReference,
 		Consistency:  psp.Strong,
 		ByProviderID: true,
+		Refunds:      true,
 	}
 }
 
@@ -152,25 +159,29 @@ func (a *Adapter) Capabilities() psp.Capabilities {
 // ErrUnknownOutcome, with the intent's id as ProviderID when the answer
 // named one without settling it. Exactly one request is sent.
 func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge, error) {
+	return traced(ctx, a, psp.OpCharge, psp.Telemetry.End, func(ctx context.Context, header http.Header, _ trace.Span) (psp.Charge, error) {
+		return a.charge(ctx, req, header)
+	})
+}
+
+// traced makes one call of op (call, which sends header with each of its
+// requests) inside the call's span, and records what it proved with end:
+// psp.Telemetry's, as for every adapter.
+func traced[T any](ctx context.Context, a *Adapter, op psp.Op,
+	end func(psp.Telemetry, context.Context, trace.Span, psp.Op, time.Time, T, error),
+	call func(context.Context, http.Header, trace.Span) (T, error),
+) (T, error) {
 	start := time.Now()
 	header := http.Header{}
-	ctx, span := a.telemetry.Start(ctx, psp.OpCharge, header)
-	answer, err := a.charge(ctx, req, header)
-	a.telemetry.End(ctx, span, psp.OpCharge, start, answer, err)
-	return answer, err
+	ctx, span := a.telemetry.Start(ctx, op, header)
+	got, err := call(ctx, header, span)
+	end(a.telemetry, ctx, span, op, start, got, err)
+	return got, err
 }
 
 func (a *Adapter) charge(ctx context.Context, req psp.ChargeRequest, header http.Header) (psp.Charge, error) {
-	refuse := func(why string) (psp.Charge, error) {
-		return psp.Charge{}, &psp.Error{Kind: psp.ErrNotApplied, Reason: "invalid_request", Err: errors.New(why)}
-	}
-	switch {
-	case a.apiKey == "":
-		return refuse("no Stripe API key configured")
-	case strings.TrimSpace(req.Key) == "":
-		return refuse("empty idempotency key")
-	case len(req.Key) > maxKeyLength:
-		return refuse("idempotency key longer than 255 characters")
+	if err := a.checkSend(req.Key); err != nil {
+		return psp.Charge{}, err
 	}
 
 	params := &stripego.PaymentIntentCreateParams{
@@ -191,15 +202,139 @@ func (a *Adapter) charge(ctx context.Context, req psp.ChargeRequest, header http
 		params.AddMetadata(MetadataTenantKey, req.Tag)
 	}
 
+	got, err := once(ctx, a, opCharge, header, func(ctx context.Context) (*stripego.PaymentIntent, error) {
+		return a.client.V1PaymentIntents.Create(ctx, params)
+	}, setIntent)
+	return got.charge, err
+}
+
+// once makes the one request of o that send makes through stripe-go,
+// bounded by the call timeout and observed beneath stripe-go (with header
+// added to it), and classifies it; set files what stripe-go returned in
+// the attempt.
+func once[T any](ctx context.Context, a *Adapter, o op, header http.Header, send func(context.Context) (T, error), set func(*attempt, T)) (answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	ctx, obs := observe(ctx, header)
-	pi, err := a.client.V1PaymentIntents.Create(ctx, params)
-	at := obs.attempt(opCharge, err)
+	got, err := send(ctx)
+	at := obs.attempt(o, err)
 	if err == nil {
-		at.intent = pi
+		set(&at, got)
 	}
 	return classify(at)
+}
+
+func setIntent(at *attempt, pi *stripego.PaymentIntent) { at.intent = pi }
+
+func setRefund(at *attempt, r *stripego.Refund) { at.refund = r }
+
+// checkSend refuses, as not applied, a charge or refund that must not be
+// sent: without an API key it cannot be, and without a usable idempotency
+// key it could be applied twice.
+func (a *Adapter) checkSend(key string) error {
+	refuse := func(why string) error {
+		return &psp.Error{Kind: psp.ErrNotApplied, Reason: "invalid_request", Err: errors.New(why)}
+	}
+	switch {
+	case a.apiKey == "":
+		return refuse("no Stripe API key configured")
+	case strings.TrimSpace(key) == "":
+		return refuse("empty idempotency key")
+	case len(key) > maxKeyLength:
+		return refuse("idempotency key longer than 255 characters")
+	default:
+		return nil
+	}
+}
+
+// Refund creates one Refund of req.Amount of the PaymentIntent req.Charge,
+// with req.Key as its Idempotency-Key and req.Reference (and req.Tag, the
+// tenant) in its metadata, and classifies the answer (classify): a
+// psp.Refund, succeeded or failed (Stripe's refusals of the refund for the
+// charge's state are a failed refund without an ID, see
+// psp.RefundRequest.Refused), or a *psp.Error of kind ErrNotApplied or
+// ErrUnknownOutcome, with the refund's id as ProviderID when the answer
+// named a refund still pending. Exactly one request is sent.
+func (a *Adapter) Refund(ctx context.Context, req psp.RefundRequest) (psp.Refund, error) {
+	return traced(ctx, a, psp.OpRefund, psp.Telemetry.EndRefund, func(ctx context.Context, header http.Header, _ trace.Span) (psp.Refund, error) {
+		return a.refund(ctx, req, header)
+	})
+}
+
+func (a *Adapter) refund(ctx context.Context, req psp.RefundRequest, header http.Header) (psp.Refund, error) {
+	if err := a.checkSend(req.Key); err != nil {
+		return psp.Refund{}, err
+	}
+	// Without a PaymentIntent Stripe would refuse the request; without an
+	// amount it would refund all that is left of the charge.
+	switch {
+	case req.Charge == "":
+		return psp.Refund{}, &psp.Error{Kind: psp.ErrNotApplied, Reason: "invalid_request", Err: errors.New("no charge to refund")}
+	case req.Amount <= 0:
+		return psp.Refund{}, &psp.Error{Kind: psp.ErrNotApplied, Reason: "invalid_request", Err: errors.New("refund amount not positive")}
+	}
+
+	params := &stripego.RefundCreateParams{
+		PaymentIntent: stripego.String(req.Charge),
+		Amount:        stripego.Int64(req.Amount),
+	}
+	if req.Reason != "" {
+		params.Reason = stripego.String(req.Reason)
+	}
+	params.IdempotencyKey = stripego.String(req.Key)
+	params.AddMetadata(MetadataRefundKey, req.Reference)
+	if req.Tag != "" {
+		params.AddMetadata(MetadataTenantKey, req.Tag)
+	}
+
+	got, err := once(ctx, a, opRefund, header, func(ctx context.Context) (*stripego.Refund, error) {
+		return a.client.V1Refunds.Create(ctx, params)
+	}, setRefund)
+	if err == nil && got.refund.ID == "" {
+		return req.Refused(got.refund.FailureCode), nil
+	}
+	return got.refund, err
+}
+
+// FindRefund looks a refund up: by q.ProviderID when an earlier answer
+// named the refund (a retrieve; 404 resource_missing is psp.ErrNotFound),
+// else among the refunds of the PaymentIntent q.Charge, listed page by page
+// (GET /v1/refunds?payment_intent=…, strongly consistent), by q.Reference
+// in their metadata: none is psp.ErrNotFound, one is that refund, more are
+// an unknown outcome (multiple_matches). Each request is one call bounded
+// by Timeout; the list reads at most MaxPages pages. Every failure is a
+// *psp.Error of kind ErrUnknownOutcome.
+func (a *Adapter) FindRefund(ctx context.Context, q psp.LookupRequest) (psp.Refund, error) {
+	return traced(ctx, a, psp.OpRefundLookup, psp.Telemetry.EndRefund, func(ctx context.Context, header http.Header, span trace.Span) (psp.Refund, error) {
+		return a.findRefund(ctx, q, header, span)
+	})
+}
+
+func (a *Adapter) findRefund(ctx context.Context, q psp.LookupRequest, header http.Header, span trace.Span) (psp.Refund, error) {
+	if err := a.checkLookup(q.ProviderID == "" && (q.Charge == "" || q.Reference == ""),
+		"a refund lookup needs the refund's id, or the charge and the reference"); err != nil {
+		return psp.Refund{}, err
+	}
+
+	if q.ProviderID != "" {
+		span.SetAttributes(attribute.String("psp.lookup.by", "provider_id"))
+		got, err := once(ctx, a, opRefundRetrieve, header, func(ctx context.Context) (*stripego.Refund, error) {
+			return a.client.V1Refunds.Retrieve(ctx, q.ProviderID, nil)
+		}, setRefund)
+		return got.refund, err
+	}
+
+	span.SetAttributes(attribute.String("psp.lookup.by", string(psp.LookupByReference)))
+	pages := 0
+	refunds, err := readAll[stripego.Refund](ctx, a, opRefundList, "/v1/refunds", func(startingAfter string) any {
+		params := &stripego.RefundListParams{PaymentIntent: stripego.String(q.Charge)}
+		a.pageParams(&params.ListParams, startingAfter)
+		return params
+	}, header, span, &pages)
+	if err != nil {
+		return psp.Refund{}, err
+	}
+	return matchRefund(refunds, q.Reference)
 }
 
 // Find looks a charge up: by q.ProviderID when an earlier answer named the
@@ -213,25 +348,31 @@ func (a *Adapter) charge(ctx context.Context, req psp.ChargeRequest, header http
 // whole scan by one call's timeout would make a busy window time out every
 // lookup, for ever.
 func (a *Adapter) Find(ctx context.Context, q psp.LookupRequest) (psp.Charge, error) {
-	start := time.Now()
-	header := http.Header{}
-	ctx, span := a.telemetry.Start(ctx, psp.OpLookup, header)
-	answer, err := a.find(ctx, q, header, span)
-	a.telemetry.End(ctx, span, psp.OpLookup, start, answer, err)
-	return answer, err
+	return traced(ctx, a, psp.OpLookup, psp.Telemetry.End, func(ctx context.Context, header http.Header, span trace.Span) (psp.Charge, error) {
+		return a.find(ctx, q, header, span)
+	})
+}
+
+// checkLookup refuses, as an unknown outcome (a lookup that was not made
+// proves nothing), a lookup without an API key, or one that lacks what it
+// needs (lacking, and why).
+func (a *Adapter) checkLookup(lacking bool, why string) error {
+	if a.apiKey == "" {
+		lacking, why = true, "no Stripe API key configured"
+	}
+	if !lacking {
+		return nil
+	}
+	return &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "invalid_request", Err: errors.New(why)}
 }
 
 func (a *Adapter) find(ctx context.Context, q psp.LookupRequest, header http.Header, span trace.Span) (psp.Charge, error) {
-	refuse := func(why string) (psp.Charge, error) {
-		return psp.Charge{}, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "invalid_request", Err: errors.New(why)}
+	if err := a.checkLookup(q.ProviderID == "" && q.Reference == "", "neither a provider id nor a reference"); err != nil {
+		return psp.Charge{}, err
 	}
-	switch {
-	case a.apiKey == "":
-		return refuse("no Stripe API key configured")
-	case q.ProviderID == "" && q.Reference == "":
-		return refuse("neither a provider id nor a reference")
-	case q.ProviderID == "" && (q.FirstSent.IsZero() || q.LastSent.IsZero()):
-		return refuse("a lookup by reference needs the times the charge was sent")
+	if err := a.checkLookup(q.ProviderID == "" && (q.FirstSent.IsZero() || q.LastSent.IsZero()),
+		"a lookup by reference needs the times the charge was sent"); err != nil {
+		return psp.Charge{}, err
 	}
 
 	if q.ProviderID != "" {
@@ -275,12 +416,12 @@ func (a *Adapter) search(ctx context.Context, reference string, header http.Head
 	params := &stripego.PaymentIntentSearchParams{}
 	params.Query = searchQuery(reference)
 	params.Limit = stripego.Int64(searchLimit)
-	page, err := a.readPage(ctx, opSearch, "/v1/payment_intents/search", params, header)
+	found, err := readPage[stripego.PaymentIntent](ctx, a, opSearch, "/v1/payment_intents/search", params, header)
 	if err != nil {
 		return nil, err
 	}
 	var hits []*stripego.PaymentIntent
-	for _, pi := range page.Data {
+	for _, pi := range found.Data {
 		if pi.Metadata[MetadataKey] == reference {
 			hits = append(hits, pi)
 		}
@@ -301,15 +442,10 @@ func searchQuery(reference string) string {
 
 // retrieve gets one PaymentIntent by id.
 func (a *Adapter) retrieve(ctx context.Context, id string, header http.Header) (psp.Charge, error) {
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
-	ctx, obs := observe(ctx, header)
-	pi, err := a.client.V1PaymentIntents.Retrieve(ctx, id, nil)
-	at := obs.attempt(opRetrieve, err)
-	if err == nil {
-		at.intent = pi
-	}
-	return classify(at)
+	got, err := once(ctx, a, opRetrieve, header, func(ctx context.Context) (*stripego.PaymentIntent, error) {
+		return a.client.V1PaymentIntents.Retrieve(ctx, id, nil)
+	}, setIntent)
+	return got.charge, err
 }
 
 // scan lists the PaymentIntents created around each of the charge's sends
@@ -320,24 +456,15 @@ func (a *Adapter) scan(ctx context.Context, q psp.LookupRequest, header http.Hea
 	var intents []*stripego.PaymentIntent
 	pages := 0
 	for _, created := range a.windows(q) {
-		startingAfter := ""
-		for {
-			if pages >= a.maxPages {
-				return psp.Charge{}, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "scan_too_long",
-					Err: errors.New("more payment intents around the sends than the scan may read")}
-			}
-			pages++
-			span.SetAttributes(attribute.Int("psp.lookup.pages", pages))
-			page, err := a.listPage(ctx, created, startingAfter, header)
-			if err != nil {
-				return psp.Charge{}, err
-			}
-			intents = append(intents, page.Data...)
-			if !page.HasMore {
-				break
-			}
-			startingAfter = page.Data[len(page.Data)-1].ID
+		listed, err := readAll[stripego.PaymentIntent](ctx, a, opList, "/v1/payment_intents", func(startingAfter string) any {
+			params := &stripego.PaymentIntentListParams{CreatedRange: created}
+			a.pageParams(&params.ListParams, startingAfter)
+			return params
+		}, header, span, &pages)
+		if err != nil {
+			return psp.Charge{}, err
 		}
+		intents = append(intents, listed...)
 	}
 	return matchReference(intents, q.Reference)
 }
@@ -368,33 +495,60 @@ func (a *Adapter) windows(q psp.LookupRequest) []*stripego.RangeQueryParams {
 	return out
 }
 
-// listPage reads one page of GET /v1/payment_intents.
-func (a *Adapter) listPage(ctx context.Context, created *stripego.RangeQueryParams, startingAfter string, header http.Header) (*intentPage, error) {
-	params := &stripego.PaymentIntentListParams{CreatedRange: created}
+// pageParams sets a list page's size and, after the first page, its
+// cursor.
+func (a *Adapter) pageParams(params *stripego.ListParams, startingAfter string) {
 	params.Limit = stripego.Int64(a.pageSize)
 	if startingAfter != "" {
 		params.StartingAfter = stripego.String(startingAfter)
 	}
-	return a.readPage(ctx, opList, "/v1/payment_intents", params, header)
+}
+
+// readAll reads every page of one list at path, newest first, page by
+// page with starting_after (params builds each page's parameters from its
+// cursor), and returns every item. Each page is one call bounded by the
+// call timeout; *pages counts the pages of the whole lookup, which may
+// read MaxPages of them: a longer one is an unknown outcome
+// (scan_too_long), never a not-found.
+func readAll[T any](ctx context.Context, a *Adapter, o op, path string, params func(startingAfter string) any, header http.Header, span trace.Span, pages *int) ([]*T, error) {
+	var items []*T
+	startingAfter := ""
+	for {
+		if *pages >= a.maxPages {
+			return nil, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "scan_too_long",
+				Err: fmt.Errorf("more than %d pages to read", a.maxPages)}
+		}
+		*pages++
+		span.SetAttributes(attribute.Int("psp.lookup.pages", *pages))
+		page, err := readPage[T](ctx, a, o, path, params(startingAfter), header)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, page.Data...)
+		if !page.HasMore {
+			return items, nil
+		}
+		startingAfter = idOf(page.Data[len(page.Data)-1])
+	}
 }
 
 // readPage reads one page of a list or a search through stripe-go's
 // backend (its iterators hide has_more), and classifies it.
-func (a *Adapter) readPage(ctx context.Context, o op, path string, params any, header http.Header) (*intentPage, error) {
+func readPage[T any](ctx context.Context, a *Adapter, o op, path string, params any, header http.Header) (*page[T], error) {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	ctx, obs := observe(ctx, header)
 	values := &form.Values{}
 	form.AppendTo(values, params)
 
-	page := &intentPage{}
-	err := a.backend.CallRaw(http.MethodGet, path, a.apiKey, []byte(values.Encode()), &stripego.Params{Context: ctx}, page)
+	read := &page[T]{}
+	err := a.backend.CallRaw(http.MethodGet, path, a.apiKey, []byte(values.Encode()), &stripego.Params{Context: ctx}, read)
 	at := obs.attempt(o, err)
 	if err == nil {
-		at.page = page
+		at.page = read
 	}
 	if _, err := classify(at); err != nil {
 		return nil, err
 	}
-	return page, nil
+	return read, nil
 }

@@ -113,6 +113,28 @@ func answer(status int, body string) http.HandlerFunc {
 	}
 }
 
+// hang answers nothing until the client hangs up (or five seconds pass).
+func hang(_ http.ResponseWriter, r *http.Request) {
+	select {
+	case <-r.Context().Done():
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// answeringAdapter starts a server answering every request with handler,
+// and an adapter for it whose timeout is long enough for stripe-go's
+// retry, after its half-second backoff, to reach the server if it were
+// on, or short when handler hangs.
+func answeringAdapter(t *testing.T, handler http.HandlerFunc, hangs bool) (*stripeServer, *pspstripe.Adapter) {
+	t.Helper()
+	server := startStripeServer(t, handler)
+	timeout := 3 * time.Second
+	if hangs {
+		timeout = 300 * time.Millisecond
+	}
+	return server, newAdapter(server.URL, func(c *pspstripe.Config) { c.Timeout = timeout })
+}
+
 func newAdapter(serverURL string, edit ...func(*pspstripe.Config)) *pspstripe.Adapter {
 	cfg := pspstripe.Config{BaseURL: serverURL, APIKey: testKey, Timeout: 2 * time.Second}
 	for _, e := range edit {
@@ -195,25 +217,13 @@ func TestChargeClassifiesStripesAnswers(t *testing.T) {
 			kind: psp.ErrUnknownOutcome, reason: "malformed_body"},
 		{name: "502 from a proxy", handler: answer(502, "<html>bad gateway</html>"),
 			kind: psp.ErrUnknownOutcome, reason: "status_502"},
-		{name: "hang past the timeout", handler: func(_ http.ResponseWriter, r *http.Request) {
-			select {
-			case <-r.Context().Done():
-			case <-time.After(5 * time.Second):
-			}
-		}, kind: psp.ErrUnknownOutcome, reason: "timeout"},
+		{name: "hang past the timeout", handler: hang, kind: psp.ErrUnknownOutcome, reason: "timeout"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 
-			server := startStripeServer(t, tc.handler)
-			// Long enough for stripe-go's retry, after its half-second
-			// backoff, to reach the server if it were on.
-			timeout := 3 * time.Second
-			if tc.reason == "timeout" {
-				timeout = 300 * time.Millisecond
-			}
-			adapter := newAdapter(server.URL, func(c *pspstripe.Config) { c.Timeout = timeout })
+			server, adapter := answeringAdapter(t, tc.handler, tc.reason == "timeout")
 			charge, err := adapter.Charge(t.Context(), visaRequest("pk_"+tc.name))
 			require.Equal(t, 1, server.count(), "exactly one request: stripe-go's retries are off")
 			if tc.kind == nil {
@@ -681,7 +691,7 @@ func TestCapabilities(t *testing.T) {
 
 	adapter := newAdapter("http://127.0.0.1:1", func(c *pspstripe.Config) { c.Timeout = 7 * time.Second })
 	require.Equal(t, psp.Capabilities{
-		Name: "stripe", KeyWindow: 24 * time.Hour, Lookup: psp.LookupByReference, Consistency: psp.Strong, ByProviderID: true,
+		Name: "stripe", KeyWindow: 24 * time.Hour, Lookup: psp.LookupByReference, Consistency: psp.Strong, ByProviderID: true, Refunds: true,
 	}, adapter.Capabilities())
 	require.Equal(t, 7*time.Second, adapter.Timeout())
 	require.Equal(t, psp.DefaultTimeout, pspstripe.New(pspstripe.Config{}).Timeout())
