@@ -349,7 +349,7 @@ func classifyAPIError(a attempt, e *stripego.Error) (answer, error) {
 // refundable, or the PaymentIntent did not succeed. Each is listed in the
 // error codes of Stripe's OpenAPI spec (api_errors.code); which answers
 // carry which code, and why each is a decisive refusal rather than "not
-// applied", is in docs/refunds.md ("Stripe's refusals").
+// applied", is in docs/refunds.md ("Stripe's refusals, and what they rest on").
 var refundRefusals = map[stripego.ErrorCode]bool{
 	stripego.ErrorCodeChargeAlreadyRefunded:        true,
 	stripego.ErrorCodeAmountTooLarge:               true,
