@@ -311,9 +311,11 @@ func (a *Adapter) FindRefund(ctx context.Context, q psp.LookupRequest) (psp.Refu
 }
 
 func (a *Adapter) findRefund(ctx context.Context, q psp.LookupRequest, header http.Header, span trace.Span) (psp.Refund, error) {
-	if err := a.checkLookup(q.ProviderID == "" && (q.Charge == "" || q.Reference == ""),
-		"a refund lookup needs the refund's id, or the charge and the reference"); err != nil {
-		return psp.Refund{}, err
+	switch {
+	case a.apiKey == "":
+		return psp.Refund{}, lookupRefused("no Stripe API key configured")
+	case q.ProviderID == "" && (q.Charge == "" || q.Reference == ""):
+		return psp.Refund{}, lookupRefused("a refund lookup needs the refund's id, or the charge and the reference")
 	}
 
 	if q.ProviderID != "" {
@@ -353,26 +355,20 @@ func (a *Adapter) Find(ctx context.Context, q psp.LookupRequest) (psp.Charge, er
 	})
 }
 
-// checkLookup refuses, as an unknown outcome (a lookup that was not made
-// proves nothing), a lookup without an API key, or one that lacks what it
-// needs (lacking, and why).
-func (a *Adapter) checkLookup(lacking bool, why string) error {
-	if a.apiKey == "" {
-		lacking, why = true, "no Stripe API key configured"
-	}
-	if !lacking {
-		return nil
-	}
+// lookupRefused is the error of a lookup that is not made: an unknown
+// outcome, since a lookup that was not made proves nothing.
+func lookupRefused(why string) error {
 	return &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "invalid_request", Err: errors.New(why)}
 }
 
 func (a *Adapter) find(ctx context.Context, q psp.LookupRequest, header http.Header, span trace.Span) (psp.Charge, error) {
-	if err := a.checkLookup(q.ProviderID == "" && q.Reference == "", "neither a provider id nor a reference"); err != nil {
-		return psp.Charge{}, err
-	}
-	if err := a.checkLookup(q.ProviderID == "" && (q.FirstSent.IsZero() || q.LastSent.IsZero()),
-		"a lookup by reference needs the times the charge was sent"); err != nil {
-		return psp.Charge{}, err
+	switch {
+	case a.apiKey == "":
+		return psp.Charge{}, lookupRefused("no Stripe API key configured")
+	case q.ProviderID == "" && q.Reference == "":
+		return psp.Charge{}, lookupRefused("neither a provider id nor a reference")
+	case q.ProviderID == "" && (q.FirstSent.IsZero() || q.LastSent.IsZero()):
+		return psp.Charge{}, lookupRefused("a lookup by reference needs the times the charge was sent")
 	}
 
 	if q.ProviderID != "" {
