@@ -76,7 +76,7 @@ const (
 	maxKeyLength = 255
 )
 
-func (c *charge) wire() psp.Charge {
+func (c *record) wire() psp.Charge {
 	return psp.Charge{
 		ID:          c.ID,
 		Status:      c.Status,
@@ -104,18 +104,18 @@ func (s *Server) handleCharge(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req := chargeRequest{key: key, tag: r.Header.Get("X-Tenant-Tag"), params: params, hash: params.hash(), idPrefix: "py_"}
-	s.runCharge(w, r, req, fakeAnswers{}, keysAtApply)
+	req := request{key: key, tag: r.Header.Get("X-Tenant-Tag"), reference: params.Reference, op: params, hash: params.hash(), idPrefix: "py_"}
+	s.run(w, r, req, fakeChargeAnswers{}, keysAtApply)
 }
 
-// fakeAnswers words the charge pipeline's answers in the fake protocol.
-type fakeAnswers struct{}
+// fakeChargeAnswers words a charge's answers in the fake protocol.
+type fakeChargeAnswers struct{}
 
-func (fakeAnswers) charge(w http.ResponseWriter, c *charge) {
+func (fakeChargeAnswers) result(w http.ResponseWriter, c *record) {
 	writeJSON(w, http.StatusOK, c.wire())
 }
 
-func (fakeAnswers) failure(w http.ResponseWriter, f failure) {
+func (fakeChargeAnswers) failure(w http.ResponseWriter, f failure) {
 	switch f {
 	case failErrorBeforeApply:
 		writeError(w, http.StatusInternalServerError, "internal_error", "injected fault error_before_apply: nothing was applied")
@@ -164,7 +164,7 @@ func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := c.committed.wait(); err != nil {
-		fakeAnswers{}.failure(w, s.applyFailure(err))
+		fakeChargeAnswers{}.failure(w, s.applyFailure(err))
 		return
 	}
 	if decision.fault == FaultLookupLag && s.now().Sub(c.CreatedAt) < decision.duration {

@@ -8,11 +8,12 @@ import (
 	"time"
 )
 
-// This file is the part of a charge that every wire protocol shares: the
-// fault schedule, the idempotency key rules and the ledger. A protocol only
-// reads its request into a chargeRequest and words the answers
-// (chargeAnswers), so each fault behaves the same whichever protocol the
-// provider speaks.
+// This file is the part of a request that every operation and every wire
+// protocol shares: the fault schedule, the idempotency key rules and the
+// ledger. An operation (a charge, a refund) only says what executing it
+// records (operation.fillLocked), and a protocol only reads its request into
+// a request and words the answers (answers), so each fault behaves the same
+// whatever the operation and whichever protocol the provider speaks.
 
 var (
 	// errKeyReused: a known key arrived with different parameters.
@@ -23,25 +24,43 @@ var (
 	errKeyInUse = errors.New("fakepsp: idempotency key in use by a request still being processed")
 )
 
-// chargeRequest is one validated charge request, whatever protocol carried
-// it.
-type chargeRequest struct {
+// request is one validated request, whatever operation it asks for and
+// whatever protocol carried it.
+type request struct {
 	// key is the idempotency key.
 	key string
 
-	// tag is the tenant tag the ledger files the charge under.
+	// tag is the tenant tag the ledger files the record under.
 	tag string
 
-	// params decide the charge.
-	params chargeParams
+	// reference is the caller's own id for what it asks: our charge id for
+	// a charge.
+	reference string
+
+	// op is what the request asks the provider to do.
+	op operation
 
 	// hash fingerprints every parameter of the request, as the protocol
 	// defines them; a known key is only replayed for the same fingerprint.
 	hash string
 
-	// idPrefix starts the id of a charge the request makes: "py_" for the
-	// fake protocol, "pi_" for a Stripe PaymentIntent.
+	// idPrefix starts the id of what the request makes: "py_" for a charge
+	// of the fake protocol, "pi_" for a Stripe PaymentIntent.
 	idPrefix string
+}
+
+// operation is what a request asks the provider to do: the part of the
+// pipeline that differs between a charge and anything else it executes.
+type operation interface {
+	// on names the fault rules the request draws (Rule.On).
+	on() string
+
+	// fillLocked completes the ledger record of executing the operation:
+	// rec arrives with what every record holds (key, reference, tenant tag,
+	// time, fingerprint, a new id) and leaves as what executing did. s.mu is
+	// held, so what it reads of the ledger cannot change before rec is
+	// appended.
+	fillLocked(s *Server, rec *ledgerRecord)
 }
 
 // keyRules are the idempotency rules of a protocol: when a key starts to
@@ -77,29 +96,41 @@ type chargeParams struct {
 	Metadata    map[string]string
 }
 
-// charge is a ledger record in memory: a processed charge, or (Kind
+// on makes chargeParams an operation: a charge draws the charge rules.
+func (chargeParams) on() string {
+	return OnCharge
+}
+
+// fillLocked records a charge: the payment method decides its outcome.
+func (p chargeParams) fillLocked(_ *Server, rec *ledgerRecord) {
+	rec.Amount, rec.Currency = p.Amount, p.Currency
+	rec.Status, rec.DeclineCode = outcome(p.PaymentMethod)
+	rec.Description, rec.Metadata = p.Description, p.Metadata
+}
+
+// record is a ledger record in memory: a processed charge, or (Kind
 // kindSavedError) a key whose saved answer is an error and that applied
 // nothing.
-type charge struct {
+type record struct {
 	ledgerRecord
 
 	// committed completes when the record's ledger line is on disk. Nobody
 	// sees it (answer, replay, lookup, admin) before that.
 	committed *commitBatch
 
-	// position is the charge's index in Server.charges, the ledger order,
-	// which list cursors count from.
+	// position is the record's index in Server.charges, the ledger order of
+	// its kind, which list cursors count from.
 	position int
 }
 
 // isCharge reports whether c is a processed charge rather than a saved
 // error.
-func (c *charge) isCharge() bool {
+func (c *record) isCharge() bool {
 	return c.Kind == kindCharge
 }
 
-// failure is an answer that is not a charge. Each protocol words it its own
-// way (chargeAnswers.failure).
+// failure is an answer that is not the key's record. Each protocol words it
+// its own way (answers.failure).
 type failure int
 
 const (
@@ -128,23 +159,23 @@ const (
 	failLedger
 )
 
-// chargeAnswers is how a protocol words the answers of the shared charge
-// pipeline. The pipeline sets Idempotent-Replayed itself.
-type chargeAnswers interface {
-	// charge answers with a processed charge, new or replayed.
-	charge(w http.ResponseWriter, c *charge)
+// answers is how a protocol words the answers of the shared pipeline for
+// one operation. The pipeline sets Idempotent-Replayed itself.
+type answers interface {
+	// result answers with the key's record, new or replayed.
+	result(w http.ResponseWriter, c *record)
 
-	// failure answers with anything but a charge.
+	// failure answers with anything else.
 	failure(w http.ResponseWriter, f failure)
 }
 
-// applyOptions say how apply records a charge.
+// applyOptions say how apply records an operation.
 type applyOptions struct {
 	// dedupe answers a known key with its charge instead of applying anew.
 	dedupe bool
 
 	// reserved says the caller holds the key's in-flight mark (the late half
-	// of a delayed_apply): apply removes it and always applies a charge.
+	// of a delayed_apply): apply removes it and always executes.
 	reserved bool
 
 	// expireKey and keyTTL implement key_expiry.
@@ -155,12 +186,12 @@ type applyOptions struct {
 	replayStatus int
 }
 
-// runCharge takes a validated charge request through the fault schedule,
-// the provider's key de-duplication under rules and the ledger, and answers
-// it through answers. With de-duplication off both rules are the same: no
-// key is remembered, locked or saved.
-func (s *Server) runCharge(w http.ResponseWriter, r *http.Request, req chargeRequest, answers chargeAnswers, rules keyRules) {
-	decision := s.drawFault(OnCharge, req.key, nil)
+// run takes a validated request through the fault schedule, the provider's
+// key de-duplication under rules and the ledger, and answers it through
+// answers. With de-duplication off both rules are the same: no key is
+// remembered, locked or saved.
+func (s *Server) run(w http.ResponseWriter, r *http.Request, req request, answers answers, rules keyRules) {
+	decision := s.drawFault(req.op.on(), req.key, nil)
 	if rules == keysAtExecution && decision.dedupe {
 		s.runExecution(w, r, req, answers, decision)
 		return
@@ -195,9 +226,9 @@ func (s *Server) runCharge(w http.ResponseWriter, r *http.Request, req chargeReq
 	s.deliver(w, r, answers, decision, c, replayed)
 }
 
-// runExecution is runCharge under Stripe's key rules (keysAtExecution) with
+// runExecution is run under Stripe's key rules (keysAtExecution) with
 // de-duplication on.
-func (s *Server) runExecution(w http.ResponseWriter, r *http.Request, req chargeRequest, answers chargeAnswers, decision decision) {
+func (s *Server) runExecution(w http.ResponseWriter, r *http.Request, req request, answers answers, decision decision) {
 	// In front of the idempotency layer: the request never starts
 	// executing, so nothing is locked or saved.
 	switch decision.fault {
@@ -274,7 +305,7 @@ func (d decision) applyOptions(reserved bool) applyOptions {
 // with it executes (errKeyInUse) or with other parameters (errKeyReused),
 // or else marks the key in flight, which the caller's apply or saveError
 // clears.
-func (s *Server) reserve(req chargeRequest) (*charge, error) {
+func (s *Server) reserve(req request) (*record, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -302,11 +333,11 @@ func (s *Server) reserve(req chargeRequest) (*charge, error) {
 // saveError saves status as the key's answer when its execution failed
 // before applying anything (Stripe's rules), and clears the key's in-flight
 // mark. It returns once the record is on disk.
-func (s *Server) saveError(req chargeRequest, status int) error {
-	record := ledgerRecord{
+func (s *Server) saveError(req request, status int) error {
+	rec := ledgerRecord{
 		LedgerEntry: LedgerEntry{
 			IdempotencyKey: req.key,
-			Reference:      req.params.Reference,
+			Reference:      req.reference,
 			TenantTag:      req.tag,
 			CreatedAt:      s.now().UTC(),
 		},
@@ -321,20 +352,20 @@ func (s *Server) saveError(req chargeRequest, status int) error {
 		s.mu.Unlock()
 		return ErrClosed
 	}
-	batch, err := s.ledger.append(record)
+	batch, err := s.ledger.append(rec)
 	if err != nil {
 		s.mu.Unlock()
 		return err
 	}
-	s.byKey[req.key] = &charge{ledgerRecord: record, committed: batch}
+	s.addLocked(&record{ledgerRecord: rec, committed: batch})
 	s.mu.Unlock()
 	return batch.wait()
 }
 
-// deliver answers with c, through the faults that act after the charge was
-// applied (or, for a known key, replayed): they only change how the answer
-// is delivered.
-func (s *Server) deliver(w http.ResponseWriter, r *http.Request, answers chargeAnswers, decision decision, c *charge, replayed bool) {
+// deliver answers with c, through the faults that act after the request
+// was applied (or, for a known key, replayed): they only change how the
+// answer is delivered.
+func (s *Server) deliver(w http.ResponseWriter, r *http.Request, answers answers, decision decision, c *record, replayed bool) {
 	switch decision.fault {
 	case FaultApplyThenTimeout:
 		s.hold(r.Context(), decision.duration)
@@ -355,7 +386,7 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, answers chargeA
 			return
 		}
 	}
-	answers.charge(w, c)
+	answers.result(w, c)
 }
 
 // applyFailure names the answer to a failed apply, logging what only the
@@ -374,9 +405,10 @@ func (s *Server) applyFailure(err error) failure {
 	}
 }
 
-// apply records a charge for req, or with dedupe on and a known key returns
-// the key's charge with replayed set. It returns once the charge is on disk.
-func (s *Server) apply(req chargeRequest, options applyOptions) (c *charge, replayed bool, err error) {
+// apply executes req's operation and records what it did, or with dedupe on
+// and a known key returns the key's record with replayed set. It returns
+// once the record is on disk.
+func (s *Server) apply(req request, options applyOptions) (c *record, replayed bool, err error) {
 	s.mu.Lock()
 	if options.reserved {
 		delete(s.inFlight, req.key)
@@ -402,50 +434,59 @@ func (s *Server) apply(req chargeRequest, options applyOptions) (c *charge, repl
 		}
 	}
 
-	status, declineCode := outcome(req.params.PaymentMethod)
-	record := ledgerRecord{
+	rec := ledgerRecord{
 		LedgerEntry: LedgerEntry{
 			ID:             req.idPrefix + rand.Text(),
 			IdempotencyKey: req.key,
-			Reference:      req.params.Reference,
-			Amount:         req.params.Amount,
-			Currency:       req.params.Currency,
-			Status:         status,
-			DeclineCode:    declineCode,
+			Reference:      req.reference,
 			TenantTag:      req.tag,
 			CreatedAt:      s.now().UTC(),
 		},
-		Description:  req.params.Description,
-		Metadata:     req.params.Metadata,
 		RequestHash:  req.hash,
 		ReplayStatus: options.replayStatus,
 	}
 	if options.expireKey {
-		record.KeyExpiresAt = record.CreatedAt.Add(options.keyTTL)
+		rec.KeyExpiresAt = rec.CreatedAt.Add(options.keyTTL)
 	}
-	// Appending under s.mu keeps the file in the same order as s.charges.
-	batch, err := s.ledger.append(record)
+	req.op.fillLocked(s, &rec)
+	// Appending under s.mu keeps the file in the same order as memory.
+	batch, err := s.ledger.append(rec)
 	if err != nil {
 		s.mu.Unlock()
 		return nil, false, err
 	}
-	c = &charge{ledgerRecord: record, committed: batch, position: len(s.charges)}
-	s.charges = append(s.charges, c)
-	s.byKey[req.key] = c
-	s.byID[c.ID] = c
+	c = &record{ledgerRecord: rec, committed: batch}
+	s.addLocked(c)
 	s.mu.Unlock()
 
 	if err := batch.wait(); err != nil {
 		return nil, false, err
 	}
-	s.logger.Debug("fakepsp: charge applied", slog.String("id", c.ID), slog.String("key", req.key),
-		slog.String("reference", c.Reference), slog.String("status", string(c.Status)), slog.String("decline_code", c.DeclineCode))
+	s.logApplied(c)
 	return c, false, nil
 }
 
-// rememberedLocked returns the charge the provider remembers for key, or nil
-// if there is none or its key expired. s.mu must be held.
-func (s *Server) rememberedLocked(key string) *charge {
+// addLocked files c in memory: under its key, and a charge in the ledger
+// order and by id. s.mu must be held.
+func (s *Server) addLocked(c *record) {
+	s.byKey[c.IdempotencyKey] = c
+	if c.isCharge() {
+		c.position = len(s.charges)
+		s.charges = append(s.charges, c)
+		s.byID[c.ID] = c
+	}
+}
+
+// logApplied logs what an execution recorded: ids, keys, references and
+// outcomes, never a payment method, a description or metadata.
+func (s *Server) logApplied(c *record) {
+	s.logger.Debug("fakepsp: charge applied", slog.String("id", c.ID), slog.String("key", c.IdempotencyKey),
+		slog.String("reference", c.Reference), slog.String("status", string(c.Status)), slog.String("decline_code", c.DeclineCode))
+}
+
+// rememberedLocked returns the record the provider remembers for key, or
+// nil if there is none or its key expired. s.mu must be held.
+func (s *Server) rememberedLocked(key string) *record {
 	c := s.byKey[key]
 	if c == nil || (!c.KeyExpiresAt.IsZero() && !s.now().Before(c.KeyExpiresAt)) {
 		return nil
@@ -453,11 +494,11 @@ func (s *Server) rememberedLocked(key string) *charge {
 	return c
 }
 
-// delayApply starts the late half of delayed_apply: the charge is applied
+// delayApply starts the late half of delayed_apply: the request is applied
 // decision.duration from now. With dedupe on, the key is marked in flight
 // until then (reserved: the caller marked it already); a known or in-flight
 // key applies nothing new.
-func (s *Server) delayApply(req chargeRequest, decision decision, reserved bool) {
+func (s *Server) delayApply(req request, decision decision, reserved bool) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

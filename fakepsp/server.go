@@ -80,9 +80,9 @@ type Server struct {
 
 	mu       sync.Mutex
 	closed   bool
-	charges  []*charge           // every processed charge, in ledger order
-	byKey    map[string]*charge  // the latest charge or saved error per idempotency key
-	byID     map[string]*charge  // every processed charge by its id
+	charges  []*record           // every processed charge, in ledger order
+	byKey    map[string]*record  // the latest record per idempotency key
+	byID     map[string]*record  // every processed charge by its id
 	inFlight map[string]struct{} // keys executing or awaiting a delayed apply (with dedupe on)
 
 	closeOnce sync.Once
@@ -127,18 +127,13 @@ func New(cfg Config) (*Server, error) {
 		faults:    newFaultEngine(cfg.Faults, dedupe),
 		committed: committed,
 		closing:   make(chan struct{}),
-		charges:   make([]*charge, 0, len(records)),
-		byKey:     make(map[string]*charge, len(records)),
-		byID:      make(map[string]*charge, len(records)),
+		charges:   make([]*record, 0, len(records)),
+		byKey:     make(map[string]*record, len(records)),
+		byID:      make(map[string]*record, len(records)),
 		inFlight:  make(map[string]struct{}),
 	}
-	for _, record := range records {
-		c := &charge{ledgerRecord: record, committed: committed, position: len(s.charges)}
-		s.byKey[record.IdempotencyKey] = c
-		if c.isCharge() {
-			s.charges = append(s.charges, c)
-			s.byID[c.ID] = c
-		}
+	for _, rec := range records {
+		s.addLocked(&record{ledgerRecord: rec, committed: committed})
 	}
 	s.handler = s.routes(protocol)
 	ledger.start()

@@ -89,7 +89,7 @@ type stripePaymentIntent struct {
 // ledger record alone, so every answer about a charge, a replay included,
 // says the same. The charge and payment method ids share the
 // PaymentIntent's suffix; the test payment method itself is never stored.
-func stripeIntent(c *charge) stripePaymentIntent {
+func stripeIntent(c *record) stripePaymentIntent {
 	_, suffix, _ := strings.Cut(c.ID, "_")
 	metadata := c.Metadata
 	if metadata == nil {
@@ -126,7 +126,7 @@ func stripeIntent(c *charge) stripePaymentIntent {
 // stripeStatus is the status of c's PaymentIntent: a declined
 // confirmation leaves the intent waiting for another payment method, with
 // the decline as its last error.
-func stripeStatus(c *charge) string {
+func stripeStatus(c *record) string {
 	if c.Status == psp.StatusSucceeded {
 		return "succeeded"
 	}
@@ -136,7 +136,7 @@ func stripeStatus(c *charge) string {
 // stripeMetadataValue is c's PaymentIntent's metadata value for key. A
 // charge the fake protocol made shows its reference where the Stripe
 // adapter would have put it.
-func stripeMetadataValue(c *charge, key string) string {
+func stripeMetadataValue(c *record, key string) string {
 	if c.Metadata == nil && key == MetadataCharge {
 		return c.Reference
 	}
@@ -146,7 +146,7 @@ func stripeMetadataValue(c *charge, key string) string {
 // stripeDecline is the card error of a declined charge. Stripe names an
 // expired card and a wrong security code by their own error codes, and
 // every other decline card_declined; the decline code is always set.
-func stripeDecline(c *charge) stripeError {
+func stripeDecline(c *record) stripeError {
 	_, suffix, _ := strings.Cut(c.ID, "_")
 	decline := stripeError{Type: stripeCardError, Code: "card_declined", DeclineCode: c.DeclineCode,
 		Message: "The test card was declined.", Charge: "ch_" + suffix}
@@ -230,8 +230,8 @@ func (s *Server) handleStripeCreate(w http.ResponseWriter, r *http.Request) {
 		writeStripeError(w, http.StatusBadRequest, *problemErr)
 		return
 	}
-	req := chargeRequest{key: key, tag: params.Metadata[MetadataTenant], params: params, hash: stripeHash(form), idPrefix: "pi_"}
-	s.runCharge(w, r, req, stripeAnswers{}, keysAtExecution)
+	req := request{key: key, tag: params.Metadata[MetadataTenant], reference: params.Reference, op: params, hash: stripeHash(form), idPrefix: "pi_"}
+	s.run(w, r, req, stripeChargeAnswers{}, keysAtExecution)
 }
 
 // readStripeForm reads a form-encoded request body, answering 400 or 413
@@ -384,12 +384,12 @@ func decodeStripeCreate(form url.Values) (chargeParams, *stripeError) {
 	return params, nil
 }
 
-// stripeAnswers words the charge pipeline's answers as Stripe does.
-type stripeAnswers struct{}
+// stripeChargeAnswers words a charge's answers as Stripe does.
+type stripeChargeAnswers struct{}
 
-// charge answers with the PaymentIntent, or for a decline with Stripe's 402
+// result answers with the PaymentIntent, or for a decline with Stripe's 402
 // card error carrying it.
-func (stripeAnswers) charge(w http.ResponseWriter, c *charge) {
+func (stripeChargeAnswers) result(w http.ResponseWriter, c *record) {
 	intent := stripeIntent(c)
 	if c.Status != psp.StatusSucceeded {
 		decline := stripeDecline(c)
@@ -400,7 +400,7 @@ func (stripeAnswers) charge(w http.ResponseWriter, c *charge) {
 	writeJSON(w, http.StatusOK, intent)
 }
 
-func (stripeAnswers) failure(w http.ResponseWriter, f failure) {
+func (stripeChargeAnswers) failure(w http.ResponseWriter, f failure) {
 	switch f {
 	case failErrorBeforeApply, failErrorAfterApply, failReplayedError:
 		// One body for the three, so a replay repeats the first answer and

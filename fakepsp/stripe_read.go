@@ -88,7 +88,7 @@ func (s *Server) handleStripeRetrieve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := c.committed.wait(); err != nil {
-		stripeAnswers{}.failure(w, s.applyFailure(err))
+		stripeChargeAnswers{}.failure(w, s.applyFailure(err))
 		return
 	}
 	writeJSON(w, http.StatusOK, stripeIntent(c))
@@ -125,7 +125,7 @@ func (s *Server) handleStripeSearch(w http.ResponseWriter, r *http.Request) {
 	if after != nil {
 		from = after.position
 	}
-	found, more := olderThan(s.ledgerView(), from, limit, func(c *charge) bool {
+	found, more := olderThan(s.ledgerView(), from, limit, func(c *record) bool {
 		if d.fault == FaultLookupLag && now.Sub(c.CreatedAt) < d.duration {
 			return false // not indexed yet
 		}
@@ -179,8 +179,8 @@ func (s *Server) handleStripeList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	charges := s.ledgerView()
-	inRange := func(c *charge) bool { return created.contains(c.CreatedAt.Unix()) }
-	var page []*charge
+	inRange := func(c *record) bool { return created.contains(c.CreatedAt.Unix()) }
+	var page []*record
 	var hasMore bool
 	switch {
 	case before != nil:
@@ -204,7 +204,7 @@ func (s *Server) handleStripeList(w http.ResponseWriter, r *http.Request) {
 // only grows and a charge never changes once appended, so the slice is
 // read without s.mu; a page costs the charges it walks, never a copy of the
 // ledger.
-func (s *Server) ledgerView() []*charge {
+func (s *Server) ledgerView() []*record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.charges
@@ -213,8 +213,8 @@ func (s *Server) ledgerView() []*charge {
 // olderThan returns, newest first, up to limit of the durable charges that
 // keep accepts among those before position end, and whether there is
 // another.
-func olderThan(charges []*charge, end, limit int, keep func(*charge) bool) ([]*charge, bool) {
-	var page []*charge
+func olderThan(charges []*record, end, limit int, keep func(*record) bool) ([]*record, bool) {
+	var page []*record
 	for i := end - 1; i >= 0; i-- {
 		if c := charges[i]; c.committed.durable() && keep(c) {
 			if len(page) == limit {
@@ -229,8 +229,8 @@ func olderThan(charges []*charge, end, limit int, keep func(*charge) bool) ([]*c
 // newerThan returns, oldest first, up to limit of the durable charges that
 // keep accepts among those after position start, and whether there is
 // another.
-func newerThan(charges []*charge, start, limit int, keep func(*charge) bool) ([]*charge, bool) {
-	var page []*charge
+func newerThan(charges []*record, start, limit int, keep func(*record) bool) ([]*record, bool) {
+	var page []*record
 	for i := start + 1; i < len(charges); i++ {
 		if c := charges[i]; c.committed.durable() && keep(c) {
 			if len(page) == limit {
@@ -280,7 +280,7 @@ func stripeLimit(w http.ResponseWriter, values url.Values) (int, bool) {
 // returns that charge, nil when the parameter is absent. The search's page
 // token is such an id too: the fake's tokens are opaque to clients all the
 // same.
-func (s *Server) stripeCursor(w http.ResponseWriter, values url.Values, param string) (*charge, bool) {
+func (s *Server) stripeCursor(w http.ResponseWriter, values url.Values, param string) (*record, bool) {
 	id := values.Get(param)
 	if id == "" {
 		return nil, true
@@ -347,7 +347,7 @@ type stripeQuery struct {
 
 // matches reports whether c satisfies every clause, reading the charge as
 // stripeIntent shows it without building the intent.
-func (q stripeQuery) matches(c *charge) bool {
+func (q stripeQuery) matches(c *record) bool {
 	if q.status != "" && stripeStatus(c) != q.status {
 		return false
 	}
