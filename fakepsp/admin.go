@@ -27,14 +27,15 @@ const maxAdminErrorBytes = 4 << 10
 
 // LedgerResponse is the body of GET /_admin/ledger.
 type LedgerResponse struct {
-	// Charges are in the order they were applied; never nil.
+	// Charges are in the order they were applied, each with its refunds;
+	// never nil.
 	Charges []LedgerEntry `json:"charges"`
 }
 
 // FetchLedger reads GET /_admin/ledger from the fake provider at baseURL:
 // the charges that moved money, or with includeDeclines every charge it
-// applied. It is how tests, the scenario checker and the benchmark read the
-// ground truth.
+// applied, each with its refunds. It is how tests, the scenario checker and
+// the benchmark read the ground truth.
 func FetchLedger(ctx context.Context, baseURL string, includeDeclines bool) ([]LedgerEntry, error) {
 	url := adminURL(baseURL, "/_admin/ledger")
 	if includeDeclines {
@@ -57,6 +58,23 @@ func FetchLedger(ctx context.Context, baseURL string, includeDeclines bool) ([]L
 		return nil, fmt.Errorf("decode ledger: %w", err)
 	}
 	return body.Charges, nil
+}
+
+// FetchRefunds reads the refunds of the fake provider at baseURL from GET
+// /_admin/ledger: every refund on disk, grouped by charge in the order the
+// charges were applied and, for each charge, in the order its refunds were.
+// Refunds are only ever of charges that moved money, so the declines are
+// not fetched.
+func FetchRefunds(ctx context.Context, baseURL string) ([]RefundEntry, error) {
+	charges, err := FetchLedger(ctx, baseURL, false)
+	if err != nil {
+		return nil, err
+	}
+	refunds := []RefundEntry{}
+	for _, charge := range charges {
+		refunds = append(refunds, charge.Refunds...)
+	}
+	return refunds, nil
 }
 
 // FetchFaults reads GET /_admin/faults from the fake provider at baseURL: the
@@ -179,14 +197,23 @@ type Total struct {
 	Amount int64 `json:"amount"`
 }
 
-// Ledger returns the charges on disk, in order: only those that moved money,
-// or with includeDeclines the declined ones too. A charge whose ledger line
-// is not yet fsynced is not listed.
+// Ledger returns the charges on disk, in order, each with its refunds: only
+// those that moved money, or with includeDeclines the declined ones too. A
+// charge or refund whose ledger line is not yet fsynced is not listed.
 func (s *Server) Ledger(includeDeclines bool) []LedgerEntry {
+	// s.charges and s.refunds only grow and their records do not change
+	// once appended, so the slices taken under the lock are read without
+	// it; a charge's own list of refunds does change, and is not read.
 	s.mu.Lock()
-	charges := slices.Clone(s.charges)
+	charges, refunds := s.charges, s.refunds
 	s.mu.Unlock()
 
+	refundsOf := make(map[*record][]RefundEntry)
+	for _, refund := range refunds {
+		if refund.committed.durable() {
+			refundsOf[refund.charge] = append(refundsOf[refund.charge], refund.refundEntry())
+		}
+	}
 	entries := make([]LedgerEntry, 0, len(charges))
 	for _, c := range charges {
 		if !c.committed.durable() {
@@ -195,7 +222,25 @@ func (s *Server) Ledger(includeDeclines bool) []LedgerEntry {
 		if c.Status != psp.StatusSucceeded && !includeDeclines {
 			continue
 		}
-		entries = append(entries, c.LedgerEntry)
+		entry := c.LedgerEntry
+		entry.Refunds = refundsOf[c]
+		entries = append(entries, entry)
+	}
+	return entries
+}
+
+// Refunds returns the refunds on disk in the order they were applied. A
+// refund whose ledger line is not yet fsynced is not listed.
+func (s *Server) Refunds() []RefundEntry {
+	s.mu.Lock()
+	refunds := s.refunds
+	s.mu.Unlock()
+
+	entries := make([]RefundEntry, 0, len(refunds))
+	for _, refund := range refunds {
+		if refund.committed.durable() {
+			entries = append(entries, refund.refundEntry())
+		}
 	}
 	return entries
 }

@@ -69,7 +69,7 @@ func knownPaymentMethod(paymentMethod string) bool {
 }
 
 const (
-	// maxChargeBodyBytes bounds a charge request body.
+	// maxChargeBodyBytes bounds a charge or refund request body.
 	maxChargeBodyBytes = 64 << 10
 
 	// maxKeyLength bounds an idempotency key, as real providers do.
@@ -90,22 +90,40 @@ func (c *record) wire() psp.Charge {
 // hash fingerprints the parameters of the fake protocol; a known key is only
 // replayed for the same fingerprint.
 func (p chargeParams) hash() string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%d\x00%s\x00%s\x00%s", p.Amount, p.Currency, p.PaymentMethod, p.Reference))
+	return fingerprint("%d\x00%s\x00%s\x00%s", p.Amount, p.Currency, p.PaymentMethod, p.Reference)
+}
+
+// fingerprint hashes a request's parameters, formatted, into what the
+// ledger keeps of them (ledgerRecord.RequestHash): enough to tell two
+// requests apart, nothing to read a payment method back from.
+func fingerprint(format string, args ...any) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, format, args...))
 	return hex.EncodeToString(sum[:16])
 }
 
 // handleCharge serves POST /v1/charges.
 func (s *Server) handleCharge(w http.ResponseWriter, r *http.Request) {
+	s.serveFakePost(w, r, fakeChargeAnswers{}, func() (request, bool) {
+		params, ok := decodeChargeParams(w, r)
+		return request{reference: params.Reference, op: params, hash: params.hash(), idPrefix: "py_"}, ok
+	})
+}
+
+// serveFakePost serves a POST of the fake protocol: the Idempotency-Key,
+// the body, which decode reads into a request (answering 400 or 413 itself
+// when it cannot), the X-Tenant-Tag, and then the shared pipeline under the
+// fake protocol's key rules.
+func (s *Server) serveFakePost(w http.ResponseWriter, r *http.Request, answers answers, decode func() (request, bool)) {
 	key, ok := idempotencyKey(w, r)
 	if !ok {
 		return
 	}
-	params, ok := decodeChargeParams(w, r)
+	req, ok := decode()
 	if !ok {
 		return
 	}
-	req := request{key: key, tag: r.Header.Get("X-Tenant-Tag"), reference: params.Reference, op: params, hash: params.hash(), idPrefix: "py_"}
-	s.run(w, r, req, fakeChargeAnswers{}, keysAtApply)
+	req.key, req.tag = key, r.Header.Get("X-Tenant-Tag")
+	s.run(w, r, req, answers, keysAtApply)
 }
 
 // fakeChargeAnswers words a charge's answers in the fake protocol.
@@ -116,13 +134,19 @@ func (fakeChargeAnswers) result(w http.ResponseWriter, c *record) {
 }
 
 func (fakeChargeAnswers) failure(w http.ResponseWriter, f failure) {
+	writeFakeFailure(w, f, "charge")
+}
+
+// writeFakeFailure words a failure of the pipeline in the fake protocol;
+// what names the operation ("charge", "refund").
+func writeFakeFailure(w http.ResponseWriter, f failure, what string) {
 	switch f {
 	case failErrorBeforeApply:
 		writeError(w, http.StatusInternalServerError, "internal_error", "injected fault error_before_apply: nothing was applied")
 	case failErrorAfterApply:
-		writeError(w, http.StatusInternalServerError, "internal_error", "injected fault error_after_apply: the charge was applied")
+		writeError(w, http.StatusInternalServerError, "internal_error", "injected fault error_after_apply: the "+what+" was applied")
 	case failReplayedError:
-		writeError(w, http.StatusInternalServerError, "internal_error", "replay of an earlier error_after_apply: the charge was applied")
+		writeError(w, http.StatusInternalServerError, "internal_error", "replay of an earlier error_after_apply: the "+what+" was applied")
 	case failNotProcessed:
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusTooManyRequests, "rate_limited", "injected fault not_processed: nothing was applied")
@@ -133,12 +157,33 @@ func (fakeChargeAnswers) failure(w http.ResponseWriter, f failure) {
 	case failClosed:
 		writeError(w, http.StatusServiceUnavailable, "shutting_down", "the provider is shutting down")
 	default:
-		writeError(w, http.StatusInternalServerError, "ledger_unavailable", "the charge could not be recorded durably")
+		writeError(w, http.StatusInternalServerError, "ledger_unavailable", "the "+what+" could not be recorded durably")
 	}
 }
 
 // handleLookup serves GET /v1/charges/by-key/{key}.
 func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
+	s.lookupByKey(w, r, byKeyLookup{
+		kind: kindCharge, notFoundCode: psp.CodeChargeNotFound, notFound: "no charge exists for this idempotency key",
+		show: func(c *record) any { return c.wire() },
+	})
+}
+
+// byKeyLookup is what a lookup by key of the fake protocol finds: the
+// record of one kind that a key has, shown by show, or notFoundCode.
+type byKeyLookup struct {
+	kind         string
+	notFoundCode string
+	notFound     string
+	show         func(c *record) any
+}
+
+// lookupByKey serves a lookup by idempotency key of the fake protocol
+// through the lookup faults. A key whose record is of another kind (a
+// charge's key asked for a refund) or a saved answer that applied nothing
+// is not found; lookup_lag hides a record younger than the fault's
+// duration, as an eventually consistent read would.
+func (s *Server) lookupByKey(w http.ResponseWriter, r *http.Request, lookup byKeyLookup) {
 	key := r.PathValue("key")
 
 	decision := s.drawFault(OnLookup, key, nil)
@@ -159,19 +204,19 @@ func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	c := s.rememberedLocked(key)
 	s.mu.Unlock()
-	if c == nil || !c.isCharge() {
-		writeError(w, http.StatusNotFound, psp.CodeChargeNotFound, "no charge exists for this idempotency key")
+	if c == nil || c.Kind != lookup.kind {
+		writeError(w, http.StatusNotFound, lookup.notFoundCode, lookup.notFound)
 		return
 	}
 	if err := c.committed.wait(); err != nil {
-		fakeChargeAnswers{}.failure(w, s.applyFailure(err))
+		writeFakeFailure(w, s.applyFailure(err), lookup.kind)
 		return
 	}
 	if decision.fault == FaultLookupLag && s.now().Sub(c.CreatedAt) < decision.duration {
-		writeError(w, http.StatusNotFound, psp.CodeChargeNotFound, "no charge exists for this idempotency key")
+		writeError(w, http.StatusNotFound, lookup.notFoundCode, lookup.notFound)
 		return
 	}
-	writeJSON(w, http.StatusOK, c.wire())
+	writeJSON(w, http.StatusOK, lookup.show(c))
 }
 
 // idempotencyKey reads the Idempotency-Key header, answering 400 when it is
@@ -210,31 +255,13 @@ func readIdempotencyKey(r *http.Request) (key, code, problem string) {
 // decodeChargeParams reads and validates the body of a charge request,
 // answering 400 or 413 when it is not acceptable.
 func decodeChargeParams(w http.ResponseWriter, r *http.Request) (chargeParams, bool) {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxChargeBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", "the request body is larger than 64 KiB")
-		} else {
-			writeError(w, http.StatusBadRequest, "invalid_request", "the request body could not be read")
-		}
-		return chargeParams{}, false
-	}
-
 	var body struct {
 		Amount        json.RawMessage `json:"amount"`
 		Currency      string          `json:"currency"`
 		PaymentMethod string          `json:"payment_method"`
 		Reference     string          `json:"reference"`
 	}
-	decoder := json.NewDecoder(bytes.NewReader(data))
-	decoder.DisallowUnknownFields()
-	if err := decoder.Decode(&body); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_json", "the request body is not a valid charge object: "+err.Error())
-		return chargeParams{}, false
-	}
-	if _, err := decoder.Token(); !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, "invalid_json", "the request body has data after the charge object")
+	if !readJSONBody(w, r, &body, "charge") {
 		return chargeParams{}, false
 	}
 
@@ -254,6 +281,34 @@ func decodeChargeParams(w http.ResponseWriter, r *http.Request) (chargeParams, b
 		return chargeParams{}, false
 	}
 	return chargeParams{Amount: amount, Currency: body.Currency, PaymentMethod: body.PaymentMethod, Reference: body.Reference}, true
+}
+
+// readJSONBody reads a request body of at most 64 KiB into v, strictly:
+// one JSON object of v's fields and nothing after it. Otherwise it answers
+// 400 or 413 and returns false; what names the object ("charge",
+// "refund").
+func readJSONBody(w http.ResponseWriter, r *http.Request, v any, what string) bool {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxChargeBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", "the request body is larger than 64 KiB")
+		} else {
+			writeError(w, http.StatusBadRequest, "invalid_request", "the request body could not be read")
+		}
+		return false
+	}
+	decoder := json.NewDecoder(bytes.NewReader(data))
+	decoder.DisallowUnknownFields()
+	if err := decoder.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_json", "the request body is not a valid "+what+" object: "+err.Error())
+		return false
+	}
+	if _, err := decoder.Token(); !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, "invalid_json", "the request body has data after the "+what+" object")
+		return false
+	}
+	return true
 }
 
 // parseAmount accepts a JSON integer literal above zero: no sign, fraction,

@@ -9,6 +9,8 @@
 //
 //	POST /v1/charges                  create a charge (Idempotency-Key required)
 //	GET  /v1/charges/by-key/{key}     look a charge up by its idempotency key
+//	POST /v1/refunds                  refund a charge, in part or in full
+//	GET  /v1/refunds/by-key/{key}     look a refund up by its idempotency key
 //
 // ProtocolStripe is the subset of Stripe's API that docs/provider.md ("The
 // Stripe protocol") lists, good enough for stripe-go pointed at the fake:
@@ -20,8 +22,8 @@
 //
 // Both protocols share the admin endpoints:
 //
-//	GET  /_admin/ledger[?all=true]    the ground truth: charges that moved money
-//	GET  /_admin/audit                charges per key, totals per tenant tag and currency
+//	GET  /_admin/ledger[?all=true]    the ground truth: charges that moved money, with their refunds
+//	GET  /_admin/audit                charges per key, refunds per reference, totals per tenant tag and currency
 //	GET  /_admin/faults               the fault schedule and how often each fault fired
 //	POST /_admin/faults               replace the fault schedule
 //
@@ -35,14 +37,28 @@
 // with different parameters is 409 idempotency_key_reused. Errors are JSON
 // {"error":{"code","message","param"?}}.
 //
+// # Refunds
+//
+// A refund goes through the pipeline a charge goes through, with its own
+// fault rules ("on": "refund"): the same faults, key rules and ledger. It is
+// decided under the lock every refund of the charge is decided under, so a
+// charge is never refunded beyond its amount, however many refunds race. A
+// refund beyond what is left of the charge, or of a charge the provider does
+// not hold or that was declined, is refused: nothing is applied, and the
+// refusal is the key's saved answer (409 refund_exceeds_charge,
+// charge_not_refundable; Stripe's own errors under the Stripe protocol).
+// docs/refunds.md is the contract.
+//
 // # Ledger
 //
-// Every processed charge, succeeded or declined, is appended to the ledger
-// file as one JSON line and fsynced before anyone sees it: before the answer,
-// a replay, a lookup or the admin ledger. Concurrent requests share fsyncs
-// (group commit). New replays the file, so charges, keys, key expiries and
-// replayed errors survive a restart; a torn last line left by a crash is cut
-// off and ignored. One Server must own a ledger file at a time.
+// Every processed charge, succeeded or declined, and every refund is
+// appended to the ledger file as one JSON line and fsynced before anyone
+// sees it: before the answer, a replay, a lookup or the admin ledger. A
+// refund is a line of its own after its charge's, so the file stays
+// append-only. Concurrent requests share fsyncs (group commit). New replays
+// the file, so charges, refunds, keys, key expiries, refusals and replayed
+// errors survive a restart; a torn last line left by a crash is cut off and
+// ignored. One Server must own a ledger file at a time.
 //
 // # Faults
 //
@@ -74,5 +90,6 @@
 // (apply_then_timeout, apply_then_reset) act on it. A request refused before
 // execution (validation, not_processed, drop_before_apply) saves nothing.
 //
-// Logs name keys, references and faults, never payment methods.
+// Logs name keys, references and faults, never payment methods,
+// descriptions or metadata.
 package fakepsp

@@ -34,7 +34,7 @@ type request struct {
 	tag string
 
 	// reference is the caller's own id for what it asks: our charge id for
-	// a charge.
+	// a charge, our refund id for a refund.
 	reference string
 
 	// op is what the request asks the provider to do.
@@ -44,23 +44,26 @@ type request struct {
 	// defines them; a known key is only replayed for the same fingerprint.
 	hash string
 
-	// idPrefix starts the id of what the request makes: "py_" for a charge
-	// of the fake protocol, "pi_" for a Stripe PaymentIntent.
+	// idPrefix starts the id of what the request makes: "py_" and "rf_"
+	// under the fake protocol, a Stripe PaymentIntent's "pi_" and refund's
+	// "re_" under Stripe's.
 	idPrefix string
 }
 
-// operation is what a request asks the provider to do: the part of the
-// pipeline that differs between a charge and anything else it executes.
+// operation is what a request asks the provider to do, a charge
+// (chargeParams) or a refund (refundParams): the part of the pipeline that
+// differs between them.
 type operation interface {
 	// on names the fault rules the request draws (Rule.On).
 	on() string
 
-	// fillLocked completes the ledger record of executing the operation:
-	// rec arrives with what every record holds (key, reference, tenant tag,
+	// fillLocked completes the record of executing the operation: c
+	// arrives with what every record holds (key, reference, tenant tag,
 	// time, fingerprint, a new id) and leaves as what executing did. s.mu is
-	// held, so what it reads of the ledger cannot change before rec is
-	// appended.
-	fillLocked(s *Server, rec *ledgerRecord)
+	// held, so what it reads of the ledger (what is left of a charge) cannot
+	// change before c is appended: that is how two refunds racing never
+	// refund more than the charge together.
+	fillLocked(s *Server, c *record)
 }
 
 // keyRules are the idempotency rules of a protocol: when a key starts to
@@ -102,15 +105,14 @@ func (chargeParams) on() string {
 }
 
 // fillLocked records a charge: the payment method decides its outcome.
-func (p chargeParams) fillLocked(_ *Server, rec *ledgerRecord) {
-	rec.Amount, rec.Currency = p.Amount, p.Currency
-	rec.Status, rec.DeclineCode = outcome(p.PaymentMethod)
-	rec.Description, rec.Metadata = p.Description, p.Metadata
+func (p chargeParams) fillLocked(_ *Server, c *record) {
+	c.Amount, c.Currency = p.Amount, p.Currency
+	c.Status, c.DeclineCode = outcome(p.PaymentMethod)
+	c.Description, c.Metadata = p.Description, p.Metadata
 }
 
-// record is a ledger record in memory: a processed charge, or (Kind
-// kindSavedError) a key whose saved answer is an error and that applied
-// nothing.
+// record is a ledger record in memory: a processed charge, a refund, or
+// (Kind kindSavedError) a key whose saved answer applied nothing.
 type record struct {
 	ledgerRecord
 
@@ -118,15 +120,29 @@ type record struct {
 	// sees it (answer, replay, lookup, admin) before that.
 	committed *commitBatch
 
-	// position is the record's index in Server.charges, the ledger order of
-	// its kind, which list cursors count from.
+	// position is the record's index in Server.charges or Server.refunds,
+	// the ledger order of its kind, which list cursors count from.
 	position int
+
+	// refunds and refunded are a charge's refunds, in ledger order, and the
+	// sum of their amounts: what is left of the charge is its amount less
+	// refunded. Both change under Server.mu only; refunds only grows, so a
+	// copy of the slice taken under the mutex may be read without it.
+	refunds  []*record
+	refunded int64
+
+	// charge is a refund's charge.
+	charge *record
 }
 
-// isCharge reports whether c is a processed charge rather than a saved
-// error.
+// isCharge reports whether c is a processed charge.
 func (c *record) isCharge() bool {
 	return c.Kind == kindCharge
+}
+
+// isRefund reports whether c is a refund that moved money.
+func (c *record) isRefund() bool {
+	return c.Kind == kindRefund
 }
 
 // failure is an answer that is not the key's record. Each protocol words it
@@ -448,14 +464,15 @@ func (s *Server) apply(req request, options applyOptions) (c *record, replayed b
 	if options.expireKey {
 		rec.KeyExpiresAt = rec.CreatedAt.Add(options.keyTTL)
 	}
-	req.op.fillLocked(s, &rec)
+	c = &record{ledgerRecord: rec}
+	req.op.fillLocked(s, c)
 	// Appending under s.mu keeps the file in the same order as memory.
-	batch, err := s.ledger.append(rec)
+	batch, err := s.ledger.append(c.ledgerRecord)
 	if err != nil {
 		s.mu.Unlock()
 		return nil, false, err
 	}
-	c = &record{ledgerRecord: rec, committed: batch}
+	c.committed = batch
 	s.addLocked(c)
 	s.mu.Unlock()
 
@@ -466,22 +483,65 @@ func (s *Server) apply(req request, options applyOptions) (c *record, replayed b
 	return c, false, nil
 }
 
-// addLocked files c in memory: under its key, and a charge in the ledger
-// order and by id. s.mu must be held.
+// addLocked files c in memory: under its key, and a charge or a refund in
+// the ledger order of its kind and by id; a refund also counts against its
+// charge (c.charge, set by refundParams.fillLocked or linkLocked). s.mu must
+// be held.
+//
+// A saved answer that applied nothing does not take the key from a record
+// that moved money and is still remembered. With dedupe on that never
+// happens (a remembered key is replayed, not executed); with dedupe off a
+// refused retry would otherwise hide the refund before it from the lookups,
+// which show the latest money-moving record for the key.
 func (s *Server) addLocked(c *record) {
-	s.byKey[c.IdempotencyKey] = c
-	if c.isCharge() {
+	if known := s.rememberedLocked(c.IdempotencyKey); c.Kind != kindSavedError || known == nil || known.Kind == kindSavedError {
+		s.byKey[c.IdempotencyKey] = c
+	}
+	switch c.Kind {
+	case kindCharge:
 		c.position = len(s.charges)
 		s.charges = append(s.charges, c)
 		s.byID[c.ID] = c
+	case kindRefund:
+		c.position = len(s.refunds)
+		s.refunds = append(s.refunds, c)
+		s.byID[c.ID] = c
+		c.charge.refunds = append(c.charge.refunds, c)
+		c.charge.refunded += c.Amount
 	}
+}
+
+// findLocked returns the record of kind with id, nil when there is none.
+// Charges and refunds share one map: their ids cannot collide, but a read
+// of one kind must not find the other. s.mu must be held.
+func (s *Server) findLocked(kind, id string) *record {
+	if c := s.byID[id]; c != nil && c.Kind == kind {
+		return c
+	}
+	return nil
+}
+
+// find is findLocked for a caller that does not hold s.mu.
+func (s *Server) find(kind, id string) *record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.findLocked(kind, id)
 }
 
 // logApplied logs what an execution recorded: ids, keys, references and
 // outcomes, never a payment method, a description or metadata.
 func (s *Server) logApplied(c *record) {
-	s.logger.Debug("fakepsp: charge applied", slog.String("id", c.ID), slog.String("key", c.IdempotencyKey),
-		slog.String("reference", c.Reference), slog.String("status", string(c.Status)), slog.String("decline_code", c.DeclineCode))
+	switch c.Kind {
+	case kindCharge:
+		s.logger.Debug("fakepsp: charge applied", slog.String("id", c.ID), slog.String("key", c.IdempotencyKey),
+			slog.String("reference", c.Reference), slog.String("status", string(c.Status)), slog.String("decline_code", c.DeclineCode))
+	case kindRefund:
+		s.logger.Debug("fakepsp: refund applied", slog.String("id", c.ID), slog.String("key", c.IdempotencyKey),
+			slog.String("reference", c.Reference), slog.String("charge", c.Charge))
+	default:
+		s.logger.Debug("fakepsp: refund refused", slog.String("key", c.IdempotencyKey),
+			slog.String("reference", c.Reference), slog.String("charge", c.Charge), slog.String("failure_code", c.FailureCode))
+	}
 }
 
 // rememberedLocked returns the record the provider remembers for key, or

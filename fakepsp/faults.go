@@ -20,20 +20,27 @@ const (
 	// protocol to POST /v1/payment_intents.
 	OnCharge = "charge"
 
-	// OnLookup makes a rule apply to GET /v1/charges/by-key/{key}, or under
-	// the Stripe protocol to the PaymentIntent search, retrieve and list
-	// (lookup_lag only to the search; see docs/provider.md).
+	// OnRefund makes a rule apply to POST /v1/refunds, under either
+	// protocol. Every fault a charge can suffer, a refund can too.
+	OnRefund = "refund"
+
+	// OnLookup makes a rule apply to the reads: GET
+	// /v1/charges/by-key/{key} and GET /v1/refunds/by-key/{key}, or under
+	// the Stripe protocol the PaymentIntent search, retrieve and list and
+	// the refund retrieve and list (lookup_lag only to the search and the
+	// by-key lookups; see docs/provider.md).
 	OnLookup = "lookup"
 )
 
 // The faults a Rule can inject. Each rule's MS is the fault's duration; the
-// comment of each fault says what it delays, holds or hides.
+// comment of each fault says what it delays, holds or hides. What a comment
+// says of a charge, a rule on OnRefund does to a refund.
 const (
 	// FaultLatency delays the answer by MS, then handles the call normally.
-	// A charge is applied even if the client gave up while waiting, as a real
-	// provider would. Under Stripe's key rules the delay is the request
-	// executing, so its key is locked meanwhile (409 to another request with
-	// it). Valid for charges and lookups.
+	// A charge or refund is applied even if the client gave up while
+	// waiting, as a real provider would. Under Stripe's key rules the delay
+	// is the request executing, so its key is locked meanwhile (409 to
+	// another request with it). Valid for charges, refunds and lookups.
 	FaultLatency = "latency"
 
 	// FaultDropBeforeApply holds the connection for MS (or until the client
@@ -77,22 +84,24 @@ const (
 	// connection for MS and then close it without an answer (a timeout).
 	FaultUnavailable = "unavailable"
 
-	// FaultLookupLag makes a lookup report a charge applied less than MS ago
-	// as not found (404 charge_not_found), like an eventually consistent read.
-	// Under the Stripe protocol it hides such a PaymentIntent from the search
-	// alone: Stripe's search index lags, its retrieve and list do not.
+	// FaultLookupLag makes a lookup by key report a charge or refund applied
+	// less than MS ago as not found (404 charge_not_found,
+	// refund_not_found), like an eventually consistent read. Under the Stripe
+	// protocol it hides such a PaymentIntent from the search alone: Stripe's
+	// search index lags, its retrieves and lists (of refunds too) do not.
 	FaultLookupLag = "lookup_lag"
 )
 
 // faultTargets returns the calls a fault applies to, and whether the fault
-// exists at all.
+// exists at all. A refund is executed by the same pipeline as a charge
+// (execute.go), so every fault of a charge is one of a refund too.
 func faultTargets(fault string) ([]string, bool) {
 	switch fault {
 	case FaultLatency:
-		return []string{OnCharge, OnLookup}, true
+		return []string{OnCharge, OnRefund, OnLookup}, true
 	case FaultDropBeforeApply, FaultApplyThenTimeout, FaultApplyThenReset, FaultErrorBeforeApply,
 		FaultErrorAfterApply, FaultNotProcessed, FaultDelayedApply, FaultKeyExpiry:
-		return []string{OnCharge}, true
+		return []string{OnCharge, OnRefund}, true
 	case FaultUnavailable, FaultLookupLag:
 		return []string{OnLookup}, true
 	default:
@@ -133,7 +142,7 @@ type Schedule struct {
 
 // Rule is one fault with its probability.
 type Rule struct {
-	// On is OnCharge or OnLookup.
+	// On is OnCharge, OnRefund or OnLookup.
 	On string `json:"on"`
 
 	// Fault is one of the Fault constants, valid for On.
@@ -148,8 +157,10 @@ type Rule struct {
 
 	// KeyPrefix, when not empty, restricts the rule to idempotency keys that
 	// start with it. A Stripe read carries no key, so there a lookup rule's
-	// prefix is matched against our charge reference the read is about
-	// (metadata chargeflow_charge), "" for a list.
+	// prefix is matched against our reference the read is about: our charge
+	// id (metadata chargeflow_charge) for a PaymentIntent and for the
+	// refunds of one, our refund id (metadata chargeflow_refund) for a
+	// retrieved refund, "" for a list of no single charge.
 	KeyPrefix string `json:"key_prefix,omitempty"`
 }
 
@@ -198,8 +209,8 @@ func (s Schedule) Validate() error {
 	for i, rule := range s.Rules {
 		targets, known := faultTargets(rule.Fault)
 		switch {
-		case rule.On != OnCharge && rule.On != OnLookup:
-			return fmt.Errorf("%w: rule %d: \"on\" is %q, want %q or %q", ErrInvalidSchedule, i, rule.On, OnCharge, OnLookup)
+		case rule.On != OnCharge && rule.On != OnRefund && rule.On != OnLookup:
+			return fmt.Errorf("%w: rule %d: \"on\" is %q, want %q, %q or %q", ErrInvalidSchedule, i, rule.On, OnCharge, OnRefund, OnLookup)
 		case !known:
 			return fmt.Errorf("%w: rule %d: unknown fault %q", ErrInvalidSchedule, i, rule.Fault)
 		case !slices.Contains(targets, rule.On):

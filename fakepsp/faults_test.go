@@ -428,7 +428,8 @@ func TestParseSchedule(t *testing.T) {
 			"rules": [
 				{"on": "charge", "fault": "apply_then_timeout", "p": 0.3, "ms": 2000},
 				{"on": "lookup", "fault": "lookup_lag", "p": 1, "ms": 500, "key_prefix": "ch_"},
-				{"on": "lookup", "fault": "latency", "p": 0, "ms": 10}
+				{"on": "lookup", "fault": "latency", "p": 0, "ms": 10},
+				{"on": "refund", "fault": "delayed_apply", "p": 0.1, "ms": 300, "key_prefix": "rk_"}
 			]
 		}`))
 		require.NoError(t, err)
@@ -436,6 +437,7 @@ func TestParseSchedule(t *testing.T) {
 			{On: "charge", Fault: "apply_then_timeout", P: 0.3, MS: 2000},
 			{On: "lookup", Fault: "lookup_lag", P: 1, MS: 500, KeyPrefix: "ch_"},
 			{On: "lookup", Fault: "latency", P: 0, MS: 10},
+			{On: "refund", Fault: "delayed_apply", P: 0.1, MS: 300, KeyPrefix: "rk_"},
 		}}, schedule)
 	})
 
@@ -455,7 +457,9 @@ func TestParseSchedule(t *testing.T) {
 		{"negative ms", `{"rules":[{"on":"charge","fault":"latency","p":1,"ms":-1}]}`},
 		{"ms too large", `{"rules":[{"on":"charge","fault":"latency","p":1,"ms":3600001}]}`},
 		{"missing on", `{"rules":[{"fault":"latency","p":1}]}`},
-		{"unknown on", `{"rules":[{"on":"refund","fault":"latency","p":1}]}`},
+		{"unknown on", `{"rules":[{"on":"capture","fault":"latency","p":1}]}`},
+		{"lookup fault on refund", `{"rules":[{"on":"refund","fault":"lookup_lag","p":1}]}`},
+		{"unavailable on refund", `{"rules":[{"on":"refund","fault":"unavailable","p":1}]}`},
 		{"charge fault on lookup", `{"rules":[{"on":"lookup","fault":"apply_then_reset","p":1}]}`},
 		{"lookup fault on charge", `{"rules":[{"on":"charge","fault":"lookup_lag","p":1}]}`},
 		{"unavailable on charge", `{"rules":[{"on":"charge","fault":"unavailable","p":1}]}`},

@@ -2,6 +2,7 @@ package fakepsp_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -181,4 +182,86 @@ func eventually(t *testing.T, condition func() bool, msg string) {
 	t.Helper()
 
 	require.Eventually(t, condition, 5*time.Second, 10*time.Millisecond, msg)
+}
+
+// refundBody is the JSON body of a fake protocol refund of amount of charge,
+// for our reference.
+func refundBody(charge string, amount int64, reference string) string {
+	return fmt.Sprintf(`{"charge":%q,"amount":%d,"reference":%q}`, charge, amount, reference)
+}
+
+// postRefund sends a raw refund request with an Idempotency-Key.
+func (b *testBundle) postRefund(t *testing.T, key, body string) response {
+	t.Helper()
+
+	return b.do(t, http.MethodPost, "/v1/refunds", http.Header{"Idempotency-Key": {key}}, body)
+}
+
+// tryRefund sends a raw refund request through client and returns what the
+// transport did instead of requiring an answer: the faults that drop
+// connections leave none.
+func (b *testBundle) tryRefund(t *testing.T, client *http.Client, key, body string) (response, error) {
+	t.Helper()
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.url+"/v1/refunds", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := client.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return response{}, err
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: data}, nil
+}
+
+// refundAnswer is the fake protocol's refund object.
+type refundAnswer struct {
+	psp.Refund
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// refund refunds amount of charge under key, for the reference "re_" + key,
+// and requires the refund.
+func (b *testBundle) refund(t *testing.T, key, charge string, amount int64) refundAnswer {
+	t.Helper()
+
+	resp := b.postRefund(t, key, refundBody(charge, amount, "re_"+key))
+	require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
+	var refund refundAnswer
+	require.NoError(t, json.Unmarshal(resp.body, &refund))
+	return refund
+}
+
+// refunds returns every refund on disk, as a client reads them.
+func (b *testBundle) refunds(t *testing.T) []fakepsp.RefundEntry {
+	t.Helper()
+
+	refunds, err := fakepsp.FetchRefunds(t.Context(), b.url)
+	require.NoError(t, err)
+	return refunds
+}
+
+// refundLookup is GET /v1/refunds/by-key/{key}.
+func (b *testBundle) refundLookup(t *testing.T, key string) response {
+	t.Helper()
+
+	return b.do(t, http.MethodGet, "/v1/refunds/by-key/"+key, nil, "")
+}
+
+// refundFound reports whether a lookup of key finds a refund, requiring the
+// 404 refund_not_found otherwise.
+func (b *testBundle) refundFound(t *testing.T, key string) bool {
+	t.Helper()
+
+	resp := b.refundLookup(t, key)
+	if resp.status == http.StatusOK {
+		return true
+	}
+	require.Equal(t, http.StatusNotFound, resp.status, "body: %s", resp.body)
+	require.Equal(t, "refund_not_found", resp.errorCode(t))
+	return false
 }

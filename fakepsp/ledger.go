@@ -29,7 +29,7 @@ var (
 )
 
 // LedgerEntry is one charge the provider processed, as GET /_admin/ledger
-// reports it.
+// reports it, with its refunds.
 type LedgerEntry struct {
 	// ID is the provider's charge id: "py_…" under the fake protocol, the
 	// PaymentIntent's "pi_…" under Stripe's.
@@ -60,6 +60,49 @@ type LedgerEntry struct {
 
 	// CreatedAt is when the charge was applied.
 	CreatedAt time.Time `json:"created_at"`
+
+	// Refunds are the charge's refunds, in the order they were applied;
+	// nil when it has none. The ledger file keeps each refund on a line of
+	// its own (docs/refunds.md), so this is only ever filled in a report.
+	Refunds []RefundEntry `json:"refunds,omitempty"`
+}
+
+// RefundEntry is one refund the provider applied, as GET /_admin/ledger
+// reports it under its charge. Only refunds that moved money are recorded
+// as refunds: a refused refund applied nothing and is only its key's saved
+// answer.
+type RefundEntry struct {
+	// ID is the provider's refund id: "rf_…" under the fake protocol,
+	// Stripe's "re_…" under Stripe's.
+	ID string `json:"id"`
+
+	// IdempotencyKey is the Idempotency-Key the refund was created with.
+	IdempotencyKey string `json:"idempotency_key"`
+
+	// Reference is the caller's reference: the fake protocol's reference
+	// field, Stripe's metadata[chargeflow_refund].
+	Reference string `json:"reference"`
+
+	// Charge is the provider's id of the charge refunded.
+	Charge string `json:"charge"`
+
+	// Amount is in the charge's minor unit, Currency the charge's ISO 4217
+	// code.
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+
+	// Status is psp.StatusSucceeded: the money went back.
+	Status psp.Status `json:"status"`
+
+	// Reason is "", requested_by_customer, duplicate or fraudulent.
+	Reason string `json:"reason,omitempty"`
+
+	// TenantTag is the fake protocol's X-Tenant-Tag header or Stripe's
+	// metadata[chargeflow_tenant], "" when absent.
+	TenantTag string `json:"tenant_tag"`
+
+	// CreatedAt is when the refund was applied.
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // The kinds of ledger record.
@@ -71,8 +114,13 @@ const (
 
 	// kindSavedError is an idempotency key whose saved first answer is an
 	// error and that applied nothing: under Stripe's key rules, the 500 of
-	// error_before_apply. It has no id, status or money.
+	// error_before_apply, and under both protocols a refused refund
+	// (FailureCode). It has no id, status or money.
 	kindSavedError = "saved_error"
+
+	// kindRefund is a refund that moved money: a line of its own, after
+	// its charge's, so the file stays append-only (docs/refunds.md).
+	kindRefund = "refund"
 )
 
 // ledgerRecord is one line of the ledger file: a LedgerEntry plus what the
@@ -80,11 +128,25 @@ const (
 type ledgerRecord struct {
 	LedgerEntry
 
-	// Kind is kindCharge or kindSavedError.
+	// Kind is kindCharge, kindRefund or kindSavedError.
 	Kind string `json:"kind,omitempty"`
 
-	// Description and Metadata are what a Stripe PaymentIntent was created
-	// with, kept so that every later read shows them as Stripe would.
+	// Charge is the id of the charge a refund, or a refused refund, is of.
+	Charge string `json:"charge,omitempty"`
+
+	// Reason is a refund's reason, as it was asked.
+	Reason string `json:"reason,omitempty"`
+
+	// FailureCode says why a refund was refused (refundExceedsCharge,
+	// chargeNotRefundable); its Amount is the amount asked (0: what was
+	// left) and Refundable what was left of the charge then. Each protocol
+	// words the refusal from them, a replay included.
+	FailureCode string `json:"failure_code,omitempty"`
+	Refundable  int64  `json:"refundable,omitempty"`
+
+	// Description and Metadata are what a Stripe PaymentIntent (Metadata: or
+	// refund) was created with, kept so that every later read shows them as
+	// Stripe would.
 	Description string            `json:"description,omitempty"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
 
@@ -129,7 +191,8 @@ func (b *commitBatch) durable() bool {
 	}
 }
 
-// ledger is the append-only JSON-lines file of processed charges.
+// ledger is the append-only JSON-lines file of processed charges, refunds
+// and saved answers.
 //
 // Appends use group commit: append adds the line to an in-memory buffer and
 // returns the batch it joined; a single flusher goroutine repeatedly takes the
@@ -238,9 +301,15 @@ func (r ledgerRecord) validate() error {
 	switch {
 	case r.IdempotencyKey == "":
 		return errors.New("record without a key")
-	case r.Kind == kindSavedError && r.ReplayStatus == 0:
-		return errors.New("saved error without a status")
+	case len(r.Refunds) > 0:
+		return errors.New("record with nested refunds: a refund is a line of its own")
+	case r.Kind == kindSavedError && r.ReplayStatus == 0 && r.FailureCode == "":
+		return errors.New("saved error without a status or a failure code")
 	case r.Kind == kindSavedError:
+		return nil
+	case r.Kind == kindRefund && (r.ID == "" || r.Charge == "" || r.Amount <= 0 || r.Status != psp.StatusSucceeded):
+		return errors.New("refund without an id, a charge, an amount or status succeeded")
+	case r.Kind == kindRefund:
 		return nil
 	case r.Kind != kindCharge:
 		return fmt.Errorf("record of unknown kind %q", r.Kind)

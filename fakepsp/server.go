@@ -34,9 +34,9 @@ const (
 
 // Config configures a Server.
 type Config struct {
-	// LedgerPath is the ledger file: every processed charge is appended to
-	// it, and it is read back on New, so charges and keys survive a restart.
-	// Required.
+	// LedgerPath is the ledger file: every processed charge and refund is
+	// appended to it, and it is read back on New, so charges, refunds and
+	// keys survive a restart. Required.
 	LedgerPath string
 
 	// Protocol is the wire protocol served: ProtocolFake (the default when
@@ -81,8 +81,9 @@ type Server struct {
 	mu       sync.Mutex
 	closed   bool
 	charges  []*record           // every processed charge, in ledger order
-	byKey    map[string]*record  // the latest record per idempotency key
-	byID     map[string]*record  // every processed charge by its id
+	refunds  []*record           // every refund that moved money, in ledger order
+	byKey    map[string]*record  // the latest record per idempotency key, charges' and refunds' alike
+	byID     map[string]*record  // every processed charge and refund by its id
 	inFlight map[string]struct{} // keys executing or awaiting a delayed apply (with dedupe on)
 
 	closeOnce sync.Once
@@ -133,14 +134,33 @@ func New(cfg Config) (*Server, error) {
 		inFlight:  make(map[string]struct{}),
 	}
 	for _, rec := range records {
-		s.addLocked(&record{ledgerRecord: rec, committed: committed})
+		c := &record{ledgerRecord: rec, committed: committed}
+		if err := s.linkLocked(c); err != nil {
+			_ = ledger.file.Close()
+			return nil, fmt.Errorf("fakepsp: read ledger %s: %w: %w", cfg.LedgerPath, ErrCorruptLedger, err)
+		}
+		s.addLocked(c)
 	}
 	s.handler = s.routes(protocol)
 	ledger.start()
 
 	logger.Info("fakepsp: ready", slog.String("protocol", protocol), slog.String("ledger", cfg.LedgerPath),
-		slog.Int("charges", len(s.charges)), slog.Bool("dedupe", dedupe), slog.Int("fault_rules", len(cfg.Faults.Rules)))
+		slog.Int("charges", len(s.charges)), slog.Int("refunds", len(s.refunds)), slog.Bool("dedupe", dedupe), slog.Int("fault_rules", len(cfg.Faults.Rules)))
 	return s, nil
+}
+
+// linkLocked points a refund read back from the ledger at its charge, which
+// an earlier line holds: a refund is appended only after its charge. A
+// refund of a charge the file does not hold is a corrupt ledger. s.mu must
+// be held, or the server not yet shared.
+func (s *Server) linkLocked(c *record) error {
+	if !c.isRefund() {
+		return nil
+	}
+	if c.charge = s.findLocked(kindCharge, c.Charge); c.charge == nil {
+		return fmt.Errorf("refund %s of charge %s, which no earlier line holds", c.ID, c.Charge)
+	}
+	return nil
 }
 
 // routes is the whole HTTP surface on one screen: the protocol's routes,
@@ -157,6 +177,8 @@ func (s *Server) routes(protocol string) http.Handler {
 	default:
 		mux.HandleFunc("POST /v1/charges", s.handleCharge)
 		mux.HandleFunc("GET /v1/charges/by-key/{key}", s.handleLookup)
+		mux.HandleFunc("POST /v1/refunds", s.handleRefund)
+		mux.HandleFunc("GET /v1/refunds/by-key/{key}", s.handleRefundLookup)
 	}
 	mux.HandleFunc("GET /_admin/ledger", s.handleLedger)
 	mux.HandleFunc("GET /_admin/audit", s.handleAudit)
