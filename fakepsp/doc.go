@@ -19,6 +19,9 @@
 //	GET  /v1/payment_intents/{id}     retrieve one, strongly consistent
 //	GET  /v1/payment_intents/search   search by metadata, eventually consistent
 //	GET  /v1/payment_intents          list newest first, strongly consistent
+//	POST /v1/refunds                  refund a PaymentIntent (form-encoded)
+//	GET  /v1/refunds/{id}             retrieve a refund, strongly consistent
+//	GET  /v1/refunds                  list refunds newest first, of one PaymentIntent or all
 //
 // Both protocols share the admin endpoints:
 //

@@ -28,7 +28,8 @@ const (
 
 	// ProtocolStripe is the subset of Stripe's API that docs/provider.md
 	// ("The Stripe protocol") lists: PaymentIntents created and confirmed in
-	// one call, retrieved, searched and listed.
+	// one call, retrieved, searched and listed, and their refunds, created,
+	// retrieved and listed.
 	ProtocolStripe = "stripe"
 )
 
@@ -173,6 +174,9 @@ func (s *Server) routes(protocol string) http.Handler {
 		mux.Handle("GET /v1/payment_intents/search", s.stripe(s.handleStripeSearch))
 		mux.Handle("GET /v1/payment_intents/{id}", s.stripe(s.handleStripeRetrieve))
 		mux.Handle("GET /v1/payment_intents", s.stripe(s.handleStripeList))
+		mux.Handle("POST /v1/refunds", s.stripe(s.handleStripeRefund))
+		mux.Handle("GET /v1/refunds/{id}", s.stripe(s.handleStripeRefundRetrieve))
+		mux.Handle("GET /v1/refunds", s.stripe(s.handleStripeRefundList))
 		mux.Handle("/v1/", s.stripe(handleStripeNotFound))
 	default:
 		mux.HandleFunc("POST /v1/charges", s.handleCharge)

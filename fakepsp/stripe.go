@@ -90,7 +90,6 @@ type stripePaymentIntent struct {
 // says the same. The charge and payment method ids share the
 // PaymentIntent's suffix; the test payment method itself is never stored.
 func stripeIntent(c *record) stripePaymentIntent {
-	_, suffix, _ := strings.Cut(c.ID, "_")
 	metadata := c.Metadata
 	if metadata == nil {
 		// A charge the fake protocol made (stripeMetadataValue).
@@ -104,7 +103,7 @@ func stripeIntent(c *record) stripePaymentIntent {
 		ConfirmationMethod: "automatic",
 		Created:            c.CreatedAt.Unix(),
 		Currency:           strings.ToLower(c.Currency),
-		LatestCharge:       "ch_" + suffix,
+		LatestCharge:       stripeChargeID(c.ID),
 		Metadata:           metadata,
 		PaymentMethodTypes: []string{"card"},
 	}
@@ -114,6 +113,7 @@ func stripeIntent(c *record) stripePaymentIntent {
 	intent.Status = stripeStatus(c)
 	if c.Status == psp.StatusSucceeded {
 		intent.AmountReceived = c.Amount
+		_, suffix, _ := strings.Cut(c.ID, "_")
 		paymentMethod := "pm_" + suffix
 		intent.PaymentMethod = &paymentMethod
 	} else {
@@ -121,6 +121,13 @@ func stripeIntent(c *record) stripePaymentIntent {
 		intent.LastPaymentError = &decline
 	}
 	return intent
+}
+
+// stripeChargeID is the id of the Charge of the PaymentIntent intentID, its
+// latest_charge: the intent's suffix after "ch_". A refund names it too.
+func stripeChargeID(intentID string) string {
+	_, suffix, _ := strings.Cut(intentID, "_")
+	return "ch_" + suffix
 }
 
 // stripeStatus is the status of c's PaymentIntent: a declined
@@ -147,9 +154,8 @@ func stripeMetadataValue(c *record, key string) string {
 // expired card and a wrong security code by their own error codes, and
 // every other decline card_declined; the decline code is always set.
 func stripeDecline(c *record) stripeError {
-	_, suffix, _ := strings.Cut(c.ID, "_")
 	decline := stripeError{Type: stripeCardError, Code: "card_declined", DeclineCode: c.DeclineCode,
-		Message: "The test card was declined.", Charge: "ch_" + suffix}
+		Message: "The test card was declined.", Charge: stripeChargeID(c.ID)}
 	switch c.DeclineCode {
 	case "expired_card":
 		decline.Code, decline.Message = "expired_card", "The test card is expired."
@@ -213,10 +219,22 @@ func handleStripeNotFound(w http.ResponseWriter, r *http.Request) {
 
 // handleStripeCreate serves POST /v1/payment_intents.
 func (s *Server) handleStripeCreate(w http.ResponseWriter, r *http.Request) {
+	s.serveStripePost(w, r, stripeChargeAnswers{}, func(form url.Values) (request, *stripeError) {
+		params, problem := decodeStripeCreate(form)
+		return request{tag: params.Metadata[MetadataTenant], reference: params.Reference, op: params,
+			hash: stripeHash(form), idPrefix: "pi_"}, problem
+	})
+}
+
+// serveStripePost serves a POST of the Stripe protocol: the
+// Idempotency-Key, the form, which decode validates into a request (a
+// problem is Stripe's 400, refused before execution, so nothing is saved),
+// and then the shared pipeline under Stripe's key rules.
+func (s *Server) serveStripePost(w http.ResponseWriter, r *http.Request, answers answers, decode func(url.Values) (request, *stripeError)) {
 	key, _, problem := readIdempotencyKey(r)
 	if problem != "" {
 		// Stripe makes the key optional; chargeflow always sends one, and
-		// the fake's ledger files every charge under its key.
+		// the fake's ledger files every charge and refund under its key.
 		writeStripeError(w, http.StatusBadRequest, stripeError{Type: stripeInvalidRequest,
 			Message: "This fake provider needs an Idempotency-Key on every POST: " + problem + "."})
 		return
@@ -225,13 +243,13 @@ func (s *Server) handleStripeCreate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	params, problemErr := decodeStripeCreate(form)
-	if problemErr != nil {
-		writeStripeError(w, http.StatusBadRequest, *problemErr)
+	req, invalid := decode(form)
+	if invalid != nil {
+		writeStripeError(w, http.StatusBadRequest, *invalid)
 		return
 	}
-	req := request{key: key, tag: params.Metadata[MetadataTenant], reference: params.Reference, op: params, hash: stripeHash(form), idPrefix: "pi_"}
-	s.run(w, r, req, stripeChargeAnswers{}, keysAtExecution)
+	req.key = key
+	s.run(w, r, req, answers, keysAtExecution)
 }
 
 // readStripeForm reads a form-encoded request body, answering 400 or 413
@@ -325,17 +343,9 @@ func decodeStripeCreate(form url.Values) (chargeParams, *stripeError) {
 			if value != "card" {
 				return fail(name, "", "Only card payments are modeled.")
 			}
-		case strings.HasPrefix(name, "metadata[") && strings.HasSuffix(name, "]"):
-			key := strings.TrimSuffix(strings.TrimPrefix(name, "metadata["), "]")
-			switch {
-			case key == "":
-				return fail(name, "", "A metadata key must not be empty.")
-			case len(key) > maxMetadataKeyLength:
-				return fail(name, "", "A metadata key is at most 40 characters long.")
-			case len(value) > maxMetadataValueLength:
-				return fail(name, "", "A metadata value is at most 500 characters long.")
-			case value != "":
-				params.Metadata[key] = value
+		case isStripeMetadata(name):
+			if problem := addStripeMetadata(params.Metadata, name, value); problem != nil {
+				return chargeParams{}, problem
 			}
 		default:
 			return fail(name, "parameter_unknown", "Received unknown parameter: "+name+".")
@@ -384,6 +394,36 @@ func decodeStripeCreate(form url.Values) (chargeParams, *stripeError) {
 	return params, nil
 }
 
+// isStripeMetadata reports whether the form parameter name is one metadata
+// key's, metadata[key].
+func isStripeMetadata(name string) bool {
+	return strings.HasPrefix(name, "metadata[") && strings.HasSuffix(name, "]")
+}
+
+// addStripeMetadata adds the metadata parameter name=value to metadata,
+// within Stripe's limits of a key's and a value's length; an empty value
+// sets nothing, as at Stripe, where it unsets the key. The caller checks
+// the number of keys once all are added.
+func addStripeMetadata(metadata map[string]string, name, value string) *stripeError {
+	key := strings.TrimSuffix(strings.TrimPrefix(name, "metadata["), "]")
+	var problem string
+	switch {
+	case key == "":
+		problem = "A metadata key must not be empty."
+	case len(key) > maxMetadataKeyLength:
+		problem = "A metadata key is at most 40 characters long."
+	case len(value) > maxMetadataValueLength:
+		problem = "A metadata value is at most 500 characters long."
+	case value != "":
+		metadata[key] = value
+		return nil
+	default:
+		return nil
+	}
+	e := stripeParamError(name, "", problem)
+	return &e
+}
+
 // stripeChargeAnswers words a charge's answers as Stripe does.
 type stripeChargeAnswers struct{}
 
@@ -401,6 +441,12 @@ func (stripeChargeAnswers) result(w http.ResponseWriter, c *record) {
 }
 
 func (stripeChargeAnswers) failure(w http.ResponseWriter, f failure) {
+	writeStripeFailure(w, f, "charge")
+}
+
+// writeStripeFailure words a failure of the pipeline as Stripe does; what
+// names the operation ("charge", "refund").
+func writeStripeFailure(w http.ResponseWriter, f failure, what string) {
 	switch f {
 	case failErrorBeforeApply, failErrorAfterApply, failReplayedError:
 		// One body for the three, so a replay repeats the first answer and
@@ -421,6 +467,6 @@ func (stripeChargeAnswers) failure(w http.ResponseWriter, f failure) {
 	case failClosed:
 		writeStripeError(w, http.StatusServiceUnavailable, stripeError{Type: stripeAPIError, Message: "The provider is shutting down."})
 	default:
-		writeStripeError(w, http.StatusInternalServerError, stripeError{Type: stripeAPIError, Message: "The charge could not be recorded durably."})
+		writeStripeError(w, http.StatusInternalServerError, stripeError{Type: stripeAPIError, Message: "The " + what + " could not be recorded durably."})
 	}
 }

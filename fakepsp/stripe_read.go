@@ -10,9 +10,10 @@ import (
 )
 
 // This file is the Stripe protocol's reads: retrieve a PaymentIntent by id,
-// search them by metadata, list them by creation time. Retrieve and list are
-// strongly consistent; the search is not (lookup_lag). Which lookup fault
-// acts on which read is in docs/provider.md.
+// search them by metadata, list them by creation time, and the retrieve and
+// list that refunds share with them (stripe_refund.go). Retrieves and lists
+// are strongly consistent; the search is not (lookup_lag). Which lookup
+// fault acts on which read is in docs/provider.md.
 
 const (
 	// defaultStripeLimit and maxStripeLimit bound a page of a list or
@@ -21,12 +22,12 @@ const (
 	maxStripeLimit     = 100
 )
 
-// stripeList is Stripe's list answer.
-type stripeList struct {
-	Object  string                `json:"object"`
-	Data    []stripePaymentIntent `json:"data"`
-	HasMore bool                  `json:"has_more"`
-	URL     string                `json:"url"`
+// stripeList is Stripe's list answer, of PaymentIntents or of refunds.
+type stripeList[T any] struct {
+	Object  string `json:"object"`
+	Data    []T    `json:"data"`
+	HasMore bool   `json:"has_more"`
+	URL     string `json:"url"`
 }
 
 // stripeSearchResult is Stripe's search answer. NextPage is null on the
@@ -68,13 +69,29 @@ func (s *Server) stripeLookupFaults(w http.ResponseWriter, r *http.Request, subj
 // handleStripeRetrieve serves GET /v1/payment_intents/{id}: strongly
 // consistent, so a PaymentIntent is there as soon as its create answered.
 func (s *Server) handleStripeRetrieve(w http.ResponseWriter, r *http.Request) {
+	s.stripeRetrieve(w, r, stripeRetrieval{kind: kindCharge, name: "PaymentIntent",
+		show: func(c *record) any { return stripeIntent(c) }, failure: stripeChargeAnswers{}.failure})
+}
+
+// stripeRetrieval is what a retrieve by id finds: the record of one kind,
+// named name in a not-found, shown by show.
+type stripeRetrieval struct {
+	kind    string
+	name    string
+	show    func(c *record) any
+	failure func(w http.ResponseWriter, f failure)
+}
+
+// stripeRetrieve serves a retrieve by id, through the lookup faults; the
+// rules' key_prefix is matched against the record's reference. It is
+// strongly consistent: lookup_lag is skipped without a draw. An unknown id
+// is 404 resource_missing.
+func (s *Server) stripeRetrieve(w http.ResponseWriter, r *http.Request, retrieval stripeRetrieval) {
 	id := r.PathValue("id")
 	if !checkStripeQuery(w, r.URL.Query()) {
 		return
 	}
-	s.mu.Lock()
-	c := s.byID[id]
-	s.mu.Unlock()
+	c := s.find(retrieval.kind, id)
 
 	subject := ""
 	if c != nil {
@@ -84,14 +101,14 @@ func (s *Server) handleStripeRetrieve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c == nil {
-		writeStripeError(w, http.StatusNotFound, stripeParamError("id", "resource_missing", "No such PaymentIntent: '"+id+"'."))
+		writeStripeError(w, http.StatusNotFound, stripeParamError("id", "resource_missing", "No such "+retrieval.name+": '"+id+"'."))
 		return
 	}
 	if err := c.committed.wait(); err != nil {
-		stripeChargeAnswers{}.failure(w, s.applyFailure(err))
+		retrieval.failure(w, s.applyFailure(err))
 		return
 	}
-	writeJSON(w, http.StatusOK, stripeIntent(c))
+	writeJSON(w, http.StatusOK, retrieval.show(c))
 }
 
 // handleStripeSearch serves GET /v1/payment_intents/search, newest first.
@@ -111,7 +128,7 @@ func (s *Server) handleStripeSearch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	after, ok := s.stripeCursor(w, values, "page")
+	after, ok := s.stripeCursor(w, values, "page", kindCharge, "PaymentIntent")
 	if !ok {
 		return
 	}
@@ -149,55 +166,90 @@ func (s *Server) handleStripeSearch(w http.ResponseWriter, r *http.Request) {
 // served from the same store as retrieve.
 func (s *Server) handleStripeList(w http.ResponseWriter, r *http.Request) {
 	values := r.URL.Query()
-	if !checkStripeQuery(w, values, "limit", "starting_after", "ending_before",
-		"created", "created[gt]", "created[gte]", "created[lt]", "created[lte]") {
+	if !checkStripeQuery(w, values, stripePagingParams...) {
 		return
 	}
-	limit, ok := stripeLimit(w, values)
+	paging, ok := s.readStripePaging(w, values, kindCharge, "PaymentIntent")
 	if !ok {
-		return
-	}
-	created, ok := parseCreatedRange(w, values)
-	if !ok {
-		return
-	}
-	after, ok := s.stripeCursor(w, values, "starting_after")
-	if !ok {
-		return
-	}
-	before, ok := s.stripeCursor(w, values, "ending_before")
-	if !ok {
-		return
-	}
-	if after != nil && before != nil {
-		writeStripeError(w, http.StatusBadRequest, stripeParamError("ending_before", "parameters_exclusive",
-			"starting_after and ending_before cannot be used together."))
 		return
 	}
 
 	if _, answered := s.stripeLookupFaults(w, r, "", false); answered {
 		return
 	}
-	charges := s.ledgerView()
-	inRange := func(c *record) bool { return created.contains(c.CreatedAt.Unix()) }
-	var page []*record
-	var hasMore bool
-	switch {
-	case before != nil:
-		// The limit charges just newer than the cursor, still newest first.
-		page, hasMore = newerThan(charges, before.position, limit, inRange)
-		slices.Reverse(page)
-	case after != nil:
-		page, hasMore = olderThan(charges, after.position, limit, inRange)
-	default:
-		page, hasMore = olderThan(charges, len(charges), limit, inRange)
-	}
-
-	list := stripeList{Object: "list", Data: []stripePaymentIntent{}, HasMore: hasMore, URL: "/v1/payment_intents"}
+	page, hasMore := paging.page(s.ledgerView())
+	list := stripeList[stripePaymentIntent]{Object: "list", Data: []stripePaymentIntent{}, HasMore: hasMore, URL: "/v1/payment_intents"}
 	for _, c := range page {
 		list.Data = append(list.Data, stripeIntent(c))
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// stripePagingParams are the query parameters of a list's paging.
+var stripePagingParams = []string{"limit", "starting_after", "ending_before",
+	"created", "created[gt]", "created[gte]", "created[lt]", "created[lte]"}
+
+// stripePaging is a list's paging: how many, which creation times, and
+// from which cursor, if any.
+type stripePaging struct {
+	limit   int
+	created createdRange
+	after   *record
+	before  *record
+}
+
+// readStripePaging reads a list's paging parameters; a cursor is the id of
+// a record of kind, named name in a not-found. It answers 400 and returns
+// false when they are not acceptable.
+func (s *Server) readStripePaging(w http.ResponseWriter, values url.Values, kind, name string) (stripePaging, bool) {
+	var paging stripePaging
+	var ok bool
+	if paging.limit, ok = stripeLimit(w, values); !ok {
+		return paging, false
+	}
+	if paging.created, ok = parseCreatedRange(w, values); !ok {
+		return paging, false
+	}
+	if paging.after, ok = s.stripeCursor(w, values, "starting_after", kind, name); !ok {
+		return paging, false
+	}
+	if paging.before, ok = s.stripeCursor(w, values, "ending_before", kind, name); !ok {
+		return paging, false
+	}
+	if paging.after != nil && paging.before != nil {
+		writeStripeError(w, http.StatusBadRequest, stripeParamError("ending_before", "parameters_exclusive",
+			"starting_after and ending_before cannot be used together."))
+		return paging, false
+	}
+	return paging, true
+}
+
+// page returns the page of source (records in ledger order) that the
+// paging asks for, newest first, and whether there is more beyond it. A
+// cursor must be in source.
+func (p stripePaging) page(source []*record) ([]*record, bool) {
+	inRange := func(c *record) bool { return p.created.contains(c.CreatedAt.Unix()) }
+	switch {
+	case p.before != nil:
+		// The limit records just newer than the cursor, still newest first.
+		page, hasMore := newerThan(source, indexIn(source, p.before), p.limit, inRange)
+		slices.Reverse(page)
+		return page, hasMore
+	case p.after != nil:
+		return olderThan(source, indexIn(source, p.after), p.limit, inRange)
+	default:
+		return olderThan(source, len(source), p.limit, inRange)
+	}
+}
+
+// indexIn returns the index of c in source: its position when source is
+// the whole ledger of its kind, else found by a walk, which only a short
+// list (the refunds of one charge) takes.
+func indexIn(source []*record, c *record) int {
+	if c.position < len(source) && source[c.position] == c {
+		return c.position
+	}
+	return slices.Index(source, c)
 }
 
 // ledgerView returns the charges in ledger order, oldest first. s.charges
@@ -210,13 +262,12 @@ func (s *Server) ledgerView() []*record {
 	return s.charges
 }
 
-// olderThan returns, newest first, up to limit of the durable charges that
-// keep accepts among those before position end, and whether there is
-// another.
-func olderThan(charges []*record, end, limit int, keep func(*record) bool) ([]*record, bool) {
+// olderThan returns, newest first, up to limit of the durable records that
+// keep accepts among those before index end, and whether there is another.
+func olderThan(records []*record, end, limit int, keep func(*record) bool) ([]*record, bool) {
 	var page []*record
 	for i := end - 1; i >= 0; i-- {
-		if c := charges[i]; c.committed.durable() && keep(c) {
+		if c := records[i]; c.committed.durable() && keep(c) {
 			if len(page) == limit {
 				return page, true
 			}
@@ -226,13 +277,13 @@ func olderThan(charges []*record, end, limit int, keep func(*record) bool) ([]*r
 	return page, false
 }
 
-// newerThan returns, oldest first, up to limit of the durable charges that
-// keep accepts among those after position start, and whether there is
+// newerThan returns, oldest first, up to limit of the durable records that
+// keep accepts among those after index start, and whether there is
 // another.
-func newerThan(charges []*record, start, limit int, keep func(*record) bool) ([]*record, bool) {
+func newerThan(records []*record, start, limit int, keep func(*record) bool) ([]*record, bool) {
 	var page []*record
-	for i := start + 1; i < len(charges); i++ {
-		if c := charges[i]; c.committed.durable() && keep(c) {
+	for i := start + 1; i < len(records); i++ {
+		if c := records[i]; c.committed.durable() && keep(c) {
 			if len(page) == limit {
 				return page, true
 			}
@@ -276,20 +327,18 @@ func stripeLimit(w http.ResponseWriter, values url.Values) (int, bool) {
 	return limit, true
 }
 
-// stripeCursor reads a cursor parameter, the id of a PaymentIntent, and
-// returns that charge, nil when the parameter is absent. The search's page
-// token is such an id too: the fake's tokens are opaque to clients all the
-// same.
-func (s *Server) stripeCursor(w http.ResponseWriter, values url.Values, param string) (*record, bool) {
+// stripeCursor reads a cursor parameter, the id of a record of kind (a
+// PaymentIntent, a refund), and returns that record, nil when the parameter
+// is absent; name names the kind in a not-found. The search's page token is
+// such an id too: the fake's tokens are opaque to clients all the same.
+func (s *Server) stripeCursor(w http.ResponseWriter, values url.Values, param, kind, name string) (*record, bool) {
 	id := values.Get(param)
 	if id == "" {
 		return nil, true
 	}
-	s.mu.Lock()
-	c := s.byID[id]
-	s.mu.Unlock()
+	c := s.find(kind, id)
 	if c == nil {
-		writeStripeError(w, http.StatusBadRequest, stripeParamError(param, "resource_missing", "No such PaymentIntent: '"+id+"'."))
+		writeStripeError(w, http.StatusBadRequest, stripeParamError(param, "resource_missing", "No such "+name+": '"+id+"'."))
 		return nil, false
 	}
 	return c, true

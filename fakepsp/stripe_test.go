@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -167,36 +166,9 @@ func TestStripeKeyInFlightIsRefused(t *testing.T) {
 		// meanwhile; the second is sent only once the first is executing
 		// (its latency fault has fired), however slow the machine.
 		b := setupStripe(t, fakepsp.Config{Faults: faults(always(fakepsp.OnCharge, fakepsp.FaultLatency, 3000))})
-		type result struct {
-			intent *stripe.PaymentIntent
-			err    error
-		}
-		results := make(chan result, 2)
-		var wg sync.WaitGroup
-		send := func() {
-			wg.Go(func() {
-				intent, err := b.create(t, "cf_busy", intentParams("ch_busy", fakepsp.PaymentMethodVisa))
-				results <- result{intent, err}
-			})
-		}
-		send()
-		require.Eventually(t, func() bool {
-			state, err := fakepsp.FetchFaults(t.Context(), b.url)
-			return err == nil && state.Fired[fakepsp.FaultLatency] > 0
-		}, 10*time.Second, 10*time.Millisecond, "the first request is executing")
-		send()
-		wg.Wait()
-		close(results)
-
-		var succeeded *stripe.PaymentIntent
-		var refused error
-		for r := range results {
-			if r.err == nil {
-				succeeded = r.intent
-			} else {
-				refused = r.err
-			}
-		}
+		succeeded, refused := sendWhileExecuting(t, b, func() (*stripe.PaymentIntent, error) {
+			return b.create(t, "cf_busy", intentParams("ch_busy", fakepsp.PaymentMethodVisa))
+		})
 		require.NotNil(t, succeeded, "one request executed")
 		stripeErr := requireStripeError(t, refused, http.StatusConflict, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeIdempotencyKeyInUse)
 		require.Equal(t, "true", stripeErr.LastResponse.Header.Get("Stripe-Should-Retry"))
@@ -736,6 +708,11 @@ func TestStripeRoutes(t *testing.T) {
 	require.Contains(t, string(resp.body), "invalid_request_error")
 	resp = b.do(t, http.MethodPost, "/v1/payment_intents/pi_1/capture", auth, "")
 	require.Equal(t, http.StatusNotFound, resp.status)
+	resp = b.do(t, http.MethodPost, "/v1/refunds/re_1/cancel", auth, "")
+	require.Equal(t, http.StatusNotFound, resp.status)
+	resp = b.do(t, http.MethodGet, "/v1/refunds/by-key/rk_1", auth, "")
+	require.Equal(t, http.StatusNotFound, resp.status, "the fake protocol's lookup is not Stripe's")
+	require.Contains(t, string(resp.body), "Unrecognized request URL")
 
 	// The admin endpoints are the same under both protocols.
 	require.Empty(t, b.ledger(t, true))
@@ -746,6 +723,9 @@ func TestStripeRoutes(t *testing.T) {
 	// And the Stripe protocol is not served beside the fake one.
 	fake := setup(t, fakepsp.Config{})
 	resp = fake.do(t, http.MethodGet, "/v1/payment_intents", auth, "")
+	require.Equal(t, http.StatusNotFound, resp.status)
+	require.Equal(t, "route_not_found", resp.errorCode(t))
+	resp = fake.do(t, http.MethodGet, "/v1/refunds", auth, "")
 	require.Equal(t, http.StatusNotFound, resp.status)
 	require.Equal(t, "route_not_found", resp.errorCode(t))
 }
