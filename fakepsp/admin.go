@@ -148,7 +148,7 @@ func adminStatusError(op string, resp *http.Response) error {
 
 // Audit is the body of GET /_admin/audit: what an auditor checks an
 // orchestrator against. Only charges that moved money (status succeeded)
-// count.
+// count, and refunds, which all moved money back.
 type Audit struct {
 	// Charges is the number of charges that moved money.
 	Charges int `json:"charges"`
@@ -168,9 +168,48 @@ type Audit struct {
 	// the order the keys were first charged; never nil.
 	Duplicates []DuplicateKey `json:"duplicates"`
 
-	// Totals sums money-moving charges per tenant tag and currency, sorted by
-	// tag then currency; never nil.
+	// Refunds is the number of refunds.
+	Refunds int `json:"refunds"`
+
+	// RefundsPerReference maps a number of refunds ("1", "2", …) to how
+	// many of our refund references have that many. Anything beyond "1" is
+	// a refund applied twice.
+	RefundsPerReference map[string]int `json:"refunds_per_reference"`
+
+	// DuplicateRefunds lists every reference with more than one refund, in
+	// the order the references were first refunded; never nil. The
+	// provider cannot prevent these when its key de-duplication is off or a
+	// key expired: each refund on its own fits what was left of the charge.
+	DuplicateRefunds []DuplicateRefund `json:"duplicate_refunds"`
+
+	// OverRefunded lists every charge whose refunds add up to more than its
+	// amount, in ledger order; never nil. The provider refuses any refund
+	// beyond what is left, dedupe off or not, so only a ledger written by
+	// something else can have one: the count says that it did not happen.
+	OverRefunded []OverRefund `json:"over_refunded"`
+
+	// Totals sums money-moving charges and refunds per tenant tag and
+	// currency, sorted by tag then currency; never nil.
 	Totals []Total `json:"totals"`
+}
+
+// DuplicateRefund is one of our refund references that was refunded more
+// than once.
+type DuplicateRefund struct {
+	// Reference is our refund id.
+	Reference string `json:"reference"`
+
+	// Refunds are the reference's refunds, in the order they were applied.
+	Refunds []RefundEntry `json:"refunds"`
+}
+
+// OverRefund is a charge refunded beyond its amount.
+type OverRefund struct {
+	// Charge is the charge, with its refunds.
+	Charge LedgerEntry `json:"charge"`
+
+	// Refunded is the sum of its refunds, more than Charge.Amount.
+	Refunded int64 `json:"refunded"`
 }
 
 // DuplicateKey is an idempotency key that moved money more than once.
@@ -184,7 +223,8 @@ type DuplicateKey struct {
 
 // Total is the money moved for one tenant tag in one currency.
 type Total struct {
-	// TenantTag is the X-Tenant-Tag header of the charges, "" when absent.
+	// TenantTag is the tenant tag of the charges and refunds (X-Tenant-Tag,
+	// metadata chargeflow_tenant), "" when absent.
 	TenantTag string `json:"tenant_tag"`
 
 	// Currency is the ISO 4217 code.
@@ -195,6 +235,12 @@ type Total struct {
 
 	// Amount is their sum in the currency's minor unit.
 	Amount int64 `json:"amount"`
+
+	// Refunds is the number of refunds, filed under their own tenant tag.
+	Refunds int `json:"refunds"`
+
+	// Refunded is their sum in the currency's minor unit.
+	Refunded int64 `json:"refunded"`
 }
 
 // Ledger returns the charges on disk, in order, each with its refunds: only
@@ -245,14 +291,24 @@ func (s *Server) Refunds() []RefundEntry {
 	return entries
 }
 
-// Audit summarises the ledger per key and per tenant tag and currency.
+// Audit summarises the ledger per key, per refund reference and per tenant
+// tag and currency.
 func (s *Server) Audit() Audit {
-	audit := Audit{ChargesPerKey: make(map[string]int), Duplicates: []DuplicateKey{}, Totals: []Total{}}
+	audit := Audit{ChargesPerKey: make(map[string]int), Duplicates: []DuplicateKey{},
+		RefundsPerReference: make(map[string]int), DuplicateRefunds: []DuplicateRefund{}, OverRefunded: []OverRefund{}, Totals: []Total{}}
 
 	type totalKey struct{ tag, currency string }
-	perKey := make(map[string][]LedgerEntry)
-	var keyOrder []string
 	totals := make(map[totalKey]*Total)
+	totalOf := func(tag, currency string) *Total {
+		total := totals[totalKey{tag, currency}]
+		if total == nil {
+			total = &Total{TenantTag: tag, Currency: currency}
+			totals[totalKey{tag, currency}] = total
+		}
+		return total
+	}
+	var perKey groups[LedgerEntry]
+	var perReference groups[RefundEntry]
 
 	for _, entry := range s.Ledger(true) {
 		if entry.Status != psp.StatusSucceeded {
@@ -260,29 +316,32 @@ func (s *Server) Audit() Audit {
 			continue
 		}
 		audit.Charges++
-		if _, seen := perKey[entry.IdempotencyKey]; !seen {
-			keyOrder = append(keyOrder, entry.IdempotencyKey)
-		}
-		perKey[entry.IdempotencyKey] = append(perKey[entry.IdempotencyKey], entry)
-
-		tk := totalKey{entry.TenantTag, entry.Currency}
-		total := totals[tk]
-		if total == nil {
-			total = &Total{TenantTag: entry.TenantTag, Currency: entry.Currency}
-			totals[tk] = total
-		}
+		perKey.add(entry.IdempotencyKey, entry)
+		total := totalOf(entry.TenantTag, entry.Currency)
 		total.Charges++
 		total.Amount += entry.Amount
-	}
 
-	audit.Keys = len(keyOrder)
-	for _, key := range keyOrder {
-		charges := perKey[key]
-		audit.ChargesPerKey[strconv.Itoa(len(charges))]++
-		if len(charges) > 1 {
-			audit.Duplicates = append(audit.Duplicates, DuplicateKey{IdempotencyKey: key, Charges: charges})
+		var refunded int64
+		for _, refund := range entry.Refunds {
+			audit.Refunds++
+			perReference.add(refund.Reference, refund)
+			refunded += refund.Amount
+			total := totalOf(refund.TenantTag, refund.Currency)
+			total.Refunds++
+			total.Refunded += refund.Amount
+		}
+		if refunded > entry.Amount {
+			audit.OverRefunded = append(audit.OverRefunded, OverRefund{Charge: entry, Refunded: refunded})
 		}
 	}
+
+	audit.Keys = len(perKey.order)
+	perKey.count(audit.ChargesPerKey, func(key string, charges []LedgerEntry) {
+		audit.Duplicates = append(audit.Duplicates, DuplicateKey{IdempotencyKey: key, Charges: charges})
+	})
+	perReference.count(audit.RefundsPerReference, func(reference string, refunds []RefundEntry) {
+		audit.DuplicateRefunds = append(audit.DuplicateRefunds, DuplicateRefund{Reference: reference, Refunds: refunds})
+	})
 	for _, total := range totals {
 		audit.Totals = append(audit.Totals, *total)
 	}
@@ -290,6 +349,35 @@ func (s *Server) Audit() Audit {
 		return cmp.Or(cmp.Compare(a.TenantTag, b.TenantTag), cmp.Compare(a.Currency, b.Currency))
 	})
 	return audit
+}
+
+// groups gathers items under a name (a key, a reference), keeping the order
+// in which the names first came.
+type groups[T any] struct {
+	order []string
+	of    map[string][]T
+}
+
+func (g *groups[T]) add(name string, item T) {
+	if g.of == nil {
+		g.of = make(map[string][]T)
+	}
+	if _, seen := g.of[name]; !seen {
+		g.order = append(g.order, name)
+	}
+	g.of[name] = append(g.of[name], item)
+}
+
+// count adds to perCount how many names have each number of items ("1",
+// "2", …), and passes every name with more than one to duplicate, in order.
+func (g *groups[T]) count(perCount map[string]int, duplicate func(name string, items []T)) {
+	for _, name := range g.order {
+		items := g.of[name]
+		perCount[strconv.Itoa(len(items))]++
+		if len(items) > 1 {
+			duplicate(name, items)
+		}
+	}
 }
 
 // Faults returns the fault configuration in force and how often each fault

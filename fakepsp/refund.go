@@ -81,7 +81,9 @@ func (p refundParams) fillLocked(s *Server, c *record) {
 		return
 	}
 	c.Currency = charge.Currency
-	left := charge.Amount - charge.refunded
+	// Never below zero, even for a ledger that over-refunded a charge (the
+	// audit's over_refunded): nothing is left of it.
+	left := max(charge.Amount-charge.refunded, 0)
 	amount := cmp.Or(p.Amount, left)
 	if amount == 0 || amount > left {
 		c.refuse(refundExceedsCharge, p.Amount, left)

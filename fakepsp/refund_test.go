@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v82"
 
 	"chargeflow/fakepsp"
 	"chargeflow/psp"
@@ -472,4 +473,75 @@ func TestLedgerRefundLinesAreChecked(t *testing.T) {
 		b := setup(t, fakepsp.Config{LedgerPath: path})
 		require.Equal(t, []string{"rf_1"}, refundIDs(b.refunds(t)))
 	})
+}
+
+func TestAdminAuditCountsRefunds(t *testing.T) {
+	t.Parallel()
+
+	// With de-duplication off a retried refund is applied twice: the audit
+	// shows it as one reference refunded twice.
+	b := setup(t, fakepsp.Config{Dedupe: ptr(false)})
+	usd := b.charge(t, psp.ChargeRequest{Key: "pk_a", Amount: 1000, Currency: "USD", PaymentMethod: fakepsp.PaymentMethodVisa, Reference: "ch_a", Tag: "tenant-a"})
+	eur := b.charge(t, psp.ChargeRequest{Key: "pk_b", Amount: 500, Currency: "EUR", PaymentMethod: fakepsp.PaymentMethodVisa, Reference: "ch_b", Tag: "tenant-b"})
+	refund := func(key, tag, body string) {
+		resp := b.do(t, http.MethodPost, "/v1/refunds", http.Header{"Idempotency-Key": {key}, "X-Tenant-Tag": {tag}}, body)
+		require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
+	}
+	refund("rk_twice", "tenant-a", refundBody(usd.ID, 300, "re_twice"))
+	refund("rk_twice", "tenant-a", refundBody(usd.ID, 300, "re_twice"))
+	refund("rk_once", "tenant-a", refundBody(usd.ID, 100, "re_once"))
+	refund("rk_eur", "tenant-b", refundBody(eur.ID, 500, "re_eur"))
+
+	var audit fakepsp.Audit
+	b.getJSON(t, "/_admin/audit", &audit)
+	require.Equal(t, 2, audit.Charges)
+	require.Equal(t, 4, audit.Refunds)
+	require.Equal(t, map[string]int{"1": 2, "2": 1}, audit.RefundsPerReference)
+	require.Len(t, audit.DuplicateRefunds, 1)
+	require.Equal(t, "re_twice", audit.DuplicateRefunds[0].Reference)
+	require.Len(t, audit.DuplicateRefunds[0].Refunds, 2)
+	require.NotEqual(t, audit.DuplicateRefunds[0].Refunds[0].ID, audit.DuplicateRefunds[0].Refunds[1].ID)
+	require.Empty(t, audit.OverRefunded, "the provider still refused what was not left")
+	require.NotNil(t, audit.OverRefunded)
+	require.Equal(t, []fakepsp.Total{
+		{TenantTag: "tenant-a", Currency: "USD", Charges: 1, Amount: 1000, Refunds: 3, Refunded: 700},
+		{TenantTag: "tenant-b", Currency: "EUR", Charges: 1, Amount: 500, Refunds: 1, Refunded: 500},
+	}, audit.Totals)
+}
+
+// The provider never refunds a charge beyond its amount, so only a ledger
+// it did not write can hold such a charge; the audit reports it all the
+// same, and the provider refunds nothing more of it.
+func TestAdminAuditReportsOverRefunds(t *testing.T) {
+	t.Parallel()
+
+	path := filepath.Join(t.TempDir(), "ledger.jsonl")
+	lines := strings.Join([]string{
+		`{"id":"py_1","idempotency_key":"pk_1","reference":"ch_1","amount":1000,"currency":"USD","status":"succeeded","tenant_tag":"","created_at":"2026-01-02T03:04:05Z","request_hash":"h"}`,
+		`{"kind":"refund","id":"rf_1","idempotency_key":"rk_1","reference":"re_1","charge":"py_1","amount":600,"currency":"USD","status":"succeeded","tenant_tag":"","created_at":"2026-01-02T03:04:06Z","request_hash":"h"}`,
+		`{"kind":"refund","id":"rf_2","idempotency_key":"rk_2","reference":"re_2","charge":"py_1","amount":600,"currency":"USD","status":"succeeded","tenant_tag":"","created_at":"2026-01-02T03:04:07Z","request_hash":"h"}`,
+	}, "\n") + "\n"
+	require.NoError(t, os.WriteFile(path, []byte(lines), 0o644))
+	b := setup(t, fakepsp.Config{LedgerPath: path})
+
+	var audit fakepsp.Audit
+	b.getJSON(t, "/_admin/audit", &audit)
+	require.Len(t, audit.OverRefunded, 1)
+	require.Equal(t, "py_1", audit.OverRefunded[0].Charge.ID)
+	require.Len(t, audit.OverRefunded[0].Charge.Refunds, 2)
+	require.Equal(t, int64(1200), audit.OverRefunded[0].Refunded)
+	require.Empty(t, audit.DuplicateRefunds)
+
+	before := b.ledger(t, true)
+	resp := b.postRefund(t, "rk_3", refundBody("py_1", 1, "re_3"))
+	require.Equal(t, http.StatusConflict, resp.status, "body: %s", resp.body)
+	require.Equal(t, "refund_exceeds_charge", resp.errorCode(t))
+	require.Equal(t, before, b.ledger(t, true))
+
+	// Nor does "what is left", Stripe's default amount, come out negative.
+	require.NoError(t, b.provider.Close())
+	stripeSide := setupStripe(t, fakepsp.Config{LedgerPath: path})
+	_, err := stripeSide.createRefund(t, "cf_rest", refundOf("py_1", "re_rest", 0))
+	requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeChargeAlreadyRefunded)
+	require.Equal(t, before, stripeSide.ledger(t, true))
 }

@@ -70,3 +70,17 @@ func Start(t testing.TB, cfg fakepsp.Config) *Provider {
 func (p *Provider) Client() *http.Client {
 	return p.http.Client()
 }
+
+// Refunds returns the refunds in the provider's ledger, read through GET
+// /_admin/ledger as any client reads them (fakepsp.FetchRefunds): grouped
+// by charge in the order the charges were applied, each charge's in the
+// order they were. A failed read fails the test.
+func (p *Provider) Refunds(t testing.TB) []fakepsp.RefundEntry {
+	t.Helper()
+
+	refunds, err := fakepsp.FetchRefunds(t.Context(), p.URL)
+	if err != nil {
+		t.Fatalf("fakepsptest: read the refunds: %v", err)
+	}
+	return refunds
+}

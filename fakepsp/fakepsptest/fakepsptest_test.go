@@ -1,6 +1,7 @@
 package fakepsptest_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -59,4 +60,45 @@ func TestStart(t *testing.T) {
 			t.Fatalf("LedgerPath is %q, want %q", got, path)
 		}
 	})
+}
+
+// Refunds reads what a test refunded back from the provider's ledger.
+func TestProviderRefunds(t *testing.T) {
+	t.Parallel()
+
+	started := fakepsptest.Start(t, fakepsp.Config{})
+	if refunds := started.Refunds(t); len(refunds) != 0 {
+		t.Fatalf("a new provider has refunds: %v", refunds)
+	}
+
+	post := func(path, key, body string) string {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, started.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := started.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var answer struct {
+			ID string `json:"id"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("POST %s: status %d, %v", path, resp.StatusCode, err)
+		}
+		return answer.ID
+	}
+	charge := post("/v1/charges", "pk_1", `{"amount":1000,"currency":"USD","payment_method":"`+fakepsp.PaymentMethodVisa+`","reference":"ch_1"}`)
+	first := post("/v1/refunds", "rk_1", `{"charge":"`+charge+`","amount":300,"reference":"re_1"}`)
+	second := post("/v1/refunds", "rk_2", `{"charge":"`+charge+`","amount":700,"reference":"re_2"}`)
+
+	refunds := started.Refunds(t)
+	if len(refunds) != 2 || refunds[0].ID != first || refunds[1].ID != second {
+		t.Fatalf("refunds %+v, want %s then %s", refunds, first, second)
+	}
+	if refunds[0].Charge != charge || refunds[0].Amount != 300 || refunds[0].Reference != "re_1" || refunds[0].Currency != "USD" {
+		t.Fatalf("first refund %+v", refunds[0])
+	}
 }
