@@ -164,15 +164,17 @@ func writeFakeFailure(w http.ResponseWriter, f failure, what string) {
 // handleLookup serves GET /v1/charges/by-key/{key}.
 func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 	s.lookupByKey(w, r, byKeyLookup{
-		kind: kindCharge, notFoundCode: psp.CodeChargeNotFound, notFound: "no charge exists for this idempotency key",
+		kind: kindCharge, name: "charge", notFoundCode: psp.CodeChargeNotFound, notFound: "no charge exists for this idempotency key",
 		show: func(c *record) any { return c.wire() },
 	})
 }
 
 // byKeyLookup is what a lookup by key of the fake protocol finds: the
-// record of one kind that a key has, shown by show, or notFoundCode.
+// record of one kind (named name in an error) that a key has, shown by
+// show, or notFoundCode.
 type byKeyLookup struct {
 	kind         string
+	name         string
 	notFoundCode string
 	notFound     string
 	show         func(c *record) any
@@ -209,7 +211,7 @@ func (s *Server) lookupByKey(w http.ResponseWriter, r *http.Request, lookup byKe
 		return
 	}
 	if err := c.committed.wait(); err != nil {
-		writeFakeFailure(w, s.applyFailure(err), lookup.kind)
+		writeFakeFailure(w, s.applyFailure(err), lookup.name)
 		return
 	}
 	if decision.fault == FaultLookupLag && s.now().Sub(c.CreatedAt) < decision.duration {

@@ -72,9 +72,10 @@ type keyRules int
 
 const (
 	// keysAtApply are the fake protocol's rules: a key is remembered when
-	// its charge is applied, and a request for a key whose charge is being
-	// applied waits for that charge. Nothing is saved for a request that
-	// applied nothing.
+	// its charge or refund is applied, and a request for a key whose record
+	// is being applied waits for that record. Nothing is saved for a request
+	// that applied nothing, but for a refused refund: the refusal is the
+	// provider's decision about the request, as a decline is.
 	keysAtApply keyRules = iota
 
 	// keysAtExecution are Stripe's rules: a key is locked from the moment
@@ -187,7 +188,7 @@ type answers interface {
 
 // applyOptions say how apply records an operation.
 type applyOptions struct {
-	// dedupe answers a known key with its charge instead of applying anew.
+	// dedupe answers a known key with its record instead of applying anew.
 	dedupe bool
 
 	// reserved says the caller holds the key's in-flight mark (the late half

@@ -144,9 +144,9 @@ type ledgerRecord struct {
 	FailureCode string `json:"failure_code,omitempty"`
 	Refundable  int64  `json:"refundable,omitempty"`
 
-	// Description and Metadata are what a Stripe PaymentIntent (Metadata: or
-	// refund) was created with, kept so that every later read shows them as
-	// Stripe would.
+	// Description and Metadata are what a Stripe PaymentIntent was created
+	// with (Metadata, a Stripe refund too), kept so that every later read
+	// shows them as Stripe would.
 	Description string            `json:"description,omitempty"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
 

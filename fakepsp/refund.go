@@ -213,7 +213,7 @@ func (fakeRefundAnswers) failure(w http.ResponseWriter, f failure) {
 // refused refund made none).
 func (s *Server) handleRefundLookup(w http.ResponseWriter, r *http.Request) {
 	s.lookupByKey(w, r, byKeyLookup{
-		kind: kindRefund, notFoundCode: refundNotFound, notFound: "no refund exists for this idempotency key",
+		kind: kindRefund, name: "refund", notFoundCode: refundNotFound, notFound: "no refund exists for this idempotency key",
 		show: func(c *record) any { return c.refundWire() },
 	})
 }

@@ -248,6 +248,20 @@ func TestRefundValidation(t *testing.T) {
 	}
 }
 
+func TestRefundAfterCloseIsRefused(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t, fakepsp.Config{})
+	charge := b.charge(t, visa("pk_1"))
+	before := b.provider.Ledger(true)
+	require.NoError(t, b.provider.Close())
+
+	resp := b.postRefund(t, "rk_late", refundBody(charge.ID, 100, "re_late"))
+	require.Equal(t, http.StatusServiceUnavailable, resp.status, "body: %s", resp.body)
+	require.Equal(t, "shutting_down", resp.errorCode(t))
+	require.Equal(t, before, b.provider.Ledger(true), "nothing was applied")
+}
+
 func TestRefundLookup(t *testing.T) {
 	t.Parallel()
 
