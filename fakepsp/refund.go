@@ -17,22 +17,19 @@ import (
 // (execute.go): the same faults, under "on": "refund", the same key rules,
 // the same ledger.
 
-// Why the provider refuses a refund, in the fake protocol's words. A refusal
-// applies nothing and is the key's saved answer (FailureCode on a
-// kindSavedError record); each protocol words it its own way.
+// Why the provider refuses a refund, in the fake protocol's words, which
+// are psp's (the contract, docs/refunds.md). A refusal applies nothing and
+// is the key's saved answer (FailureCode on a kindSavedError record); each
+// protocol words it its own way.
 const (
 	// refundExceedsCharge: the amount asked is more than what is left of
 	// the charge, the sum of its refunds taken off; a charge refunded in
 	// full has nothing left.
-	refundExceedsCharge = "refund_exceeds_charge"
+	refundExceedsCharge = psp.CodeRefundExceedsCharge
 
 	// chargeNotRefundable: the ledger holds no charge with the id, or the
 	// charge was declined and moved no money.
-	chargeNotRefundable = "charge_not_refundable"
-
-	// refundNotFound answers a lookup by a key that has no refund: the
-	// proof that no refund exists for it.
-	refundNotFound = "refund_not_found"
+	chargeNotRefundable = psp.CodeChargeNotRefundable
 )
 
 // The reasons a refund may give, the same under both protocols (they are
@@ -213,7 +210,7 @@ func (fakeRefundAnswers) failure(w http.ResponseWriter, f failure) {
 // refused refund made none).
 func (s *Server) handleRefundLookup(w http.ResponseWriter, r *http.Request) {
 	s.lookupByKey(w, r, byKeyLookup{
-		kind: kindRefund, name: "refund", notFoundCode: refundNotFound, notFound: "no refund exists for this idempotency key",
+		kind: kindRefund, name: "refund", notFoundCode: psp.CodeRefundNotFound, notFound: "no refund exists for this idempotency key",
 		show: func(c *record) any { return c.refundWire() },
 	})
 }
