@@ -559,3 +559,47 @@ func TestAdminAuditReportsOverRefunds(t *testing.T) {
 	requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeChargeAlreadyRefunded)
 	require.Equal(t, before, stripeSide.ledger(t, true))
 }
+
+// psp.Client, the adapter built to docs/refunds.md, reads the fake's
+// refunds as the contract says: a refund, a refusal as a failed refund
+// with the fake's code and no id, a lookup that finds the refund, and a
+// not-found for a key without one. The two are built separately, so this
+// is what keeps their spellings together.
+func TestRefundThroughPSPClient(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t, fakepsp.Config{})
+	charge := b.charge(t, visa("pk_1"))
+	req := psp.RefundRequest{Key: "rk_1", Charge: charge.ID, Amount: 600, Currency: "USD", Reference: "re_1", Reason: "duplicate", Tag: "tenant-a"}
+
+	refund, err := b.client.Refund(t.Context(), req)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(refund.ID, "rf_"), refund.ID)
+	require.Equal(t, psp.Refund{ID: refund.ID, Status: psp.StatusSucceeded, Charge: charge.ID, Amount: 600, Currency: "USD", Reference: "re_1"}, refund)
+
+	found, err := b.client.FindRefund(t.Context(), psp.LookupRequest{Key: "rk_1", Charge: charge.ID, Reference: "re_1"})
+	require.NoError(t, err)
+	require.Equal(t, refund, found)
+	_, err = b.client.FindRefund(t.Context(), psp.LookupRequest{Key: "rk_never_sent"})
+	require.ErrorIs(t, err, psp.ErrNotFound)
+
+	for code, refused := range map[string]psp.RefundRequest{
+		psp.CodeRefundExceedsCharge: {Key: "rk_2", Charge: charge.ID, Amount: 401, Currency: "USD", Reference: "re_2"},
+		psp.CodeChargeNotRefundable: {Key: "rk_3", Charge: "py_nothing", Amount: 1, Currency: "USD", Reference: "re_3"},
+	} {
+		failed, err := b.client.Refund(t.Context(), refused)
+		require.NoError(t, err, code)
+		require.Equal(t, refused.Refused(code), failed)
+		// The replayed refusal reads the same.
+		again, err := b.client.Refund(t.Context(), refused)
+		require.NoError(t, err, code)
+		require.Equal(t, failed, again)
+		_, err = b.client.FindRefund(t.Context(), psp.LookupRequest{Key: refused.Key})
+		require.ErrorIs(t, err, psp.ErrNotFound, "no refund exists for a refused key")
+	}
+
+	refunds := b.refunds(t)
+	require.Len(t, refunds, 1)
+	require.Equal(t, "tenant-a", refunds[0].TenantTag)
+	require.Equal(t, "duplicate", refunds[0].Reason)
+}

@@ -17,6 +17,7 @@ import (
 
 	"chargeflow/fakepsp"
 	"chargeflow/psp"
+	pspstripe "chargeflow/psp/stripe"
 )
 
 // refundOf are the parameters of a refund of the PaymentIntent intentID for
@@ -767,4 +768,62 @@ func TestStripeLogsNeverContainPaymentMethodsDescriptionsOrMetadata(t *testing.T
 	for _, secret := range []string{"pm_card", "canary"} {
 		require.NotContains(t, output, secret)
 	}
+}
+
+// The Stripe adapter, built to docs/refunds.md, against the fake's Stripe
+// protocol: a refund, its lookups by id and by reference, and Stripe's
+// charge_already_refunded as a failed refund. The other two refusals the
+// fake words without a code (docs/refunds.md, "What the fake answers"),
+// which the adapter reads otherwise; whichever way either side settles it,
+// a refusal must never read as a refund, nor move money.
+func TestRefundThroughTheStripeAdapter(t *testing.T) {
+	t.Parallel()
+
+	b := setupStripe(t, fakepsp.Config{})
+	intent := b.visaIntent(t, "cf_1")
+	adapter := pspstripe.New(pspstripe.Config{BaseURL: b.url, APIKey: testSecretKey})
+	req := psp.RefundRequest{Key: "rk_1", Charge: intent.ID, Amount: 600, Currency: "USD", Reference: "re_1", Reason: "duplicate", Tag: "tenant-a"}
+
+	refund, err := adapter.Refund(t.Context(), req)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(refund.ID, "re_"), refund.ID)
+	require.Equal(t, psp.Refund{ID: refund.ID, Status: psp.StatusSucceeded, Charge: intent.ID, Amount: 600, Currency: "USD", Reference: "re_1"}, refund)
+
+	byID, err := adapter.FindRefund(t.Context(), psp.LookupRequest{Key: "rk_1", Charge: intent.ID, Reference: "re_1", ProviderID: refund.ID})
+	require.NoError(t, err)
+	require.Equal(t, refund, byID)
+	byReference, err := adapter.FindRefund(t.Context(), psp.LookupRequest{Key: "rk_1", Charge: intent.ID, Reference: "re_1"})
+	require.NoError(t, err)
+	require.Equal(t, refund, byReference)
+	_, err = adapter.FindRefund(t.Context(), psp.LookupRequest{Key: "rk_none", Charge: intent.ID, Reference: "re_none"})
+	require.ErrorIs(t, err, psp.ErrNotFound)
+
+	before := b.ledger(t, true)
+	_, err = b.create(t, "cf_declined", intentParams("ch_declined", fakepsp.PaymentMethodDeclined))
+	var declineErr *stripe.Error
+	require.ErrorAs(t, err, &declineErr)
+	refusals := []psp.RefundRequest{
+		{Key: "rk_2", Charge: intent.ID, Amount: 401, Currency: "USD", Reference: "re_2"},
+		{Key: "rk_3", Charge: declineErr.PaymentIntent.ID, Amount: 1, Currency: "USD", Reference: "re_3"},
+	}
+	for _, refused := range refusals {
+		for range 2 { // the first answer and its replay
+			failed, err := adapter.Refund(t.Context(), refused)
+			if err == nil {
+				require.Equal(t, psp.StatusFailed, failed.Status, "a refusal is never a refund")
+				require.Empty(t, failed.ID)
+			}
+		}
+	}
+
+	_, err = adapter.Refund(t.Context(), psp.RefundRequest{Key: "rk_4", Charge: intent.ID, Amount: 400, Currency: "USD", Reference: "re_4"})
+	require.NoError(t, err)
+	nothingLeft := psp.RefundRequest{Key: "rk_5", Charge: intent.ID, Amount: 1, Currency: "USD", Reference: "re_5"}
+	failed, err := adapter.Refund(t.Context(), nothingLeft)
+	require.NoError(t, err)
+	require.Equal(t, nothingLeft.Refused(string(stripe.ErrorCodeChargeAlreadyRefunded)), failed)
+
+	after := b.ledger(t, true)
+	require.Len(t, after[0].Refunds, 2, "the two refunds, nothing for a refusal")
+	require.Equal(t, before[0].ID, after[0].ID)
 }
