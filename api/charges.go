@@ -41,6 +41,8 @@ type chargeView struct {
 	UpdatedAt        time.Time         `json:"updated_at"`
 	// ReviewReason says why automation handed the charge to an operator.
 	ReviewReason *string `json:"review_reason"`
+	// AmountRefunded is the sum of the charge's succeeded refunds.
+	AmountRefunded int64 `json:"amount_refunded"`
 }
 
 func viewOf(c intent.Charge) chargeView {
@@ -62,6 +64,7 @@ func viewOf(c intent.Charge) chargeView {
 		CreatedAt:        c.CreatedAt.UTC(),
 		UpdatedAt:        c.UpdatedAt.UTC(),
 		ReviewReason:     nonEmpty(c.ReviewReason),
+		AmountRefunded:   c.AmountRefunded,
 	}
 }
 
@@ -214,13 +217,17 @@ func (s *Server) acceptInTx(ctx context.Context, a intent.Acceptance) (intent.Id
 // a different request that reuses the key.
 func (s *Server) replay(c echo.Context, rec intent.IdempotencyRecord, fp []byte) error {
 	if subtle.ConstantTimeCompare(rec.Fingerprint, fp) != 1 {
-		return problem(CodeIdempotencyKeyReused, "this Idempotency-Key was used with a different request; use a new key for a new charge")
+		return problem(CodeIdempotencyKeyReused, "this Idempotency-Key was used with a different request; use a new key for a new request")
 	}
 	c.Set(logChargeKey, rec.ChargeID)
 	c.Set(logReplayKey, true)
 	h := c.Response().Header()
 	h.Set("Idempotent-Replayed", "true")
-	h.Set(echo.HeaderLocation, chargesRoute+"/"+rec.ChargeID)
+	route := chargesRoute
+	if strings.HasPrefix(rec.ChargeID, intent.RefundIDPrefix) {
+		route = refundsRoute
+	}
+	h.Set(echo.HeaderLocation, route+"/"+rec.ChargeID)
 	return c.Blob(rec.StatusCode, echo.MIMEApplicationJSON, rec.ResponseBody)
 }
 
@@ -310,8 +317,8 @@ func listParams(c echo.Context, params intent.ListParams) (intent.ListParams, er
 			}
 			params.Limit = n
 		case name == "starting_after":
-			if !ids.Valid("ch", value) {
-				return params, fieldProblem(CodeInvalidParameter, name, "starting_after must be a charge id")
+			if !ids.Valid("ch", value) && (params.Kind == intent.KindCharge || !ids.Valid("re", value)) {
+				return params, fieldProblem(CodeInvalidParameter, name, "starting_after must be the id of the last item of the previous page")
 			}
 			params.StartingAfter = value
 		case name == "tenant" && params.AllTenants:

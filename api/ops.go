@@ -17,6 +17,7 @@ import (
 
 	"chargeflow/api/jsoncanon"
 	"chargeflow/intent"
+	"chargeflow/internal/ids"
 	"chargeflow/operator"
 	"chargeflow/psp"
 	"chargeflow/settle"
@@ -72,11 +73,24 @@ type opsChargeView struct {
 	ProviderKey string      `json:"provider_key"`
 	NextCheckAt *time.Time  `json:"next_check_at"`
 	Events      []eventView `json:"events,omitempty"`
+	// Kind is "charge" or "refund"; a refund's RefundOf is its charge.
+	Kind     intent.Kind `json:"kind"`
+	RefundOf *string     `json:"refund_of"`
 }
 
 func opsViewOf(c intent.Charge, events []intent.Event) opsChargeView {
 	return opsChargeView{chargeView: viewOf(c), TenantID: c.TenantID, Provider: c.Provider, ProviderKey: c.ProviderKey,
-		NextCheckAt: c.NextCheckAt, Events: eventViews(events)}
+		NextCheckAt: c.NextCheckAt, Events: eventViews(events), Kind: cmp.Or(c.Kind, intent.KindCharge), RefundOf: nonEmpty(c.ParentID)}
+}
+
+// opsIDParam is the {id} of an operator route: a charge's or a refund's,
+// which operators resolve alike. A malformed id is 404.
+func opsIDParam(c echo.Context) (string, error) {
+	id := c.Param("id")
+	if !ids.Valid("ch", id) && !ids.Valid("re", id) {
+		return "", problem(CodeNotFound, "no such charge or refund")
+	}
+	return id, nil
 }
 
 // opsListCharges answers a page of charges of every tenant (or one, with
@@ -96,7 +110,7 @@ func (s *Server) opsGetCharge(c echo.Context) error {
 
 // findWithEvents reads the charge named in the path and its events.
 func (s *Server) findWithEvents(c echo.Context) (intent.Charge, []intent.Event, error) {
-	id, err := chargeIDParam(c)
+	id, err := opsIDParam(c)
 	if err != nil {
 		return intent.Charge{}, nil, err
 	}
@@ -119,7 +133,7 @@ func (s *Server) findWithEvents(c echo.Context) (intent.Charge, []intent.Event, 
 // 202, and the lookup happens on the reconciler's next tick under its lease
 // like every other. See reconcileCharge.
 func (s *Server) opsReconcile(c echo.Context) error {
-	id, err := chargeIDParam(c)
+	id, err := opsIDParam(c)
 	if err != nil {
 		return err
 	}
@@ -180,7 +194,7 @@ const (
 // opsResolve settles a needs_review charge on an admin's written evidence,
 // given as a JSON body; see resolveCharge.
 func (s *Server) opsResolve(c echo.Context) error {
-	id, err := chargeIDParam(c)
+	id, err := opsIDParam(c)
 	if err != nil {
 		return err
 	}
@@ -270,11 +284,7 @@ func (s *Server) verifyResolution(ctx context.Context, charge intent.Charge, r r
 				"resolve it to succeeded or failed with the provider's records")
 		}
 	}
-	q, err := settle.LookupOf(ctx, s.cfg.DB, charge)
-	if err != nil {
-		return err
-	}
-	found, err := s.cfg.ProviderClient.Find(ctx, q)
+	found, err := settle.Find(ctx, s.cfg.DB, s.cfg.ProviderClient, charge)
 	notFound := errors.Is(err, psp.ErrNotFound)
 	if err != nil && !notFound {
 		p := problem(CodeProviderUnavailable, "the provider could not be asked about this charge ("+psp.ReasonOf(err)+"); nothing was changed")

@@ -262,7 +262,7 @@ func (s *Server) renderCharge(c echo.Context, status int, outcome *pageOutcome, 
 // charge with the problem, under the problem's status, and the form as the
 // operator filled it.
 func (s *Server) pageResolve(c echo.Context) error {
-	id, err := chargeIDParam(c)
+	id, err := opsIDParam(c)
 	if err != nil {
 		return err
 	}
@@ -282,7 +282,7 @@ func (s *Server) pageResolve(c echo.Context) error {
 // pageReconcile is the "reconcile now" button's POST: the same
 // reconcileCharge as POST /ops/v1/charges/{id}/reconcile.
 func (s *Server) pageReconcile(c echo.Context) error {
-	id, err := chargeIDParam(c)
+	id, err := opsIDParam(c)
 	if err != nil {
 		return err
 	}

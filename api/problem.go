@@ -25,6 +25,7 @@ const (
 	CodeBodyTooLarge          Code = "body_too_large"
 	CodeCardNumberDetected    Code = "card_number_detected"
 	CodeChargeNotInReview     Code = "charge_not_in_review"
+	CodeChargeNotRefundable   Code = "charge_not_refundable"
 	CodeChargeNotUnknown      Code = "charge_not_unknown"
 	CodeDatabaseUnavailable   Code = "database_unavailable"
 	CodeDuplicateMember       Code = "duplicate_member"
@@ -48,6 +49,7 @@ const (
 	CodeProviderUnavailable   Code = "provider_unavailable"
 	CodeRateLimited           Code = "rate_limited"
 	CodeReconcileTooSoon      Code = "reconcile_too_soon"
+	CodeRefundExceedsCharge   Code = "refund_exceeds_charge"
 	CodeRequestInProgress     Code = "request_in_progress"
 	CodeTooManyAuthFailures   Code = "too_many_auth_failures"
 	CodeUnauthorized          Code = "unauthorized"
@@ -63,6 +65,7 @@ var codeInfo = map[Code]struct {
 	CodeBodyTooLarge:          {http.StatusRequestEntityTooLarge, "Request body too large"},
 	CodeCardNumberDetected:    {http.StatusBadRequest, "Raw card number in request"},
 	CodeChargeNotInReview:     {http.StatusConflict, "Charge is not in needs_review"},
+	CodeChargeNotRefundable:   {http.StatusConflict, "Charge cannot be refunded"},
 	CodeChargeNotUnknown:      {http.StatusConflict, "Charge is not unknown"},
 	CodeDatabaseUnavailable:   {http.StatusServiceUnavailable, "Database unavailable"},
 	CodeDuplicateMember:       {http.StatusBadRequest, "Duplicate JSON member"},
@@ -86,6 +89,7 @@ var codeInfo = map[Code]struct {
 	CodeProviderUnavailable:   {http.StatusServiceUnavailable, "Provider unavailable"},
 	CodeRateLimited:           {http.StatusTooManyRequests, "Rate limit exceeded"},
 	CodeReconcileTooSoon:      {http.StatusTooManyRequests, "Looked up too recently"},
+	CodeRefundExceedsCharge:   {http.StatusConflict, "Refunds would exceed the charge"},
 	CodeRequestInProgress:     {http.StatusConflict, "Request in progress"},
 	CodeTooManyAuthFailures:   {http.StatusTooManyRequests, "Too many failed authentications"},
 	CodeUnauthorized:          {http.StatusUnauthorized, "Unauthorized"},

@@ -29,7 +29,7 @@ import (
 func idempotencyKey(h http.Header) (string, error) {
 	values := h.Values("Idempotency-Key")
 	if len(values) == 0 {
-		return "", problem(CodeIdempotencyKeyMissing, "POST /v1/charges needs an Idempotency-Key header")
+		return "", problem(CodeIdempotencyKeyMissing, "a POST needs an Idempotency-Key header")
 	}
 	if len(values) > 1 {
 		return "", problem(CodeIdempotencyKeyInvalid, "send exactly one Idempotency-Key header")

@@ -20,6 +20,9 @@ func (s *Server) routes(e *echo.Echo) {
 	v1.GET("/charges", s.listCharges)
 	v1.GET("/charges/:id", s.getCharge)
 	v1.GET("/charges/:id/events", s.listEvents)
+	v1.GET("/charges/:id/refunds", s.listRefunds)
+	v1.POST("/refunds", s.createRefund)
+	v1.GET("/refunds/:id", s.getRefund)
 
 	// The operator plane: operator tokens only; every action is audited in
 	// the charge's events (ops.go).

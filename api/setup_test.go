@@ -145,7 +145,13 @@ type response struct {
 // request is one HTTP call; headers are name/value pairs, a name may repeat.
 func (b *testBundle) request(t *testing.T, method, path, body string, headers ...string) response {
 	t.Helper()
-	req, err := http.NewRequest(method, b.url+path, strings.NewReader(body))
+	return requestAt(t, b.url, method, path, body, headers...)
+}
+
+// requestAt is request to the API process at url.
+func requestAt(t *testing.T, url, method, path, body string, headers ...string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url+path, strings.NewReader(body))
 	require.NoError(t, err)
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Add(headers[i], headers[i+1])

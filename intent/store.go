@@ -223,8 +223,9 @@ type ListParams struct {
 	// State filters by state; "" lists every state.
 	State State
 	// Kind filters by kind; "" lists charges and refunds alike (operators
-	// resolve both).
-	Kind Kind
+	// resolve both). ParentID, when set, lists the refunds of that charge.
+	Kind     Kind
+	ParentID string
 	// Limit is the page size.
 	Limit int
 	// StartingAfter is the id of the last charge of the previous page.
@@ -238,7 +239,8 @@ func List(ctx context.Context, db DB, p ListParams) ([]Charge, bool, error) {
 	}
 	rows, err := db.Query(ctx, `SELECT `+chargeColumns+` FROM charges
 		WHERE ($1 = '' OR tenant_id = $1) AND ($2 = '' OR state = $2) AND ($3 = '' OR id < $3) AND ($5 = '' OR kind = $5)
-		ORDER BY id DESC LIMIT $4`, p.TenantID, string(p.State), p.StartingAfter, p.Limit+1, string(p.Kind))
+		  AND ($6 = '' OR parent_id = $6)
+		ORDER BY id DESC LIMIT $4`, p.TenantID, string(p.State), p.StartingAfter, p.Limit+1, string(p.Kind), p.ParentID)
 	if err != nil {
 		return nil, false, fmt.Errorf("list charges: %w", err)
 	}

@@ -168,14 +168,9 @@ func (w *Worker) work(ctx context.Context, job *river.Job[submit.ChargeArgs], lo
 		return err
 	}
 
-	answer, callErr := w.cfg.Provider.Charge(ctx, psp.ChargeRequest{
-		Key:           charge.ProviderKey,
-		Amount:        charge.Amount,
-		Currency:      charge.Currency,
-		PaymentMethod: charge.PaymentMethod,
-		Reference:     charge.ID,
-		Tag:           charge.TenantID,
-	})
+	// The row's kind decides the call: a charge, or a refund of its
+	// parent charge (settle.Send).
+	answer, callErr := settle.Send(ctx, w.cfg.DB, w.cfg.Provider, charge)
 	if err := w.cfg.CrashPoints.Hit(ctx, crashpoint.WorkerAfterPSPResponseBeforeSave); err != nil {
 		return err
 	}

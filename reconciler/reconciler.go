@@ -464,12 +464,9 @@ func (r *Reconciler) decideAndWrite(ctx context.Context, log *slog.Logger, l int
 	if err := r.limiter.Wait(ctx); err != nil {
 		return Result{}, err
 	}
-	q, err := settle.LookupOf(ctx, r.cfg.DB, c)
-	if err != nil {
-		return Result{}, err
-	}
-	// The client bounds the lookup with its call timeout.
-	found, lookupErr := r.cfg.Provider.Client.Find(ctx, q)
+	// The client bounds the lookup with its call timeout; the row's kind
+	// decides what is looked up (settle.Find).
+	found, lookupErr := settle.Find(ctx, r.cfg.DB, r.cfg.Provider.Client, c)
 	if err := r.cfg.CrashPoints.Hit(ctx, crashpoint.ReconcilerAfterLookupBeforeUpdate); err != nil {
 		return Result{}, err
 	}

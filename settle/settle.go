@@ -49,7 +49,7 @@ const (
 // the state machine routes every doubt through unknown; the caller applies
 // them in one transaction.
 func Moves(base intent.Move, charge intent.Charge, answer psp.Charge, src Source) ([]intent.Move, Outcome) {
-	evidence := "provider charge " + answer.ID
+	evidence := "provider " + string(cmp.Or(charge.Kind, intent.KindCharge)) + " " + answer.ID
 	if answer.Amount != charge.Amount || answer.Currency != charge.Currency || answer.Reference != charge.ID {
 		review := base
 		review.To, review.Reason, review.Evidence = intent.StateNeedsReview, "amount_mismatch", evidence

@@ -1,0 +1,225 @@
+package api
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"chargeflow/api/jsoncanon"
+	"chargeflow/intent"
+	"chargeflow/internal/ids"
+	"chargeflow/submit"
+)
+
+const refundsRoute = "/v1/refunds"
+
+// refundView is the API's refund object. As with a charge, its field order
+// is the JSON's and fields are only ever added at the end.
+type refundView struct {
+	ID               string            `json:"id"`
+	Charge           string            `json:"charge"`
+	Amount           int64             `json:"amount"`
+	Currency         string            `json:"currency"`
+	Status           intent.State      `json:"status"`
+	Reason           *string           `json:"reason"`
+	Metadata         map[string]string `json:"metadata"`
+	ProviderRefundID *string           `json:"provider_refund_id"`
+	FailureCode      *string           `json:"failure_code"`
+	Attempts         int               `json:"attempts"`
+	CreatedAt        time.Time         `json:"created_at"`
+	UpdatedAt        time.Time         `json:"updated_at"`
+	ReviewReason     *string           `json:"review_reason"`
+}
+
+func refundViewOf(r intent.Charge) refundView {
+	metadata := r.Metadata
+	if metadata == nil {
+		metadata = map[string]string{}
+	}
+	return refundView{
+		ID: r.ID, Charge: r.ParentID, Amount: r.Amount, Currency: r.Currency, Status: r.State,
+		Reason: nonEmpty(r.Reason), Metadata: metadata, ProviderRefundID: nonEmpty(r.ProviderChargeID),
+		FailureCode: nonEmpty(r.FailureCode), Attempts: r.Attempts, CreatedAt: r.CreatedAt.UTC(),
+		UpdatedAt: r.UpdatedAt.UTC(), ReviewReason: nonEmpty(r.ReviewReason),
+	}
+}
+
+// refundRequest is a validated POST /v1/refunds body. Amount 0 means what
+// is left of the charge.
+type refundRequest struct {
+	Charge   string
+	Amount   int64
+	Reason   string
+	Metadata map[string]string
+}
+
+// refundReasons are the reasons a merchant may give, as Stripe names them.
+var refundReasons = map[string]bool{"requested_by_customer": true, "duplicate": true, "fraudulent": true}
+
+// refundFromJSON validates a parsed body as a refund request, naming the
+// field it refuses.
+func refundFromJSON(v jsoncanon.Value) (refundRequest, error) {
+	if v.Kind != jsoncanon.Object {
+		return refundRequest{}, problem(CodeInvalidJSON, "the body must be a JSON object")
+	}
+	var req refundRequest
+	for _, m := range v.Members {
+		var err error
+		switch m.Name {
+		case "charge":
+			if m.Value.Kind != jsoncanon.String || !ids.Valid("ch", m.Value.String) {
+				err = fieldProblem(CodeInvalidField, "charge", "charge must be the id of a charge, such as \"ch_…\"")
+			}
+			req.Charge = m.Value.String
+		case "amount":
+			req.Amount, err = parseAmount(m.Value)
+		case "reason":
+			switch {
+			case m.Value.Kind == jsoncanon.Null:
+			case m.Value.Kind != jsoncanon.String || !refundReasons[m.Value.String]:
+				err = fieldProblem(CodeInvalidField, "reason", "reason must be requested_by_customer, duplicate, fraudulent or null")
+			default:
+				req.Reason = m.Value.String
+			}
+		case "metadata":
+			req.Metadata, err = parseMetadata(m.Value)
+		default:
+			err = fieldProblem(CodeUnknownField, safeFieldName(m.Name), "this field is not part of a refund request")
+		}
+		if err != nil {
+			return refundRequest{}, err
+		}
+	}
+	if req.Charge == "" {
+		return refundRequest{}, fieldProblem(CodeMissingField, "charge", "charge is required")
+	}
+	return req, nil
+}
+
+// createRefund accepts a refund once per idempotency key, in the order of
+// createCharge (docs/api.md): key, body, strict JSON and fingerprint,
+// replay, validation, one statement. Whether the charge can be refunded by
+// that much is the database's to say, in that statement (docs/refunds.md,
+// "Where refunds live"); the read before it only finds the charge's
+// currency, and what is left of it when the request names no amount.
+func (s *Server) createRefund(c echo.Context) error {
+	t := tenantOf(c)
+	key, err := idempotencyKey(c.Request().Header)
+	if err != nil {
+		return err
+	}
+	body, err := readBody(c, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	parsed, canonical, err := parseJSONBody(body)
+	if err != nil {
+		return err
+	}
+	fp := fingerprint(http.MethodPost, refundsRoute, canonical)
+	keyHash := sha256.Sum256([]byte(key))
+
+	ctx, cancel := s.dbContext(c)
+	defer cancel()
+	rec, err := intent.Idempotency(ctx, s.cfg.DB, t.ID, keyHash[:])
+	if err == nil {
+		return s.replay(c, rec, fp)
+	}
+	if !errors.Is(err, intent.ErrNotFound) {
+		return err
+	}
+	req, err := refundFromJSON(parsed)
+	if err != nil {
+		return err
+	}
+	charge, err := intent.Get(ctx, s.cfg.DB, t.ID, req.Charge)
+	if errors.Is(err, intent.ErrNotFound) {
+		return fieldProblem(CodeNotFound, "charge", "no such charge")
+	}
+	if err != nil {
+		return err
+	}
+	if charge.State != intent.StateSucceeded {
+		return fieldProblem(CodeChargeNotRefundable, "charge", "only a succeeded charge can be refunded; this one is "+string(charge.State))
+	}
+	if req.Amount == 0 {
+		req.Amount = charge.Amount - charge.AmountReserved
+		if req.Amount <= 0 {
+			return fieldProblem(CodeRefundExceedsCharge, "amount", "nothing is left to refund on this charge")
+		}
+	}
+
+	now := s.cfg.Now().UTC().Truncate(time.Microsecond)
+	id := ids.New("re", now)
+	refund := intent.Charge{
+		TenantID: t.ID, ID: id, State: intent.StatePending, Kind: intent.KindRefund, ParentID: charge.ID,
+		Reason: req.Reason, Amount: req.Amount, Currency: charge.Currency, Metadata: req.Metadata,
+		// A refund goes to the provider that took the charge.
+		Provider: charge.Provider, ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now,
+	}
+	response, err := encodeJSON(refundViewOf(refund))
+	if err != nil {
+		return fmt.Errorf("encode refund: %w", err)
+	}
+	// The job names the row; the worker reads its kind (settle.Send).
+	job, err := s.cfg.Jobs.Row(ctx, submit.ChargeArgs{TenantID: t.ID, ChargeID: id}, now)
+	if err != nil {
+		return err
+	}
+	rec, inserted, err := s.accept(ctx, intent.Acceptance{
+		Charge: refund, Actor: "api", KeyHash: keyHash[:], Fingerprint: fp, StatusCode: http.StatusCreated,
+		ResponseBody: response, ExpiresAt: now.Add(s.cfg.IdempotencyTTL), Job: job,
+	})
+	switch {
+	case errors.Is(err, intent.ErrNotRefundable):
+		return fieldProblem(CodeChargeNotRefundable, "charge", "only a succeeded charge can be refunded, in its own currency")
+	case errors.Is(err, intent.ErrRefundExceedsCharge):
+		return fieldProblem(CodeRefundExceedsCharge, "amount", fmt.Sprintf(
+			"the charge's refunds that are not failed may add up to at most its amount, %d %s", charge.Amount, charge.Currency))
+	case err != nil:
+		return err
+	}
+	if !inserted {
+		return s.replay(c, rec, fp)
+	}
+	c.Set(logChargeKey, id)
+	c.Response().Header().Set(echo.HeaderLocation, refundsRoute+"/"+id)
+	return c.Blob(http.StatusCreated, echo.MIMEApplicationJSON, response)
+}
+
+// getRefund answers one refund; another tenant's id is 404.
+func (s *Server) getRefund(c echo.Context) error {
+	id := c.Param("id")
+	if !ids.Valid("re", id) {
+		return problem(CodeNotFound, "no such refund")
+	}
+	ctx, cancel := s.dbContext(c)
+	defer cancel()
+	refund, err := intent.Get(ctx, s.cfg.DB, tenantOf(c).ID, id)
+	if errors.Is(err, intent.ErrNotFound) {
+		return problem(CodeNotFound, "no such refund")
+	}
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(c, http.StatusOK, refundViewOf(refund))
+}
+
+// listRefunds answers a page of a charge's refunds, newest first; an
+// unknown charge (or another tenant's) is 404.
+func (s *Server) listRefunds(c echo.Context) error {
+	id, err := chargeIDParam(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.dbContext(c)
+	defer cancel()
+	if _, err := intent.Get(ctx, s.cfg.DB, tenantOf(c).ID, id); err != nil {
+		return err
+	}
+	return listPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Kind: intent.KindRefund, ParentID: id, Limit: 10}, refundViewOf)
+}
