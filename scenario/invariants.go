@@ -13,10 +13,12 @@ import (
 	"chargeflow/fakepsp"
 )
 
-// ChargeRow is what the checker reads of each charge.
+// ChargeRow is what the checker reads of each row of charges: a charge,
+// or a refund of one (ParentID).
 type ChargeRow struct {
 	TenantID         string
 	ID               string
+	ParentID         string
 	State            string
 	Amount           int64
 	Currency         string
@@ -27,14 +29,14 @@ type ChargeRow struct {
 
 // ReadCharges reads every charge of the database.
 func ReadCharges(ctx context.Context, db *pgxpool.Pool) ([]ChargeRow, error) {
-	rows, err := db.Query(ctx, `SELECT tenant_id, id, state, amount, currency, provider_key,
+	rows, err := db.Query(ctx, `SELECT tenant_id, id, coalesce(parent_id, ''), state, amount, currency, provider_key,
 		coalesce(provider_charge_id, ''), coalesce(review_reason, '') FROM charges`)
 	if err != nil {
 		return nil, fmt.Errorf("read charges: %w", err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ChargeRow, error) {
 		var c ChargeRow
-		err := row.Scan(&c.TenantID, &c.ID, &c.State, &c.Amount, &c.Currency, &c.ProviderKey, &c.ProviderChargeID, &c.ReviewReason)
+		err := row.Scan(&c.TenantID, &c.ID, &c.ParentID, &c.State, &c.Amount, &c.Currency, &c.ProviderKey, &c.ProviderChargeID, &c.ReviewReason)
 		return c, err
 	})
 }
@@ -49,7 +51,10 @@ type Violation struct {
 
 func (v Violation) String() string { return v.Invariant + " " + v.Subject + ": " + v.Detail }
 
-// The invariants of docs/scenarios.md that compare the database with the ledger.
+// The invariants of docs/scenarios.md that compare the database with the
+// ledger. Each holds for a refund as for a charge: at most one provider
+// refund per refund, succeeded ⇔ refunded, failed ⇒ not refunded, no
+// provider refund without a refund.
 const (
 	// InvariantAtMostOnce: at most one provider charge per charge.
 	InvariantAtMostOnce = "at_most_one_provider_charge"
@@ -62,11 +67,43 @@ const (
 	InvariantNoOrphans = "no_orphan_provider_charge"
 	// InvariantTerminal: every charge terminal, or needs_review with a reason.
 	InvariantTerminal = "terminal_or_reviewed"
+	// InvariantNotOverRefunded: the provider's refunds of a charge never
+	// add up to more than the charge.
+	InvariantNotOverRefunded = "not_over_refunded"
 )
 
 // LedgerInvariants lists the invariants CheckLedger checks, in report order.
 func LedgerInvariants() []string {
-	return []string{InvariantAtMostOnce, InvariantSucceededCharged, InvariantFailedUncharged, InvariantNoOrphans, InvariantTerminal}
+	return []string{InvariantAtMostOnce, InvariantSucceededCharged, InvariantFailedUncharged, InvariantNoOrphans, InvariantTerminal,
+		InvariantNotOverRefunded}
+}
+
+// applied is one thing the provider applied, a charge or a refund, as the
+// checker compares it with a row.
+type applied struct {
+	id, key, reference, currency string
+	amount                       int64
+}
+
+// appliedByReference flattens the ledger: every succeeded charge and every
+// refund, by our reference. It reports charges refunded beyond their
+// amount on the way.
+func appliedByReference(ledger []fakepsp.LedgerEntry, add func(invariant, subject, format string, args ...any)) map[string][]applied {
+	out := map[string][]applied{}
+	for _, e := range ledger {
+		if e.Status == "succeeded" {
+			out[e.Reference] = append(out[e.Reference], applied{e.ID, e.IdempotencyKey, e.Reference, e.Currency, e.Amount})
+		}
+		var refunded int64
+		for _, r := range e.Refunds {
+			refunded += r.Amount
+			out[r.Reference] = append(out[r.Reference], applied{r.ID, r.IdempotencyKey, r.Reference, r.Currency, r.Amount})
+		}
+		if refunded > e.Amount {
+			add(InvariantNotOverRefunded, e.Reference, "provider charge %s of %d refunded %d", e.ID, e.Amount, refunded)
+		}
+	}
+	return out
 }
 
 // CheckLedger compares the charges with the provider's ledger and returns
@@ -77,13 +114,7 @@ func CheckLedger(charges []ChargeRow, ledger []fakepsp.LedgerEntry) []Violation 
 	add := func(invariant, subject, format string, args ...any) {
 		violations = append(violations, Violation{Invariant: invariant, Subject: subject, Detail: fmt.Sprintf(format, args...)})
 	}
-	byReference := map[string][]fakepsp.LedgerEntry{}
-	for _, e := range ledger {
-		if e.Status != "succeeded" {
-			continue
-		}
-		byReference[e.Reference] = append(byReference[e.Reference], e)
-	}
+	byReference := appliedByReference(ledger, add)
 	known := make(map[string]bool, len(charges))
 	for _, c := range charges {
 		known[c.ID] = true
@@ -94,16 +125,16 @@ func CheckLedger(charges []ChargeRow, ledger []fakepsp.LedgerEntry) []Violation 
 		switch c.State {
 		case "succeeded":
 			if len(entries) != 1 {
-				add(InvariantSucceededCharged, c.ID, "succeeded with %d provider charges", len(entries))
+				add(InvariantSucceededCharged, c.ID, "succeeded, applied %d times at the provider", len(entries))
 				break
 			}
 			e := entries[0]
-			if e.Amount != c.Amount || e.Currency != c.Currency || e.ID != c.ProviderChargeID || e.IdempotencyKey != c.ProviderKey {
-				add(InvariantSucceededCharged, c.ID, "charge %d %s %s, provider %d %s %s", c.Amount, c.Currency, c.ProviderChargeID, e.Amount, e.Currency, e.ID)
+			if e.amount != c.Amount || e.currency != c.Currency || e.id != c.ProviderChargeID || e.key != c.ProviderKey {
+				add(InvariantSucceededCharged, c.ID, "row %d %s %s, provider %d %s %s", c.Amount, c.Currency, c.ProviderChargeID, e.amount, e.currency, e.id)
 			}
 		case "failed":
 			if len(entries) > 0 {
-				add(InvariantFailedUncharged, c.ID, "failed but charged (%s)", ids(entries))
+				add(InvariantFailedUncharged, c.ID, "failed but applied at the provider (%s)", ids(entries))
 			}
 		case "needs_review":
 			if c.ReviewReason == "" {
@@ -112,13 +143,13 @@ func CheckLedger(charges []ChargeRow, ledger []fakepsp.LedgerEntry) []Violation 
 		default:
 			add(InvariantTerminal, c.ID, "still %s", c.State)
 			if c.State == "pending" && len(entries) > 0 {
-				add(InvariantSucceededCharged, c.ID, "pending but charged (%s)", ids(entries))
+				add(InvariantSucceededCharged, c.ID, "pending but applied at the provider (%s)", ids(entries))
 			}
 		}
 	}
 	for ref, entries := range byReference {
 		if !known[ref] {
-			add(InvariantNoOrphans, ref, "provider charge without a charge (%s)", ids(entries))
+			add(InvariantNoOrphans, ref, "applied at the provider without a row (%s)", ids(entries))
 		}
 	}
 	slices.SortFunc(violations, func(a, b Violation) int {
@@ -127,10 +158,10 @@ func CheckLedger(charges []ChargeRow, ledger []fakepsp.LedgerEntry) []Violation 
 	return violations
 }
 
-func ids(entries []fakepsp.LedgerEntry) string {
+func ids(entries []applied) string {
 	var out []string
 	for _, e := range entries {
-		out = append(out, e.ID)
+		out = append(out, e.id)
 	}
 	return strings.Join(out, ",")
 }

@@ -292,6 +292,7 @@ func short(invariant string) string {
 		InvariantSucceededCharged: "succ⇔charged",
 		InvariantFailedUncharged:  "failed⇒none",
 		InvariantNoOrphans:        "orphans",
+		InvariantNotOverRefunded:  "≤charged",
 		InvariantTerminal:         "settled",
 		InvariantAckedHasRow:      "201⇒row",
 		InvariantReplayIdentical:  "replays",

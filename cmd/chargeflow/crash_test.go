@@ -32,7 +32,12 @@ type postResult struct {
 }
 
 func postCharge(baseURL, apiKey, key, body string) postResult {
-	req, err := http.NewRequest(http.MethodPost, baseURL+"/v1/charges", strings.NewReader(body))
+	return postTo(baseURL+"/v1/charges", apiKey, key, body)
+}
+
+// postTo sends one POST with an idempotency key to url.
+func postTo(url, apiKey, key, body string) postResult {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		return postResult{err: err}
 	}
