@@ -802,17 +802,17 @@ func TestRefundThroughTheStripeAdapter(t *testing.T) {
 	_, err = b.create(t, "cf_declined", intentParams("ch_declined", fakepsp.PaymentMethodDeclined))
 	var declineErr *stripe.Error
 	require.ErrorAs(t, err, &declineErr)
-	refusals := []psp.RefundRequest{
-		{Key: "rk_2", Charge: intent.ID, Amount: 401, Currency: "USD", Reference: "re_2"},
-		{Key: "rk_3", Charge: declineErr.PaymentIntent.ID, Amount: 1, Currency: "USD", Reference: "re_3"},
+	// The two refusals recorded from Stripe without a code are failed
+	// refunds, first answer and replay alike.
+	refusals := map[string]psp.RefundRequest{
+		psp.CodeRefundExceedsCharge: {Key: "rk_2", Charge: intent.ID, Amount: 401, Currency: "USD", Reference: "re_2"},
+		psp.CodeChargeNotRefundable: {Key: "rk_3", Charge: declineErr.PaymentIntent.ID, Amount: 1, Currency: "USD", Reference: "re_3"},
 	}
-	for _, refused := range refusals {
+	for code, refused := range refusals {
 		for range 2 { // the first answer and its replay
 			failed, err := adapter.Refund(t.Context(), refused)
-			if err == nil {
-				require.Equal(t, psp.StatusFailed, failed.Status, "a refusal is never a refund")
-				require.Empty(t, failed.ID)
-			}
+			require.NoError(t, err)
+			require.Equal(t, refused.Refused(code), failed, "a refusal is a failed refund, never a refund")
 		}
 	}
 

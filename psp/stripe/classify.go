@@ -299,6 +299,7 @@ func classifyAPIError(a attempt, e *stripego.Error) (answer, error) {
 		return answer{}, pspErr
 	}
 	statusReason := "status_" + strconv.Itoa(status)
+	refusal, refused := refusesRefund(status, e)
 
 	if !a.op.pspOp().Applies() {
 		if a.op.retrieves() && status == http.StatusNotFound && e.Code == stripego.ErrorCodeResourceMissing && a.bodyErr == nil {
@@ -314,8 +315,8 @@ func classifyAPIError(a attempt, e *stripego.Error) (answer, error) {
 		return fail(psp.ErrUnknownOutcome, "idempotency_key_in_use")
 	case status == http.StatusConflict:
 		return fail(psp.ErrUnknownOutcome, "conflict")
-	case a.op == opRefund && refusesRefund(status, e):
-		return answer{refund: psp.Refund{Status: psp.StatusFailed, FailureCode: string(e.Code)}}, nil
+	case a.op == opRefund && refused:
+		return answer{refund: psp.Refund{Status: psp.StatusFailed, FailureCode: refusal}}, nil
 	case a.op == opCharge && e.PaymentIntent != nil && e.PaymentIntent.ID != "":
 		declineCode := ""
 		if e.Type == stripego.ErrorTypeCard {
@@ -360,10 +361,26 @@ var refundRefusals = map[stripego.ErrorCode]bool{
 }
 
 // refusesRefund reports whether e, answering a refund, is Stripe's decisive
-// refusal of it (refundRefusals). A refusal Stripe replays is the refusal
-// of the request's first execution, as final as a fresh one.
-func refusesRefund(status int, e *stripego.Error) bool {
-	return status == http.StatusBadRequest && e.Type == stripego.ErrorTypeInvalidRequest && refundRefusals[e.Code]
+// refusal of it, and the failure code it stands for: one of
+// refundRefusals, Stripe's code; or one of the two shapes recorded from
+// Stripe without a code (docs/refunds.md, "Stripe's refusals") — more than
+// is left, with param amount (refund_exceeds_charge), and an intent
+// without a successful charge, with no param (charge_not_refundable). A
+// refusal Stripe replays is the refusal of the request's first execution,
+// as final as a fresh one.
+func refusesRefund(status int, e *stripego.Error) (string, bool) {
+	if status != http.StatusBadRequest || e.Type != stripego.ErrorTypeInvalidRequest {
+		return "", false
+	}
+	switch {
+	case refundRefusals[e.Code]:
+		return string(e.Code), true
+	case e.Code == "" && e.Param == "amount":
+		return psp.CodeRefundExceedsCharge, true
+	case e.Code == "" && e.Param == "":
+		return psp.CodeChargeNotRefundable, true
+	}
+	return "", false
 }
 
 // chargeOf maps a PaymentIntent to what it proves. succeeded is a charge;

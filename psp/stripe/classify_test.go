@@ -341,6 +341,11 @@ func TestClassifyRefund(t *testing.T) {
 		{"payment disputed", stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "refund_disputed_payment"), refusal("refund_disputed_payment")},
 		{"intent that did not succeed", stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "payment_intent_unexpected_state", withIntent(processing)), refusal("payment_intent_unexpected_state")},
 		{"replayed refusal is the same refusal", replayed(stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "charge_already_refunded")), refusal("charge_already_refunded")},
+		// The shapes recorded from Stripe without a code.
+		{"more than is left, as recorded", stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "", func(e *stripego.Error) { e.Param = "amount" }), refusal("refund_exceeds_charge")},
+		{"intent without a successful charge, as recorded", stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, ""), refusal("charge_not_refundable")},
+		{"replayed, as recorded", replayed(stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "", func(e *stripego.Error) { e.Param = "amount" })), refusal("refund_exceeds_charge")},
+		{"a charge's 400 without a code is still not applied", stripeErr(opCharge, 400, stripego.ErrorTypeInvalidRequest, ""), want{kind: psp.ErrNotApplied, reason: "invalid_request"}},
 
 		// Not final: unknown, with the refund's id for a strong lookup.
 		{"pending", ok(opRefund, refund("pending")), want{kind: psp.ErrUnknownOutcome, reason: "refund_pending", providerID: "re_1"}},
