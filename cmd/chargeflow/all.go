@@ -162,6 +162,14 @@ Then follow it (pending, then succeeded within a second) and its audit trail:
   curl -sS %[1]s/v1/charges -H 'Authorization: Bearer %[3]s'
   curl -sS %[1]s/v1/charges/<id>/events -H 'Authorization: Bearer %[3]s'
 
+Refund part of it once it succeeded (a new key; the amount defaults to what is left):
+
+  curl -sS -i %[1]s/v1/refunds \
+    -H 'Authorization: Bearer %[3]s' \
+    -H 'Idempotency-Key: %[4]s-refund' \
+    -H 'Content-Type: application/json' \
+    -d '{"charge": "<id>", "amount": 400, "reason": "requested_by_customer"}'
+
 The provider's ledger (what really moved money): curl -sS %[5]s/_admin/ledger
 As an operator (the demo admin's token; every tenant's charges, timelines, resolve):
 
