@@ -356,34 +356,47 @@ type fact struct {
 	Name, Value string
 	// Mono sets the value in a fixed-width font: ids and keys.
 	Mono bool
+	// Href, when set, links the value: a refund's charge.
+	Href string
 }
 
 // chargeFacts lists what an operator needs to know about a charge, in the
 // order they would check it; facts that do not apply are left out.
 func chargeFacts(ch intent.Charge) []fact {
 	facts := []fact{
-		{"Tenant", ch.TenantID, true},
-		{"Amount", money(ch.Amount, ch.Currency), false},
-		{"Payment method", ch.PaymentMethod, true},
+		{Name: "Tenant", Value: ch.TenantID, Mono: true},
+		{Name: "Amount", Value: money(ch.Amount, ch.Currency)},
+	}
+	if ch.Kind == intent.KindRefund {
+		// A refund: what it refunds, and why, instead of a payment method.
+		facts = append(facts, fact{Name: "Refund of", Value: ch.ParentID, Mono: true, Href: "/ops/charges/" + ch.ParentID})
+		if ch.Reason != "" {
+			facts = append(facts, fact{Name: "Reason", Value: ch.Reason})
+		}
+	} else {
+		facts = append(facts, fact{Name: "Payment method", Value: ch.PaymentMethod, Mono: true})
+		if ch.AmountRefunded > 0 || ch.AmountReserved > 0 {
+			facts = append(facts, fact{Name: "Refunded", Value: money(ch.AmountRefunded, ch.Currency) + " (" + money(ch.AmountReserved, ch.Currency) + " reserved)"})
+		}
 	}
 	if ch.Description != nil {
-		facts = append(facts, fact{"Description", *ch.Description, false})
+		facts = append(facts, fact{Name: "Description", Value: *ch.Description})
 	}
 	for _, k := range slices.Sorted(maps.Keys(ch.Metadata)) {
-		facts = append(facts, fact{"metadata." + k, ch.Metadata[k], false})
+		facts = append(facts, fact{Name: "metadata." + k, Value: ch.Metadata[k]})
 	}
-	facts = append(facts, fact{"Provider", ch.Provider, false}, fact{"Provider key", ch.ProviderKey, true})
+	facts = append(facts, fact{Name: "Provider", Value: ch.Provider}, fact{Name: "Provider key", Value: ch.ProviderKey, Mono: true})
 	optional := []fact{
-		{"Provider charge id", ch.ProviderChargeID, true},
-		{"Failure code", ch.FailureCode, true},
-		{"Review reason", ch.ReviewReason, false},
+		{Name: "Provider id", Value: ch.ProviderChargeID, Mono: true},
+		{Name: "Failure code", Value: ch.FailureCode, Mono: true},
+		{Name: "Review reason", Value: ch.ReviewReason},
 	}
 	for _, f := range optional {
 		if f.Value != "" {
 			facts = append(facts, f)
 		}
 	}
-	facts = append(facts, fact{"Attempts", strconv.Itoa(ch.Attempts), false})
+	facts = append(facts, fact{Name: "Attempts", Value: strconv.Itoa(ch.Attempts)})
 	for _, t := range []struct {
 		name string
 		at   *time.Time
@@ -392,13 +405,13 @@ func chargeFacts(ch intent.Charge) []fact {
 		{"Next check", ch.NextCheckAt}, {"Last lookup", ch.LastLookupAt}, {"Forced lookup", ch.ForcedCheckAt},
 	} {
 		if t.at != nil {
-			facts = append(facts, fact{t.name, when(*t.at), false})
+			facts = append(facts, fact{Name: t.name, Value: when(*t.at)})
 		}
 	}
 	if ch.LookupFailures > 0 {
-		facts = append(facts, fact{"Lookup failures", strconv.Itoa(ch.LookupFailures), false})
+		facts = append(facts, fact{Name: "Lookup failures", Value: strconv.Itoa(ch.LookupFailures)})
 	}
-	return append(facts, fact{"Created", when(ch.CreatedAt), false}, fact{"Updated", when(ch.UpdatedAt), false})
+	return append(facts, fact{Name: "Created", Value: when(ch.CreatedAt)}, fact{Name: "Updated", Value: when(ch.UpdatedAt)})
 }
 
 // money shows minor units as the currency's major units: 1000 USD is

@@ -231,6 +231,28 @@ func TestOpsPageInBrowser(t *testing.T) {
 	require.Equal(t, "operator:"+b.admin.Name, event["actor"])
 	require.Equal(t, evidence, event["evidence"])
 
+	// A refund of that charge whose call was lost too is in the queue and
+	// reads as a refund: what it refunds, the charge's sums, the form
+	// asking for the provider's refund id.
+	refund := b.refund(t, b.url, b.tenantA, "browser-refund-key-001", `{"charge": "`+id+`", "amount": 400, "reason": "duplicate"}`)
+	require.Equal(t, http.StatusCreated, refund.status, "body: %s", refund.body)
+	refundID := decode(t, refund)["id"].(string)
+	b.lostCall(t, b.tenantA, refundID)
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Navigate(b.url+"/ops/")))
+	require.Contains(t, text("#queue"), refundID)
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(`#queue a[href="/ops/charges/`+refundID+`"]`))))
+	facts := text("main dl")
+	require.Contains(t, facts, "Refund of")
+	require.Contains(t, facts, id)
+	require.Contains(t, facts, "duplicate")
+	require.NotContains(t, facts, "Payment method")
+	require.Contains(t, text("form#resolve"), "Provider refund id")
+	if path := os.Getenv(screenshotEnv + "_REFUND"); path != "" {
+		saveScreenshot(t, tab, path)
+	}
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(`main dl a[href="/ops/charges/`+id+`"]`))))
+	require.Contains(t, text("main dl"), "0.00 USD (4.00 USD reserved)", "the refund links to its charge, which shows its sums")
+
 	// River's job UI runs under the same session: its script application
 	// loads and draws its navigation.
 	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(`header nav a[href="/ops/jobs/"]`))))

@@ -179,7 +179,8 @@ func (s *Server) createRefund(c echo.Context) error {
 		return fieldProblem(CodeChargeNotRefundable, "charge", "only a succeeded charge can be refunded, in its own currency")
 	case errors.Is(err, intent.ErrRefundExceedsCharge):
 		return fieldProblem(CodeRefundExceedsCharge, "amount", fmt.Sprintf(
-			"the charge's refunds that are not failed may add up to at most its amount, %d %s", charge.Amount, charge.Currency))
+			"the charge's refunds that are not failed may add up to at most its amount, %d %s; %d was left when this request read it",
+			charge.Amount, charge.Currency, max(0, charge.Amount-charge.AmountReserved)))
 	case err != nil:
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"chargeflow/api"
 	"chargeflow/intent"
+	"chargeflow/psp"
 )
 
 // succeededCharge accepts a charge of amount USD minor units through the API
@@ -197,4 +198,41 @@ func TestConcurrentRefundsNeverExceedTheCharge(t *testing.T) {
 		(SELECT count(*) FROM river_job j JOIN charges c ON c.id = j.args->>'charge_id' WHERE c.parent_id = $1)`, charge).
 		Scan(&refunds, &reserved, &jobs))
 	require.Equal(t, []int{100, 100, 100}, []int{refunds, reserved, jobs})
+}
+
+// Operators resolve a refund as they resolve a charge, on the same routes,
+// and the provider's records decide: a refund the provider applied can be
+// resolved succeeded (the charge's amount_refunded follows), never failed.
+func TestOpsResolveRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	chargeID := b.newCharge(t, b.tenantA, "ops-refund-charge-01")
+	b.walk(t, b.tenantA, chargeID, intent.StateSubmitting)
+	providerCharge := b.chargeAtProvider(t, chargeID, 1000, "USD")
+	_, err := intent.MoveCharge(context.Background(), b.pool, intent.Move{TenantID: b.tenantA.ID, ChargeID: chargeID,
+		From: intent.StateSubmitting, To: intent.StateSucceeded, Actor: "test", Reason: "test", ProviderChargeID: providerCharge})
+	require.NoError(t, err)
+
+	resp := b.refund(t, b.url, b.tenantA, "ops-refund-key-00001", fmt.Sprintf(`{"charge": %q, "amount": 250}`, chargeID))
+	require.Equal(t, http.StatusCreated, resp.status, "body: %s", resp.body)
+	refundID := decode(t, resp)["id"].(string)
+	b.walk(t, b.tenantA, refundID, intent.StateSubmitting, intent.StateUnknown, intent.StateNeedsReview)
+	// The lost call did reach the provider.
+	applied, err := psp.NewClient(psp.Config{BaseURL: b.psp.URL}).Refund(context.Background(), psp.RefundRequest{
+		Key: intent.ProviderKeyFor(refundID), Charge: providerCharge, Amount: 250, Currency: "USD", Reference: refundID})
+	require.NoError(t, err)
+
+	view, _ := b.opsCharge(t, refundID)
+	require.Equal(t, "refund", view["kind"])
+	require.Equal(t, chargeID, view["refund_of"])
+
+	refused := b.resolve(t, b.admin.Token, refundID, `{"status": "failed", "evidence": "customer says no refund arrived"}`)
+	requireProblem(t, refused, http.StatusConflict, api.CodeEvidenceMismatch)
+	require.Equal(t, "needs_review", decode(t, b.get(t, b.tenantA, "/v1/refunds/"+refundID))["status"], "a refusal changes nothing")
+
+	done := b.resolve(t, b.admin.Token, refundID, `{"status": "succeeded", "provider_charge_id": "`+applied.ID+`", "evidence": "the refund is in the provider's dashboard"}`)
+	require.Equal(t, http.StatusOK, done.status, "body: %s", done.body)
+	refund := decode(t, b.get(t, b.tenantA, "/v1/refunds/"+refundID))
+	require.Equal(t, []any{"succeeded", applied.ID}, []any{refund["status"], refund["provider_refund_id"]})
+	require.EqualValues(t, 250, decode(t, b.get(t, b.tenantA, "/v1/charges/"+chargeID))["amount_refunded"])
 }
