@@ -23,6 +23,8 @@ func (s *Server) routes(e *echo.Echo) {
 	v1.GET("/charges/:id/refunds", s.listRefunds)
 	v1.POST("/refunds", s.createRefund)
 	v1.GET("/refunds/:id", s.getRefund)
+	v1.GET("/events", s.listNotifications)
+	v1.GET("/events/:id", s.getNotification)
 
 	// The operator plane: operator tokens only; every action is audited in
 	// the charge's events (ops.go).

@@ -222,3 +222,23 @@ func PendingCharge(t testing.TB, db pg.Handle, spec Charge) intent.Charge {
 	}
 	return c
 }
+
+// PendingRefund accepts a refund of amount of the succeeded charge parent
+// as the API does, on db; the database reserves it on the charge.
+func PendingRefund(t testing.TB, db pg.Handle, parent intent.Charge, amount int64) intent.Charge {
+	t.Helper()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	id := ids.New("re", now)
+	r := intent.Charge{
+		TenantID: parent.TenantID, ID: id, State: intent.StatePending, Kind: intent.KindRefund, ParentID: parent.ID,
+		Amount: amount, Currency: parent.Currency, Provider: parent.Provider, ProviderKey: intent.ProviderKeyFor(id),
+		CreatedAt: now, UpdatedAt: now,
+	}
+	keyHash := sha256.Sum256([]byte(id))
+	inserted, err := intent.Accept(context.Background(), db, intent.Acceptance{Charge: r, Actor: "test", KeyHash: keyHash[:],
+		Fingerprint: keyHash[:], StatusCode: 201, ResponseBody: []byte(`{"id":"` + id + `"}`), ExpiresAt: now.Add(time.Hour)})
+	if err != nil || !inserted {
+		t.Fatalf("dbtest: accept refund: inserted %v, err %v", inserted, err)
+	}
+	return r
+}

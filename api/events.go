@@ -1,0 +1,102 @@
+package api
+
+import (
+	"errors"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"chargeflow/intent"
+	"chargeflow/internal/ids"
+	"chargeflow/webhook"
+)
+
+// notificationView is the API's event object (an "event" to merchants; the
+// audit trail's rows are eventView), as GET /v1/events shows it and a
+// delivery will send it: the type, and the charge or refund object as the
+// move left it.
+type notificationView struct {
+	ID        string    `json:"id"`
+	Type      string    `json:"type"`
+	CreatedAt time.Time `json:"created_at"`
+	Data      any       `json:"data"`
+}
+
+func notificationViewOf(e webhook.Event) notificationView {
+	var data any = viewOf(e.Object)
+	if e.Object.Kind == intent.KindRefund {
+		data = refundViewOf(e.Object)
+	}
+	return notificationView{ID: e.ID, Type: e.Type, CreatedAt: e.CreatedAt.UTC(), Data: data}
+}
+
+// getNotification answers one event; another tenant's id is 404.
+func (s *Server) getNotification(c echo.Context) error {
+	id := c.Param("id")
+	if !ids.Valid("evt", id) {
+		return problem(CodeNotFound, "no such event")
+	}
+	ctx, cancel := s.dbContext(c)
+	defer cancel()
+	e, err := webhook.Get(ctx, s.cfg.DB, tenantOf(c).ID, id)
+	if errors.Is(err, webhook.ErrNotFound) {
+		return problem(CodeNotFound, "no such event")
+	}
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(c, http.StatusOK, notificationViewOf(e))
+}
+
+// listNotifications answers a page of the tenant's events, newest first:
+// GET /v1/events?type=&limit=&starting_after=.
+func (s *Server) listNotifications(c echo.Context) error {
+	params := webhook.ListParams{TenantID: tenantOf(c).ID, Limit: 10}
+	query := c.QueryParams()
+	for _, name := range slices.Sorted(maps.Keys(query)) {
+		values := query[name]
+		if len(values) != 1 {
+			return fieldProblem(CodeInvalidParameter, safeFieldName(name), "give each query parameter once")
+		}
+		value := values[0]
+		switch name {
+		case "type":
+			if !webhook.ValidType(value) {
+				return fieldProblem(CodeInvalidParameter, name, "type must be one of "+strings.Join(webhook.Types, ", "))
+			}
+			params.Type = value
+		case "limit":
+			n, err := strconv.Atoi(value)
+			if err != nil || n < 1 || n > 100 {
+				return fieldProblem(CodeInvalidParameter, name, "limit must be an integer from 1 to 100")
+			}
+			params.Limit = n
+		case "starting_after":
+			if !ids.Valid("evt", value) {
+				return fieldProblem(CodeInvalidParameter, name, "starting_after must be an event id")
+			}
+			params.StartingAfter = value
+		default:
+			return fieldProblem(CodeInvalidParameter, safeFieldName(name), "unknown query parameter")
+		}
+	}
+	ctx, cancel := s.dbContext(c)
+	defer cancel()
+	events, more, err := webhook.List(ctx, s.cfg.DB, params)
+	if err != nil {
+		return err
+	}
+	page := struct {
+		Data    []notificationView `json:"data"`
+		HasMore bool               `json:"has_more"`
+	}{Data: make([]notificationView, 0, len(events)), HasMore: more}
+	for _, e := range events {
+		page.Data = append(page.Data, notificationViewOf(e))
+	}
+	return s.writeJSON(c, http.StatusOK, page)
+}

@@ -1,0 +1,107 @@
+// Package webhook tells merchants what happened to their charges and
+// refunds. Postgres writes an event in the same transaction as every move
+// that settles one — to succeeded, failed or needs_review — keeping the
+// row as the move left it (migration 0007); this package reads them, for
+// GET /v1/events and for deliveries (docs/webhooks.md).
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"chargeflow/intent"
+	"chargeflow/internal/pg"
+)
+
+// ErrNotFound means the tenant has no such event.
+var ErrNotFound = errors.New("webhook: no such event")
+
+// The event types: an object's kind and the state a move left it in.
+var Types = []string{
+	"charge.succeeded", "charge.failed", "charge.needs_review",
+	"refund.succeeded", "refund.failed", "refund.needs_review",
+}
+
+// ValidType reports whether t is one of Types.
+func ValidType(t string) bool {
+	for _, known := range Types {
+		if t == known {
+			return true
+		}
+	}
+	return false
+}
+
+// Event is one event: its type, and the charge or refund as the move that
+// caused it left it.
+type Event struct {
+	TenantID  string
+	ID        string
+	Type      string
+	Object    intent.Charge
+	CreatedAt time.Time
+}
+
+const eventColumns = `tenant_id, id, type, snapshot, created_at`
+
+func scanEvent(row pgx.Row) (Event, error) {
+	var e Event
+	var snapshot []byte
+	if err := row.Scan(&e.TenantID, &e.ID, &e.Type, &snapshot, &e.CreatedAt); err != nil {
+		return Event{}, err
+	}
+	object, err := intent.FromSnapshot(snapshot)
+	if err != nil {
+		return Event{}, fmt.Errorf("event %s: %w", e.ID, err)
+	}
+	e.Object = object
+	return e, nil
+}
+
+// Get reads one event of a tenant; another tenant's id is ErrNotFound.
+func Get(ctx context.Context, db pg.Handle, tenantID, id string) (Event, error) {
+	e, err := scanEvent(db.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE tenant_id = $1 AND id = $2`, tenantID, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Event{}, fmt.Errorf("event %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Event{}, fmt.Errorf("read event %s: %w", id, err)
+	}
+	return e, nil
+}
+
+// ListParams selects a page of a tenant's events, newest first.
+type ListParams struct {
+	TenantID string
+	// Type filters by type; "" lists every type.
+	Type string
+	// Limit is the page size.
+	Limit int
+	// StartingAfter is the id of the last event of the previous page.
+	StartingAfter string
+}
+
+// List returns a page of events and whether more follow it.
+func List(ctx context.Context, db pg.Handle, p ListParams) ([]Event, bool, error) {
+	if p.TenantID == "" {
+		return nil, false, errors.New("webhook: list the events of which tenant?")
+	}
+	rows, err := db.Query(ctx, `SELECT `+eventColumns+` FROM events
+		WHERE tenant_id = $1 AND ($2 = '' OR type = $2) AND ($3 = '' OR id < $3)
+		ORDER BY id DESC LIMIT $4`, p.TenantID, p.Type, p.StartingAfter, p.Limit+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("list events: %w", err)
+	}
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) { return scanEvent(row) })
+	if err != nil {
+		return nil, false, fmt.Errorf("list events: %w", err)
+	}
+	if len(events) > p.Limit {
+		return events[:p.Limit], true, nil
+	}
+	return events, false, nil
+}

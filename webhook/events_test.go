@@ -1,0 +1,103 @@
+package webhook_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"chargeflow/intent"
+	"chargeflow/internal/dbtest"
+	"chargeflow/internal/ids"
+	"chargeflow/webhook"
+)
+
+// Every move that settles a row writes one event in its own transaction,
+// and nothing else does.
+func TestEventsAreWrittenWithTheirMoves(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	tenant := dbtest.Tenant(t, pool, "events")
+	move := func(db intent.DB, id string, from, to intent.State) {
+		t.Helper()
+		_, err := intent.MoveCharge(ctx, db, intent.Move{TenantID: tenant, ChargeID: id, From: from, To: to, Actor: "test", Reason: "test",
+			CountAttempt: to == intent.StateSubmitting, ProviderChargeID: "py_1", FailureCode: "card_declined", ReviewReason: "lookup_unavailable", CheckAfter: 1})
+		require.NoError(t, err)
+	}
+	list := func() []webhook.Event {
+		t.Helper()
+		events, _, err := webhook.List(ctx, pool, webhook.ListParams{TenantID: tenant, Limit: 100})
+		require.NoError(t, err)
+		return events
+	}
+
+	c := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenant, Amount: 1500})
+	move(pool, c.ID, intent.StatePending, intent.StateSubmitting)
+	move(pool, c.ID, intent.StateSubmitting, intent.StateUnknown)
+	require.Empty(t, list(), "no event for a move that settles nothing")
+
+	// A move rolled back leaves no event; committed, exactly one.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	move(tx, c.ID, intent.StateUnknown, intent.StateSucceeded)
+	require.NoError(t, tx.Rollback(ctx))
+	require.Empty(t, list(), "no event without its move")
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		move(tx, c.ID, intent.StateUnknown, intent.StateSucceeded)
+		return nil
+	}))
+	events := list()
+	require.Len(t, events, 1)
+	e := events[0]
+	require.True(t, ids.Valid("evt", e.ID), e.ID)
+	require.Equal(t, "charge.succeeded", e.Type)
+	require.Equal(t, []any{c.ID, intent.StateSucceeded, int64(1500), "py_1", intent.KindCharge},
+		[]any{e.Object.ID, e.Object.State, e.Object.Amount, e.Object.ProviderChargeID, e.Object.Kind})
+	got, err := webhook.Get(ctx, pool, tenant, e.ID)
+	require.NoError(t, err)
+	require.Equal(t, e, got)
+	_, err = webhook.Get(ctx, pool, dbtest.Tenant(t, pool, "other"), e.ID)
+	require.ErrorIs(t, err, webhook.ErrNotFound, "another tenant's event")
+
+	// Every settling state, for charges and refunds; needs_review as often
+	// as it happens.
+	declined := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenant})
+	move(pool, declined.ID, intent.StatePending, intent.StateFailed)
+	reviewed := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenant})
+	move(pool, reviewed.ID, intent.StatePending, intent.StateSubmitting)
+	move(pool, reviewed.ID, intent.StateSubmitting, intent.StateUnknown)
+	move(pool, reviewed.ID, intent.StateUnknown, intent.StateNeedsReview)
+	move(pool, reviewed.ID, intent.StateNeedsReview, intent.StatePending)
+	move(pool, reviewed.ID, intent.StatePending, intent.StateSubmitting)
+	move(pool, reviewed.ID, intent.StateSubmitting, intent.StateUnknown)
+	move(pool, reviewed.ID, intent.StateUnknown, intent.StateNeedsReview)
+	refund := dbtest.PendingRefund(t, pool, c, 500)
+	move(pool, refund.ID, intent.StatePending, intent.StateSubmitting)
+	move(pool, refund.ID, intent.StateSubmitting, intent.StateSucceeded)
+
+	var types []string
+	for _, e := range list() {
+		types = append(types, e.Type+" "+e.Object.ID)
+	}
+	slices.Reverse(types) // oldest first
+	require.Equal(t, []string{
+		"charge.succeeded " + c.ID, "charge.failed " + declined.ID,
+		"charge.needs_review " + reviewed.ID, "charge.needs_review " + reviewed.ID, "refund.succeeded " + refund.ID,
+	}, types, "newest first, one per settling move")
+
+	refunds, _, err := webhook.List(ctx, pool, webhook.ListParams{TenantID: tenant, Type: "refund.succeeded", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, refunds, 1)
+	require.Equal(t, []any{intent.KindRefund, c.ID, int64(500)}, []any{refunds[0].Object.Kind, refunds[0].Object.ParentID, refunds[0].Object.Amount})
+
+	page, more, err := webhook.List(ctx, pool, webhook.ListParams{TenantID: tenant, Limit: 2})
+	require.NoError(t, err)
+	require.True(t, more)
+	rest, more, err := webhook.List(ctx, pool, webhook.ListParams{TenantID: tenant, Limit: 10, StartingAfter: page[1].ID})
+	require.NoError(t, err)
+	require.False(t, more)
+	require.Len(t, rest, 3)
+}
