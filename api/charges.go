@@ -18,55 +18,11 @@ import (
 	"chargeflow/crashpoint"
 	"chargeflow/intent"
 	"chargeflow/internal/ids"
+	"chargeflow/object"
 	"chargeflow/submit"
 )
 
 const chargesRoute = "/v1/charges"
-
-// chargeView is the API's charge object. Its field order is the order of the
-// JSON, and stored 201 bodies are replayed as they were written, so fields
-// are only ever added at the end.
-type chargeView struct {
-	ID               string            `json:"id"`
-	Status           intent.State      `json:"status"`
-	Amount           int64             `json:"amount"`
-	Currency         string            `json:"currency"`
-	PaymentMethod    string            `json:"payment_method"`
-	Description      *string           `json:"description"`
-	Metadata         map[string]string `json:"metadata"`
-	ProviderChargeID *string           `json:"provider_charge_id"`
-	FailureCode      *string           `json:"failure_code"`
-	Attempts         int               `json:"attempts"`
-	CreatedAt        time.Time         `json:"created_at"`
-	UpdatedAt        time.Time         `json:"updated_at"`
-	// ReviewReason says why automation handed the charge to an operator.
-	ReviewReason *string `json:"review_reason"`
-	// AmountRefunded is the sum of the charge's succeeded refunds.
-	AmountRefunded int64 `json:"amount_refunded"`
-}
-
-func viewOf(c intent.Charge) chargeView {
-	metadata := c.Metadata
-	if metadata == nil {
-		metadata = map[string]string{}
-	}
-	return chargeView{
-		ID:               c.ID,
-		Status:           c.State,
-		Amount:           c.Amount,
-		Currency:         c.Currency,
-		PaymentMethod:    c.PaymentMethod,
-		Description:      c.Description,
-		Metadata:         metadata,
-		ProviderChargeID: nonEmpty(c.ProviderChargeID),
-		FailureCode:      nonEmpty(c.FailureCode),
-		Attempts:         c.Attempts,
-		CreatedAt:        c.CreatedAt.UTC(),
-		UpdatedAt:        c.UpdatedAt.UTC(),
-		ReviewReason:     nonEmpty(c.ReviewReason),
-		AmountRefunded:   c.AmountRefunded,
-	}
-}
 
 func nonEmpty(s string) *string {
 	if s == "" {
@@ -131,7 +87,7 @@ func (s *Server) createCharge(c echo.Context) error {
 		CreatedAt:     now,
 		UpdatedAt:     now,
 	}
-	response, err := encodeJSON(viewOf(charge))
+	response, err := encodeJSON(object.ChargeOf(charge))
 	if err != nil {
 		return fmt.Errorf("encode charge: %w", err)
 	}
@@ -253,7 +209,7 @@ func (s *Server) getCharge(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(c, http.StatusOK, viewOf(charge))
+	return s.writeJSON(c, http.StatusOK, object.ChargeOf(charge))
 }
 
 // stateList names every state, for an error that lists them.
@@ -267,7 +223,7 @@ func stateList() string {
 
 // listCharges answers a page of the tenant's charges, newest first.
 func (s *Server) listCharges(c echo.Context) error {
-	return listPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Kind: intent.KindCharge, Limit: 10}, viewOf)
+	return listPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Kind: intent.KindCharge, Limit: 10}, object.ChargeOf)
 }
 
 // listPage answers {"data", "has_more"}: the charges base and the query

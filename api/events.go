@@ -7,33 +7,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"chargeflow/intent"
 	"chargeflow/internal/ids"
+	"chargeflow/object"
 	"chargeflow/webhook"
 )
-
-// notificationView is the API's event object (an "event" to merchants; the
-// audit trail's rows are eventView), as GET /v1/events shows it and a
-// delivery will send it: the type, and the charge or refund object as the
-// move left it.
-type notificationView struct {
-	ID        string    `json:"id"`
-	Type      string    `json:"type"`
-	CreatedAt time.Time `json:"created_at"`
-	Data      any       `json:"data"`
-}
-
-func notificationViewOf(e webhook.Event) notificationView {
-	var data any = viewOf(e.Object)
-	if e.Object.Kind == intent.KindRefund {
-		data = refundViewOf(e.Object)
-	}
-	return notificationView{ID: e.ID, Type: e.Type, CreatedAt: e.CreatedAt.UTC(), Data: data}
-}
 
 // getNotification answers one event; another tenant's id is 404.
 func (s *Server) getNotification(c echo.Context) error {
@@ -50,7 +30,7 @@ func (s *Server) getNotification(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(c, http.StatusOK, notificationViewOf(e))
+	return s.writeJSON(c, http.StatusOK, object.EventOf(e.ID, e.Type, e.CreatedAt, e.Object))
 }
 
 // listNotifications answers a page of the tenant's events, newest first:
@@ -92,11 +72,11 @@ func (s *Server) listNotifications(c echo.Context) error {
 		return err
 	}
 	page := struct {
-		Data    []notificationView `json:"data"`
-		HasMore bool               `json:"has_more"`
-	}{Data: make([]notificationView, 0, len(events)), HasMore: more}
+		Data    []object.Event `json:"data"`
+		HasMore bool           `json:"has_more"`
+	}{Data: make([]object.Event, 0, len(events)), HasMore: more}
 	for _, e := range events {
-		page.Data = append(page.Data, notificationViewOf(e))
+		page.Data = append(page.Data, object.EventOf(e.ID, e.Type, e.CreatedAt, e.Object))
 	}
 	return s.writeJSON(c, http.StatusOK, page)
 }

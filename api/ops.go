@@ -18,6 +18,7 @@ import (
 	"chargeflow/api/jsoncanon"
 	"chargeflow/intent"
 	"chargeflow/internal/ids"
+	"chargeflow/object"
 	"chargeflow/operator"
 	"chargeflow/psp"
 	"chargeflow/settle"
@@ -67,7 +68,7 @@ func operatorOf(c echo.Context) operator.Operator {
 // opsChargeView is a charge as an operator sees it: the merchant's view,
 // whose tenant it is, where the reconciler stands, and its timeline.
 type opsChargeView struct {
-	chargeView
+	object.Charge
 	TenantID    string      `json:"tenant_id"`
 	Provider    string      `json:"provider"`
 	ProviderKey string      `json:"provider_key"`
@@ -79,7 +80,7 @@ type opsChargeView struct {
 }
 
 func opsViewOf(c intent.Charge, events []intent.Event) opsChargeView {
-	return opsChargeView{chargeView: viewOf(c), TenantID: c.TenantID, Provider: c.Provider, ProviderKey: c.ProviderKey,
+	return opsChargeView{Charge: object.ChargeOf(c), TenantID: c.TenantID, Provider: c.Provider, ProviderKey: c.ProviderKey,
 		NextCheckAt: c.NextCheckAt, Events: eventViews(events), Kind: cmp.Or(c.Kind, intent.KindCharge), RefundOf: nonEmpty(c.ParentID)}
 }
 

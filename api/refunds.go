@@ -12,41 +12,11 @@ import (
 	"chargeflow/api/jsoncanon"
 	"chargeflow/intent"
 	"chargeflow/internal/ids"
+	"chargeflow/object"
 	"chargeflow/submit"
 )
 
 const refundsRoute = "/v1/refunds"
-
-// refundView is the API's refund object. As with a charge, its field order
-// is the JSON's and fields are only ever added at the end.
-type refundView struct {
-	ID               string            `json:"id"`
-	Charge           string            `json:"charge"`
-	Amount           int64             `json:"amount"`
-	Currency         string            `json:"currency"`
-	Status           intent.State      `json:"status"`
-	Reason           *string           `json:"reason"`
-	Metadata         map[string]string `json:"metadata"`
-	ProviderRefundID *string           `json:"provider_refund_id"`
-	FailureCode      *string           `json:"failure_code"`
-	Attempts         int               `json:"attempts"`
-	CreatedAt        time.Time         `json:"created_at"`
-	UpdatedAt        time.Time         `json:"updated_at"`
-	ReviewReason     *string           `json:"review_reason"`
-}
-
-func refundViewOf(r intent.Charge) refundView {
-	metadata := r.Metadata
-	if metadata == nil {
-		metadata = map[string]string{}
-	}
-	return refundView{
-		ID: r.ID, Charge: r.ParentID, Amount: r.Amount, Currency: r.Currency, Status: r.State,
-		Reason: nonEmpty(r.Reason), Metadata: metadata, ProviderRefundID: nonEmpty(r.ProviderChargeID),
-		FailureCode: nonEmpty(r.FailureCode), Attempts: r.Attempts, CreatedAt: r.CreatedAt.UTC(),
-		UpdatedAt: r.UpdatedAt.UTC(), ReviewReason: nonEmpty(r.ReviewReason),
-	}
-}
 
 // refundRequest is a validated POST /v1/refunds body. Amount 0 means what
 // is left of the charge.
@@ -161,7 +131,7 @@ func (s *Server) createRefund(c echo.Context) error {
 		// A refund goes to the provider that took the charge.
 		Provider: charge.Provider, ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now,
 	}
-	response, err := encodeJSON(refundViewOf(refund))
+	response, err := encodeJSON(object.RefundOf(refund))
 	if err != nil {
 		return fmt.Errorf("encode refund: %w", err)
 	}
@@ -207,7 +177,7 @@ func (s *Server) getRefund(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(c, http.StatusOK, refundViewOf(refund))
+	return s.writeJSON(c, http.StatusOK, object.RefundOf(refund))
 }
 
 // listRefunds answers a page of a charge's refunds, newest first; an
@@ -222,5 +192,5 @@ func (s *Server) listRefunds(c echo.Context) error {
 	if _, err := intent.Get(ctx, s.cfg.DB, tenantOf(c).ID, id); err != nil {
 		return err
 	}
-	return listPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Kind: intent.KindRefund, ParentID: id, Limit: 10}, refundViewOf)
+	return listPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Kind: intent.KindRefund, ParentID: id, Limit: 10}, object.RefundOf)
 }

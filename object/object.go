@@ -1,0 +1,119 @@
+// Package object renders what the API shows: a charge, a refund, an event.
+// The API's responses, the events Postgres keeps and the webhook deliveries
+// all go through these renderers, so a merchant sees one shape of each
+// object wherever it comes from (docs/webhooks.md). Field order is the
+// JSON's, and stored 201 bodies are replayed as they were written, so
+// fields are only ever added at the end.
+package object
+
+import (
+	"time"
+
+	"chargeflow/intent"
+)
+
+// Charge is the API's charge object. Its field order is the order of the
+// JSON, and stored 201 bodies are replayed as they were written, so fields
+// are only ever added at the end.
+type Charge struct {
+	ID               string            `json:"id"`
+	Status           intent.State      `json:"status"`
+	Amount           int64             `json:"amount"`
+	Currency         string            `json:"currency"`
+	PaymentMethod    string            `json:"payment_method"`
+	Description      *string           `json:"description"`
+	Metadata         map[string]string `json:"metadata"`
+	ProviderChargeID *string           `json:"provider_charge_id"`
+	FailureCode      *string           `json:"failure_code"`
+	Attempts         int               `json:"attempts"`
+	CreatedAt        time.Time         `json:"created_at"`
+	UpdatedAt        time.Time         `json:"updated_at"`
+	// ReviewReason says why automation handed the charge to an operator.
+	ReviewReason *string `json:"review_reason"`
+	// AmountRefunded is the sum of the charge's succeeded refunds.
+	AmountRefunded int64 `json:"amount_refunded"`
+}
+
+// ChargeOf renders a charge.
+func ChargeOf(c intent.Charge) Charge {
+	metadata := c.Metadata
+	if metadata == nil {
+		metadata = map[string]string{}
+	}
+	return Charge{
+		ID:               c.ID,
+		Status:           c.State,
+		Amount:           c.Amount,
+		Currency:         c.Currency,
+		PaymentMethod:    c.PaymentMethod,
+		Description:      c.Description,
+		Metadata:         metadata,
+		ProviderChargeID: nonEmpty(c.ProviderChargeID),
+		FailureCode:      nonEmpty(c.FailureCode),
+		Attempts:         c.Attempts,
+		CreatedAt:        c.CreatedAt.UTC(),
+		UpdatedAt:        c.UpdatedAt.UTC(),
+		ReviewReason:     nonEmpty(c.ReviewReason),
+		AmountRefunded:   c.AmountRefunded,
+	}
+}
+
+// Refund is the API's refund object. As with a charge, its field order
+// is the JSON's and fields are only ever added at the end.
+type Refund struct {
+	ID               string            `json:"id"`
+	Charge           string            `json:"charge"`
+	Amount           int64             `json:"amount"`
+	Currency         string            `json:"currency"`
+	Status           intent.State      `json:"status"`
+	Reason           *string           `json:"reason"`
+	Metadata         map[string]string `json:"metadata"`
+	ProviderRefundID *string           `json:"provider_refund_id"`
+	FailureCode      *string           `json:"failure_code"`
+	Attempts         int               `json:"attempts"`
+	CreatedAt        time.Time         `json:"created_at"`
+	UpdatedAt        time.Time         `json:"updated_at"`
+	ReviewReason     *string           `json:"review_reason"`
+}
+
+// RefundOf renders a refund: a row of kind refund.
+func RefundOf(r intent.Charge) Refund {
+	metadata := r.Metadata
+	if metadata == nil {
+		metadata = map[string]string{}
+	}
+	return Refund{
+		ID: r.ID, Charge: r.ParentID, Amount: r.Amount, Currency: r.Currency, Status: r.State,
+		Reason: nonEmpty(r.Reason), Metadata: metadata, ProviderRefundID: nonEmpty(r.ProviderChargeID),
+		FailureCode: nonEmpty(r.FailureCode), Attempts: r.Attempts, CreatedAt: r.CreatedAt.UTC(),
+		UpdatedAt: r.UpdatedAt.UTC(), ReviewReason: nonEmpty(r.ReviewReason),
+	}
+}
+
+// nonEmpty is s as a JSON string, or null when empty.
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// Event is the API's event object, as GET /v1/events shows it and a
+// webhook delivery sends it: the type, and the charge or refund as the
+// move that caused the event left it. (The audit trail of
+// GET /v1/charges/{id}/events is another thing: every move, for people.)
+type Event struct {
+	ID        string    `json:"id"`
+	Type      string    `json:"type"`
+	CreatedAt time.Time `json:"created_at"`
+	Data      any       `json:"data"`
+}
+
+// EventOf renders an event of type typ about object.
+func EventOf(id, typ string, createdAt time.Time, about intent.Charge) Event {
+	var data any = ChargeOf(about)
+	if about.Kind == intent.KindRefund {
+		data = RefundOf(about)
+	}
+	return Event{ID: id, Type: typ, CreatedAt: createdAt.UTC(), Data: data}
+}
