@@ -25,6 +25,10 @@ func (s *Server) routes(e *echo.Echo) {
 	v1.GET("/refunds/:id", s.getRefund)
 	v1.GET("/events", s.listNotifications)
 	v1.GET("/events/:id", s.getNotification)
+	v1.GET("/events/:id/deliveries", s.listDeliveries)
+	v1.POST("/webhook_endpoints", s.createEndpoint)
+	v1.GET("/webhook_endpoints", s.listEndpoints)
+	v1.DELETE("/webhook_endpoints/:id", s.deleteEndpoint)
 
 	// The operator plane: operator tokens only; every action is audited in
 	// the charge's events (ops.go).

@@ -69,6 +69,10 @@ type Config struct {
 	ReconcileFloor time.Duration
 	// MaxBodyBytes caps a request body. Default 64 KiB.
 	MaxBodyBytes int64
+	// WebhooksAllowPrivate accepts webhook endpoint URLs that resolve to
+	// loopback, private or link-local addresses: for tests and a laptop,
+	// never in front of the internet (docs/webhooks.md, "Endpoints").
+	WebhooksAllowPrivate bool
 	// MaxAmount caps a charge's amount: a number of major units, counted in
 	// minor units of a two-decimal currency, that each currency's cap scales
 	// to its own minor unit (maxAmountFor; docs/architecture.md, "Money").

@@ -83,7 +83,7 @@ func (r *runner) counts(ctx context.Context) (counts, error) {
 // backlog. It returns the running worker's stop function: the duplicate
 // storm needs a worker.
 func (r *runner) measureSettle(ctx context.Context, concurrency int) (SettleResult, func() error, error) {
-	if _, err := r.admin.Exec(ctx, `TRUNCATE charge_events, idempotency_keys, charges, river_job`); err != nil {
+	if _, err := r.admin.Exec(ctx, `TRUNCATE webhook_attempts, webhook_deliveries, events, charge_events, idempotency_keys, charges, river_job`); err != nil {
 		return SettleResult{}, nil, fmt.Errorf("empty the charge tables: %w", err)
 	}
 	// The seed's charges join the backlog; the new statistics keep the

@@ -37,6 +37,7 @@ func runAll(ctx context.Context, e env, args []string) error {
 	p.bind(fs, e, "psp-addr")
 	bindReconciler(fs, &o)
 	bindCapabilities(fs, &o)
+	bindWebhooks(fs, e, &o, true)
 	r, done, err := setupRole(ctx, e, "all", &c, fs, args)
 	if err != nil {
 		return err

@@ -42,6 +42,7 @@ func runAPI(ctx context.Context, e env, args []string) error {
 	bindAPI(fs, &o, &addr)
 	bindProvider(fs, e, &o) // to check operators' resolutions with the provider
 	bindCapabilities(fs, &o)
+	bindWebhooks(fs, e, &o, false)
 	r, done, err := setupRole(ctx, e, "api", &c, fs, args)
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"chargeflow/crashpoint"
+	"chargeflow/delivery"
 	"chargeflow/internal/app"
 	"chargeflow/psp"
 	pspstripe "chargeflow/psp/stripe"
@@ -129,6 +130,20 @@ func bindProvider(fs *flag.FlagSet, e env, o *app.Options) {
 	o.StripeAPIKey = e.getenv("STRIPE_API_KEY")
 	fs.DurationVar(&o.StripeClockSkew, "stripe-clock-skew", pspstripe.DefaultClockSkew, "how far Stripe's clock may be from the database's; widens a lookup by reference's created-time window on both sides (docs/provider.md)")
 	fs.DurationVar(&o.Provider.Timeout, "call-timeout", psp.DefaultTimeout, "how long one provider call (or lookup) may take before its outcome is unknown; the worker's job timeout and the reconciler's settle window follow from it")
+}
+
+// bindWebhooks registers the webhook flags of the api (which endpoint URLs
+// it takes) and the worker (which addresses deliveries may reach).
+// allowPrivate is the default: true only for `all`, the laptop's system.
+func bindWebhooks(fs *flag.FlagSet, e env, o *app.Options, allowPrivate bool) {
+	d := app.Defaults().Webhooks
+	if v := e.getenv("WEBHOOKS_ALLOW_PRIVATE"); v != "" {
+		allowPrivate = v == "1" || v == "true"
+	}
+	fs.BoolVar(&o.Webhooks.AllowPrivate, "webhooks-allow-private", allowPrivate,
+		"accept webhook endpoints on loopback, private and link-local addresses, and deliver to them (env WEBHOOKS_ALLOW_PRIVATE=1): tests and a laptop only")
+	fs.IntVar(&o.Webhooks.Concurrency, "webhook-concurrency", d.Concurrency, "webhook deliveries made at once, in their own queue")
+	fs.DurationVar(&o.Webhooks.Timeout, "webhook-timeout", delivery.DefaultTimeout, "how long one webhook delivery may take")
 }
 
 // serveOptions adjust serveHTTP.

@@ -32,6 +32,7 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	c.bind(fs, e)
 	bindProvider(fs, e, &o)
 	bindWorker(fs, &o)
+	bindWebhooks(fs, e, &o, false)
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve GET /metrics on this address (default: no metrics listener)")
 	r, done, err := setupRole(ctx, e, "worker", &c, fs, args)
 	if err != nil {

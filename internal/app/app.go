@@ -35,6 +35,7 @@ import (
 
 	"chargeflow/api"
 	"chargeflow/crashpoint"
+	"chargeflow/delivery"
 	"chargeflow/migrations"
 	"chargeflow/outbox"
 	"chargeflow/psp"
@@ -42,6 +43,7 @@ import (
 	"chargeflow/reconciler"
 	"chargeflow/retention"
 	"chargeflow/submit"
+	"chargeflow/webhook"
 )
 
 // Options is everything a chargeflow process is built from. Zero values
@@ -86,6 +88,10 @@ type Options struct {
 	// Worker configures the outbox worker's River client.
 	Worker Worker
 
+	// Webhooks configures webhook deliveries (the worker's River client
+	// runs them in their own queue) and which endpoint URLs the API takes.
+	Webhooks Webhooks
+
 	// Reconciler configures the reconciler; DB, Jobs, the provider's name
 	// and client, Logger, CrashPoints and telemetry are filled in by
 	// NewReconciler. ReconcilerPool sizes its pool.
@@ -99,6 +105,18 @@ type Pool struct {
 	MaxConns int
 	// LockTimeout, when set, bounds every lock wait of the pool's sessions.
 	LockTimeout time.Duration
+}
+
+// Webhooks configures webhook deliveries (package delivery).
+type Webhooks struct {
+	// AllowPrivate lets endpoints be, and deliveries reach, loopback and
+	// private addresses: for tests and a laptop only.
+	AllowPrivate bool
+	// Concurrency is how many deliveries run at once, in their own queue
+	// so that slow receivers never hold up charges. Default 10.
+	Concurrency int
+	// Timeout bounds one delivery. Default delivery.DefaultTimeout.
+	Timeout time.Duration
 }
 
 // Worker configures the River client that runs the outbox worker and the
@@ -133,6 +151,7 @@ type Worker struct {
 func Defaults() Options {
 	return Options{
 		APIPool:        Pool{MaxConns: 20, LockTimeout: time.Second},
+		Webhooks:       Webhooks{Concurrency: 10},
 		ReconcilerPool: Pool{MaxConns: 10},
 		Worker: Worker{
 			Concurrency:       20,
@@ -160,6 +179,7 @@ func (o Options) withDefaults() Options {
 	w.RetentionInterval = cmp.Or(w.RetentionInterval, dw.RetentionInterval)
 	w.FetchCooldown = cmp.Or(w.FetchCooldown, dw.FetchCooldown)
 	w.FetchPollInterval = cmp.Or(w.FetchPollInterval, dw.FetchPollInterval)
+	o.Webhooks.Concurrency = cmp.Or(o.Webhooks.Concurrency, d.Webhooks.Concurrency)
 	return o
 }
 
@@ -324,6 +344,7 @@ func NewAPI(ctx context.Context, o Options) (*API, error) {
 	cfg.DB, cfg.Jobs, cfg.Provider, cfg.JobsUI = pool, jobs, provider.Capabilities().Name, ui
 	cfg.ProviderClient, cfg.ProviderKeyWindow = provider, o.keyWindow(provider)
 	cfg.Logger, cfg.CrashPoints = o.Logger, o.CrashPoints
+	cfg.WebhooksAllowPrivate = o.Webhooks.AllowPrivate
 	cfg.TracerProvider, cfg.MeterProvider, cfg.Metrics = o.TracerProvider, o.MeterProvider, o.Metrics
 	if cfg.Ready == nil {
 		cfg.Ready = func(ctx context.Context) error { return migrations.Check(ctx, pool) }
@@ -380,7 +401,7 @@ func (j *jobsUI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // job, and five for River's own work.
 func WorkerPool(ctx context.Context, o Options) (*pgxpool.Pool, error) {
 	o = o.withDefaults()
-	return OpenPool(ctx, o.DatabaseURL, "worker", Pool{MaxConns: o.Worker.Concurrency + 5})
+	return OpenPool(ctx, o.DatabaseURL, "worker", Pool{MaxConns: o.Worker.Concurrency + o.Webhooks.Concurrency + 5})
 }
 
 // NewWorker builds the River client that runs the outbox worker and the
@@ -411,14 +432,25 @@ func NewWorker(pool *pgxpool.Pool, o Options) (*river.Client[pgx.Tx], error) {
 	if err := river.AddWorkerSafely(workers, retention.NewWorker(pool, 0, o.Logger)); err != nil {
 		return nil, err
 	}
+	deliveries, err := delivery.NewWorker(delivery.Config{DB: pool, Logger: o.Logger, AllowPrivate: o.Webhooks.AllowPrivate,
+		Timeout: o.Webhooks.Timeout})
+	if err != nil {
+		return nil, err
+	}
+	if err := river.AddWorkerSafely(workers, deliveries); err != nil {
+		return nil, err
+	}
 	jobTimeout := outbox.JobTimeout(provider.Timeout())
 	rescueAfter := cmp.Or(o.Worker.RescueAfter, jobTimeout+2*time.Minute)
 	if rescueAfter <= jobTimeout {
 		return nil, fmt.Errorf("rescue after %s must exceed the job timeout %s (call timeout + 5s)", rescueAfter, jobTimeout)
 	}
 	return river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger:               o.Logger,
-		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: o.Worker.Concurrency}},
+		Logger: o.Logger,
+		Queues: map[string]river.QueueConfig{
+			river.QueueDefault: {MaxWorkers: o.Worker.Concurrency},
+			webhook.Queue:      {MaxWorkers: o.Webhooks.Concurrency},
+		},
 		Workers:              workers,
 		PeriodicJobs:         []*river.PeriodicJob{retention.PeriodicJob(o.Worker.RetentionInterval)},
 		RetryPolicy:          o.Worker.Retry,

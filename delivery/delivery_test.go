@@ -1,0 +1,217 @@
+package delivery_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"chargeflow/delivery"
+	"chargeflow/intent"
+	"chargeflow/internal/dbtest"
+	"chargeflow/webhook"
+)
+
+// receiver is a merchant's webhook endpoint: it verifies every delivery as
+// the Standard Webhooks scheme says, with its own code, and answers the
+// statuses it is given, then 200.
+type receiver struct {
+	*httptest.Server
+	secret   string
+	mu       sync.Mutex
+	statuses []int
+	got      []delivered
+}
+
+type delivered struct {
+	id, timestamp string
+	valid         bool
+	body          map[string]any
+}
+
+func newReceiver(t *testing.T, statuses ...int) *receiver {
+	r := &receiver{statuses: statuses}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		key, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(r.secretOf(), "whsec_"))
+		mac := hmac.New(sha256.New, key)
+		mac.Write([]byte(req.Header.Get("webhook-id") + "." + req.Header.Get("webhook-timestamp") + "." + string(body)))
+		want := "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+		var decoded map[string]any
+		_ = json.Unmarshal(body, &decoded)
+		r.mu.Lock()
+		r.got = append(r.got, delivered{req.Header.Get("webhook-id"), req.Header.Get("webhook-timestamp"),
+			hmac.Equal([]byte(want), []byte(req.Header.Get("webhook-signature"))), decoded})
+		status := http.StatusOK
+		if len(r.statuses) > 0 {
+			status, r.statuses = r.statuses[0], r.statuses[1:]
+		}
+		r.mu.Unlock()
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *receiver) secretOf() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.secret
+}
+
+func (r *receiver) deliveries() []delivered {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]delivered(nil), r.got...)
+}
+
+// startWorkers runs the delivery worker in its queue on a real River
+// client, with fast retries.
+func startWorkers(t *testing.T, pool *pgxpool.Pool, allowPrivate bool) {
+	t.Helper()
+	worker, err := delivery.NewWorker(delivery.Config{DB: pool, AllowPrivate: allowPrivate, Timeout: 2 * time.Second,
+		BackoffBase: 5 * time.Millisecond, BackoffCap: 20 * time.Millisecond})
+	require.NoError(t, err)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, worker)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{webhook.Queue: {MaxWorkers: 4}},
+		Workers:           workers,
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		TestOnly:          true,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		cancel()
+		stop, done := context.WithTimeout(context.Background(), 5*time.Second)
+		defer done()
+		_ = client.Stop(stop)
+	})
+}
+
+// succeed settles a new charge of tenant, which writes its event and the
+// event's deliveries.
+func succeed(t *testing.T, pool *pgxpool.Pool, tenant string) intent.Charge {
+	t.Helper()
+	c := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenant})
+	for _, m := range []struct{ from, to intent.State }{{intent.StatePending, intent.StateSubmitting}, {intent.StateSubmitting, intent.StateSucceeded}} {
+		_, err := intent.MoveCharge(context.Background(), pool, intent.Move{TenantID: tenant, ChargeID: c.ID, From: m.from, To: m.to,
+			Actor: "test", Reason: "test", CountAttempt: m.to == intent.StateSubmitting, ProviderChargeID: "py_1"})
+		require.NoError(t, err)
+	}
+	return c
+}
+
+func deliveryState(t *testing.T, pool *pgxpool.Pool, endpoint string) (state string, attempts int) {
+	t.Helper()
+	err := pool.QueryRow(context.Background(), `SELECT state, attempts FROM webhook_deliveries WHERE endpoint_id = $1`, endpoint).Scan(&state, &attempts)
+	require.NoError(t, err)
+	return state, attempts
+}
+
+// A receiver failing twice gets the event a third time, signed, with the
+// same webhook-id every time; the delivery log has the three attempts.
+func TestDeliveryRetriesUntilDelivered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	tenant := dbtest.Tenant(t, pool, "deliveries")
+	r := newReceiver(t, 500, 503)
+	endpoint, err := webhook.CreateEndpoint(ctx, pool, tenant, r.URL+"/hooks", []string{"charge.succeeded"})
+	require.NoError(t, err)
+	r.mu.Lock()
+	r.secret = endpoint.Secret
+	r.mu.Unlock()
+	other, err := webhook.CreateEndpoint(ctx, pool, tenant, r.URL+"/refunds-only", []string{"refund.succeeded"})
+	require.NoError(t, err)
+	startWorkers(t, pool, true)
+
+	charge := succeed(t, pool, tenant)
+	require.Eventually(t, func() bool { state, _ := deliveryState(t, pool, endpoint.ID); return state == "delivered" }, 10*time.Second, 20*time.Millisecond)
+	got := r.deliveries()
+	require.Len(t, got, 3)
+	for _, d := range got {
+		require.True(t, d.valid, "every attempt is signed with the endpoint's secret")
+		require.Equal(t, got[0].id, d.id, "the same webhook-id on every retry")
+	}
+	require.Equal(t, "charge.succeeded", got[2].body["type"])
+	require.Equal(t, got[0].id, got[2].body["id"])
+	require.Equal(t, charge.ID, got[2].body["data"].(map[string]any)["id"])
+
+	logs, err := webhook.Log(ctx, pool, tenant, got[0].id)
+	require.NoError(t, err)
+	require.Len(t, logs, 1, "the refunds-only endpoint was not subscribed")
+	var statuses []int
+	for _, a := range logs[0].Attempts {
+		statuses = append(statuses, *a.Status)
+	}
+	require.Equal(t, []int{500, 503, 200}, statuses)
+	var deliveriesToOther int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1`, other.ID).Scan(&deliveriesToOther))
+	require.Zero(t, deliveriesToOther)
+}
+
+// Without --webhooks-allow-private a delivery never connects to a private
+// address, whatever the endpoint's URL said when it was made; failing for
+// every attempt, it disables the endpoint. A deleted endpoint gets nothing.
+func TestDeliveryRefusesPrivateAddressesAndDisables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	tenant := dbtest.Tenant(t, pool, "ssrf")
+	r := newReceiver(t)
+	endpoint, err := webhook.CreateEndpoint(ctx, pool, tenant, r.URL+"/hooks", []string{"*"})
+	require.NoError(t, err)
+	deleted, err := webhook.CreateEndpoint(ctx, pool, tenant, r.URL+"/gone", []string{"*"})
+	require.NoError(t, err)
+	require.NoError(t, webhook.DeleteEndpoint(ctx, pool, tenant, deleted.ID))
+	startWorkers(t, pool, false)
+
+	succeed(t, pool, tenant)
+	_, err = pool.Exec(ctx, `UPDATE river_job SET max_attempts = 5 WHERE kind = 'webhook.deliver'`) // a short day
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { state, _ := deliveryState(t, pool, endpoint.ID); return state == "failed" }, 20*time.Second, 20*time.Millisecond)
+	require.Empty(t, r.deliveries(), "nothing reached the private address")
+	logs, err := webhook.Log(ctx, pool, tenant, mustEventID(t, pool, tenant))
+	require.NoError(t, err)
+	require.Len(t, logs, 1, "no delivery was decided for the deleted endpoint")
+	require.NotEmpty(t, logs[0].Attempts)
+	for _, a := range logs[0].Attempts {
+		require.Equal(t, "private_address", a.Error)
+	}
+	endpoints, err := webhook.Endpoints(ctx, pool, tenant)
+	require.NoError(t, err)
+	require.Len(t, endpoints, 1)
+	require.NotNil(t, endpoints[0].DisabledAt)
+	require.Equal(t, webhook.DisabledReason, endpoints[0].DisabledReason)
+
+	// A disabled endpoint is decided no more deliveries.
+	succeed(t, pool, tenant)
+	var decided int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1`, endpoint.ID).Scan(&decided))
+	require.Equal(t, 1, decided)
+}
+
+func mustEventID(t *testing.T, pool *pgxpool.Pool, tenant string) string {
+	t.Helper()
+	events, _, err := webhook.List(context.Background(), pool, webhook.ListParams{TenantID: tenant, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, events, 1)
+	return events[0].ID
+}

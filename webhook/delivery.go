@@ -1,0 +1,182 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"chargeflow/internal/pg"
+)
+
+// The job that carries one event to one endpoint. The events trigger writes
+// it (migration 0008), in the transaction of the move, into its own queue so
+// that a slow or hanging receiver never holds up a charge's job.
+const (
+	KindDeliver = "webhook.deliver"
+	Queue       = "webhooks"
+	// MaxAttempts spaced by the delivery worker's backoff (capped at an
+	// hour) keep a failing endpoint retried for more than a day.
+	MaxAttempts = 40
+)
+
+// DeliverArgs are a webhook.deliver job's arguments.
+type DeliverArgs struct {
+	TenantID   string `json:"tenant_id"`
+	EventID    string `json:"event_id"`
+	EndpointID string `json:"endpoint_id"`
+}
+
+// Kind is the River job kind.
+func (DeliverArgs) Kind() string { return KindDeliver }
+
+// Delivery is one event due at one endpoint.
+type Delivery struct {
+	Event    Event
+	Endpoint Endpoint
+	// State is pending, delivered or failed; Deleted says the endpoint was
+	// deleted since.
+	State    string
+	Attempts int
+	Deleted  bool
+}
+
+// LoadDelivery reads what a delivery job needs.
+func LoadDelivery(ctx context.Context, db pg.Handle, a DeliverArgs) (Delivery, error) {
+	var d Delivery
+	var err error
+	if d.Event, err = Get(ctx, db, a.TenantID, a.EventID); err != nil {
+		return Delivery{}, err
+	}
+	var deletedAt *time.Time
+	var e Endpoint
+	err = db.QueryRow(ctx, `SELECT d.state, d.attempts, w.deleted_at, w.tenant_id, w.id, w.url, w.events, w.secret,
+		w.failures, w.last_success_at, w.disabled_at, coalesce(w.disabled_reason, ''), w.created_at
+		FROM webhook_deliveries d JOIN webhook_endpoints w ON (w.tenant_id, w.id) = (d.tenant_id, d.endpoint_id)
+		WHERE d.tenant_id = $1 AND d.event_id = $2 AND d.endpoint_id = $3`, a.TenantID, a.EventID, a.EndpointID).
+		Scan(&d.State, &d.Attempts, &deletedAt, &e.TenantID, &e.ID, &e.URL, &e.Events, &e.Secret, &e.Failures,
+			&e.LastSuccessAt, &e.DisabledAt, &e.DisabledReason, &e.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Delivery{}, fmt.Errorf("delivery of %s to %s: %w", a.EventID, a.EndpointID, ErrEndpointNotFound)
+	}
+	if err != nil {
+		return Delivery{}, fmt.Errorf("read delivery of %s to %s: %w", a.EventID, a.EndpointID, err)
+	}
+	d.Endpoint, d.Deleted = e, deletedAt != nil
+	return d, nil
+}
+
+// Outcome is what one attempt of a delivery got.
+type Outcome struct {
+	Attempt int
+	// Status is the receiver's HTTP status, 0 when none came.
+	Status   int
+	Error    string
+	Duration time.Duration
+	// Delivered: a 2xx. Final: no attempt follows (delivered, or the
+	// last one failed).
+	Delivered, Final bool
+}
+
+// DisabledReason is why an endpoint whose delivery failed for good is
+// disabled.
+const DisabledReason = "a delivery failed every attempt for more than a day"
+
+// Record writes an attempt to the delivery log, the delivery's state and
+// the endpoint's failure count, in one transaction. A delivery failing
+// every attempt disables its endpoint: an endpoint failing for over a day
+// is not a receiver down for a minute, and no more deliveries are decided
+// for it until its owner creates a working one.
+func Record(ctx context.Context, db Beginner, a DeliverArgs, o Outcome) error {
+	state := "pending"
+	switch {
+	case o.Delivered:
+		state = "delivered"
+	case o.Final:
+		state = "failed"
+	}
+	if len(o.Error) > 500 {
+		o.Error = o.Error[:500]
+	}
+	var status *int
+	if o.Status != 0 {
+		status = &o.Status
+	}
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO webhook_attempts (tenant_id, event_id, endpoint_id, attempt, status, error, duration_ms)
+			VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7) ON CONFLICT DO NOTHING`,
+			a.TenantID, a.EventID, a.EndpointID, o.Attempt, status, o.Error, o.Duration.Milliseconds()); err != nil {
+			return fmt.Errorf("record delivery attempt: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET state = $4, attempts = greatest(attempts, $5), last_status = $6,
+			last_error = nullif($7, ''), delivered_at = CASE WHEN $4 = 'delivered' THEN clock_timestamp() END, updated_at = clock_timestamp()
+			WHERE tenant_id = $1 AND event_id = $2 AND endpoint_id = $3 AND state = 'pending'`,
+			a.TenantID, a.EventID, a.EndpointID, state, o.Attempt, status, o.Error); err != nil {
+			return fmt.Errorf("record delivery: %w", err)
+		}
+		_, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET
+			failures = CASE WHEN $3 THEN 0 ELSE failures + 1 END,
+			last_success_at = CASE WHEN $3 THEN now() ELSE last_success_at END,
+			disabled_at = CASE WHEN NOT $3 AND $4 AND disabled_at IS NULL THEN now() ELSE disabled_at END,
+			disabled_reason = CASE WHEN NOT $3 AND $4 AND disabled_at IS NULL THEN $5 ELSE disabled_reason END
+			WHERE tenant_id = $1 AND id = $2`, a.TenantID, a.EndpointID, o.Delivered, o.Final, DisabledReason)
+		if err != nil {
+			return fmt.Errorf("record endpoint outcome: %w", err)
+		}
+		return nil
+	})
+}
+
+// Beginner begins transactions: a pool or a connection.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Attempt is one row of an event's delivery log.
+type Attempt struct {
+	EndpointID string
+	Attempt    int
+	Status     *int
+	Error      string
+	Duration   time.Duration
+	CreatedAt  time.Time
+}
+
+// DeliveryLog is an event's deliveries: each endpoint's state and attempts.
+type DeliveryLog struct {
+	EndpointID string
+	State      string
+	Attempts   []Attempt
+}
+
+// Log reads the delivery log of a tenant's event, endpoints in order.
+func Log(ctx context.Context, db pg.Handle, tenantID, eventID string) ([]DeliveryLog, error) {
+	rows, err := db.Query(ctx, `SELECT d.endpoint_id, d.state, a.attempt, a.status, coalesce(a.error, ''), a.duration_ms, a.created_at
+		FROM webhook_deliveries d LEFT JOIN webhook_attempts a USING (tenant_id, event_id, endpoint_id)
+		WHERE d.tenant_id = $1 AND d.event_id = $2 ORDER BY d.endpoint_id, a.attempt`, tenantID, eventID)
+	if err != nil {
+		return nil, fmt.Errorf("read delivery log of %s: %w", eventID, err)
+	}
+	defer rows.Close()
+	var out []DeliveryLog
+	for rows.Next() {
+		var endpoint, state, errText string
+		var attempt, ms *int
+		var status *int
+		var at *time.Time
+		if err := rows.Scan(&endpoint, &state, &attempt, &status, &errText, &ms, &at); err != nil {
+			return nil, fmt.Errorf("read delivery log of %s: %w", eventID, err)
+		}
+		if len(out) == 0 || out[len(out)-1].EndpointID != endpoint {
+			out = append(out, DeliveryLog{EndpointID: endpoint, State: state, Attempts: []Attempt{}})
+		}
+		if attempt != nil {
+			last := &out[len(out)-1]
+			last.Attempts = append(last.Attempts, Attempt{EndpointID: endpoint, Attempt: *attempt, Status: status, Error: errText,
+				Duration: time.Duration(*ms) * time.Millisecond, CreatedAt: *at})
+		}
+	}
+	return out, rows.Err()
+}
