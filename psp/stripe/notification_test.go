@@ -11,6 +11,8 @@ import (
 	stripego "github.com/stripe/stripe-go/v82"
 	"github.com/stripe/stripe-go/v82/webhook"
 
+	"chargeflow/fakepsp"
+	"chargeflow/fakepsp/fakepsptest"
 	"chargeflow/psp"
 	pspstripe "chargeflow/psp/stripe"
 )
@@ -181,4 +183,76 @@ func TestParseStripeNotification(t *testing.T) {
 
 	_, err := pspstripe.ParseNotification("", valid(stripeEvent("payment_intent.succeeded", succeeded)), []byte(stripeEvent("payment_intent.succeeded", succeeded)), now, 0)
 	require.ErrorIs(t, err, psp.ErrNoNotificationSecret)
+}
+
+// The fake speaking Stripe's API notifies what the adapter did: each event
+// verifies with stripe-go's own webhook.ConstructEvent (signature, default
+// tolerance and API version) and reads, through ParseNotification, as the
+// adapter's answer; a forgery fails both.
+func TestStripeEventsFromTheFake(t *testing.T) {
+	t.Parallel()
+
+	receiver := fakepsptest.StartReceiver(t, nil)
+	provider := fakepsptest.Start(t, fakepsp.Config{
+		Protocol: fakepsp.ProtocolStripe,
+		Notifications: fakepsp.Notifications{URL: receiver.URL, Secret: webhookSecret,
+			Backoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, RetryFor: 5 * time.Second},
+		Faults: fakepsp.Schedule{Seed: 1, Rules: []fakepsp.Rule{{On: fakepsp.OnNotification, Fault: fakepsp.FaultForge, P: 1, KeyPrefix: "forged-"}}},
+	})
+	adapter := newAdapter(provider.URL)
+	const wait = 10 * time.Second
+
+	// next is the next event, verified twice: by stripe-go as any Stripe
+	// integration would, and by ParseNotification.
+	next := func(t *testing.T) (stripego.Event, psp.Notification) {
+		t.Helper()
+		d := receiver.Next(t, wait)
+		event, err := webhook.ConstructEvent(d.Body, d.Header.Get(pspstripe.SignatureHeader), webhookSecret)
+		require.NoError(t, err, "body: %s", d.Body)
+		require.Equal(t, stripego.APIVersion, event.APIVersion)
+		require.Equal(t, "event", event.Object)
+		n, err := pspstripe.ParseNotification(webhookSecret, d.Header, d.Body, time.Now(), 0)
+		require.NoError(t, err)
+		require.Equal(t, event.ID, n.EventID)
+		return event, n
+	}
+
+	charge, err := adapter.Charge(t.Context(), psp.ChargeRequest{Key: "pk_1", Amount: 1200, Currency: "EUR", PaymentMethod: "pm_card_visa", Reference: "ch_1"})
+	require.NoError(t, err)
+	event, n := next(t)
+	require.Equal(t, stripego.EventTypePaymentIntentSucceeded, event.Type)
+	require.Equal(t, "pk_1", event.Request.IdempotencyKey)
+	require.Equal(t, psp.NotificationCharge, n.Kind)
+	require.Equal(t, charge, n.Charge, "the event reads as the answer did")
+	require.Equal(t, "pk_1", n.ProviderKey)
+
+	declined, err := adapter.Charge(t.Context(), psp.ChargeRequest{Key: "pk_2", Amount: 1200, Currency: "EUR", PaymentMethod: "pm_card_chargeDeclinedExpiredCard", Reference: "ch_2"})
+	require.NoError(t, err)
+	event, n = next(t)
+	require.Equal(t, stripego.EventTypePaymentIntentPaymentFailed, event.Type)
+	require.Equal(t, declined, n.Charge)
+	require.Equal(t, "expired_card", n.Charge.DeclineCode)
+
+	refund, err := adapter.Refund(t.Context(), psp.RefundRequest{Key: "rk_1", Charge: charge.ID, Amount: 200, Currency: "EUR", Reference: "re_1"})
+	require.NoError(t, err)
+	event, n = next(t)
+	require.Equal(t, stripego.EventTypeRefundCreated, event.Type)
+	require.Equal(t, psp.NotificationRefund, n.Kind)
+	require.Equal(t, refund, n.Refund)
+	require.Equal(t, "re_1", n.Reference)
+
+	for _, key := range []string{"forged-1", "forged-2"} {
+		_, err := adapter.Charge(t.Context(), psp.ChargeRequest{Key: key, Amount: 1200, Currency: "EUR", PaymentMethod: "pm_card_visa", Reference: "ch_" + key})
+		require.NoError(t, err)
+		d := receiver.Next(t, wait)
+		_, err = webhook.ConstructEvent(d.Body, d.Header.Get(pspstripe.SignatureHeader), webhookSecret)
+		require.ErrorIs(t, err, webhook.ErrNoValidSignature, "stripe-go refuses the forgery")
+		_, err = pspstripe.ParseNotification(webhookSecret, d.Header, d.Body, time.Now(), 0)
+		require.ErrorIs(t, err, psp.ErrNotificationForged)
+	}
+
+	stats, err := fakepsp.FetchNotifications(t.Context(), provider.URL)
+	require.NoError(t, err)
+	require.Equal(t, 5, stats.Made)
+	require.Equal(t, 2, stats.Forged)
 }
