@@ -122,9 +122,10 @@ const (
 	FaultDrop = "drop"
 
 	// FaultForge sends, instead of the notification, a forgery that must
-	// fail verification, once and never retried: the first forgery of a
-	// schedule is signed with a wrong secret, the next is the genuine
-	// signature over a body whose amount was altered, and so on in turn.
+	// fail verification, once and never retried: the provider's first
+	// forgery is the genuine body signed with a wrong secret, its next the
+	// genuine signature over a body whose amount was altered, and so on in
+	// turn.
 	FaultForge = "forge"
 )
 

@@ -204,7 +204,11 @@ func newNotifier(cfg Notifications, header string, word eventWording, logger *sl
 	cfg.MaxBackoff = max(cmp.Or(cfg.MaxBackoff, DefaultNotificationMaxBackoff), cfg.Backoff)
 	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultNotificationTimeout)
 
-	transport := http.DefaultTransport.(*http.Transport).Clone()
+	// A transport of its own, without a proxy, as psp.Client's.
+	transport := &http.Transport{}
+	if defaults, ok := http.DefaultTransport.(*http.Transport); ok {
+		transport = defaults.Clone()
+	}
 	transport.Proxy = nil
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &notifier{
