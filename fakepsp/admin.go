@@ -37,25 +37,13 @@ type LedgerResponse struct {
 // applied, each with its refunds. It is how tests, the scenario checker and
 // the benchmark read the ground truth.
 func FetchLedger(ctx context.Context, baseURL string, includeDeclines bool) ([]LedgerEntry, error) {
-	url := adminURL(baseURL, "/_admin/ledger")
+	path := "/_admin/ledger"
 	if includeDeclines {
-		url += "?all=true"
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("fetch ledger: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, adminStatusError("fetch ledger", resp)
+		path += "?all=true"
 	}
 	var body LedgerResponse
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return nil, fmt.Errorf("decode ledger: %w", err)
+	if err := getAdmin(ctx, baseURL, path, "ledger", &body); err != nil {
+		return nil, err
 	}
 	return body.Charges, nil
 }
@@ -81,23 +69,40 @@ func FetchRefunds(ctx context.Context, baseURL string) ([]RefundEntry, error) {
 // schedule in force and how often each fault fired since it was set. The
 // scenario runner reads it to count the faults a run exercised.
 func FetchFaults(ctx context.Context, baseURL string) (FaultState, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, adminURL(baseURL, "/_admin/faults"), nil)
+	var state FaultState
+	err := getAdmin(ctx, baseURL, "/_admin/faults", "faults", &state)
+	return state, err
+}
+
+// FetchNotifications reads GET /_admin/notifications from the fake
+// provider at baseURL: how many notifications it made, sent, gave up on,
+// still has to send, and how many each notification fault acted on. A
+// scenario reads it to count them, and to wait for Pending to reach zero.
+func FetchNotifications(ctx context.Context, baseURL string) (NotificationStats, error) {
+	var stats NotificationStats
+	err := getAdmin(ctx, baseURL, "/_admin/notifications", "notifications", &stats)
+	return stats, err
+}
+
+// getAdmin decodes the answer to GET path of the fake provider at baseURL
+// into v; what names it in errors ("fetch ledger", "decode ledger").
+func getAdmin(ctx context.Context, baseURL, path, what string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, adminURL(baseURL, path), nil)
 	if err != nil {
-		return FaultState{}, err
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return FaultState{}, fmt.Errorf("fetch faults: %w", err)
+		return fmt.Errorf("fetch %s: %w", what, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return FaultState{}, adminStatusError("fetch faults", resp)
+		return adminStatusError("fetch "+what, resp)
 	}
-	var state FaultState
-	if err := json.NewDecoder(resp.Body).Decode(&state); err != nil {
-		return FaultState{}, fmt.Errorf("decode faults: %w", err)
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("decode %s: %w", what, err)
 	}
-	return state, nil
+	return nil
 }
 
 // SetFaults replaces the fault schedule of the fake provider at baseURL
@@ -414,6 +419,20 @@ func (s *Server) handleLedger(w http.ResponseWriter, r *http.Request) {
 // handleAudit serves GET /_admin/audit.
 func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.Audit())
+}
+
+// Notifications returns what the provider's notifications came to so far;
+// Enabled is false, and every count zero, when it sends none.
+func (s *Server) Notifications() NotificationStats {
+	if s.notifier == nil {
+		return NotificationStats{}
+	}
+	return s.notifier.snapshot()
+}
+
+// handleNotifications serves GET /_admin/notifications.
+func (s *Server) handleNotifications(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.Notifications())
 }
 
 // handleGetFaults serves GET /_admin/faults.

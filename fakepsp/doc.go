@@ -29,6 +29,7 @@
 //	GET  /_admin/audit                charges per key, refunds per reference, totals per tenant tag and currency
 //	GET  /_admin/faults               the fault schedule and how often each fault fired
 //	POST /_admin/faults               replace the fault schedule
+//	GET  /_admin/notifications        notifications made, sent, failed, pending, and per fault
 //
 // # Charges
 //
@@ -81,6 +82,18 @@
 // as it was). The faults that act before applying (drop_before_apply,
 // error_before_apply, not_processed, delayed_apply) act for a known key too,
 // and apply nothing.
+//
+// # Notifications
+//
+// With Config.Notifications (chargeflow fakepsp --webhook-url) the provider
+// POSTs a signed notification of every charge it applies or declines and
+// every refund it applies, in its protocol's words: the fake protocol's
+// events (PSP-Signature) or Stripe's (Stripe-Signature). They are queued in
+// memory and sent by one sender, never on the way of an answer, and retried
+// with backoff for a bounded time; a provider that closes loses what it had
+// not sent. Rules "on": "notification" duplicate, reorder, delay, drop or
+// forge them, and GET /_admin/notifications counts them
+// (docs/notifications.md).
 //
 // # Stripe's key rules
 //

@@ -481,7 +481,19 @@ func (s *Server) apply(req request, options applyOptions) (c *record, replayed b
 		return nil, false, err
 	}
 	s.logApplied(c)
+	s.notify(c)
 	return c, false, nil
+}
+
+// notify hands the notifier what an execution applied, a charge or a
+// refund, with the notification faults drawn for it; a saved answer
+// applied nothing and is not notified. Queuing never waits for the
+// receiver, so the answer is not held up.
+func (s *Server) notify(c *record) {
+	if s.notifier == nil || (!c.isCharge() && !c.isRefund()) {
+		return
+	}
+	s.notifier.notify(c, s.drawFault(OnNotification, c.IdempotencyKey, nil))
 }
 
 // addLocked files c in memory: under its key, and a charge or a refund in

@@ -30,6 +30,12 @@ const (
 	// the refund retrieve and list (lookup_lag only to the search and the
 	// by-key lookups; see docs/provider.md).
 	OnLookup = "lookup"
+
+	// OnNotification makes a rule apply to the notification the provider
+	// sends of a charge or refund it applied (Config.Notifications), under
+	// either protocol; its key_prefix is matched against that charge's or
+	// refund's idempotency key. The faults are the sender's own (below).
+	OnNotification = "notification"
 )
 
 // The faults a Rule can inject. Each rule's MS is the fault's duration; the
@@ -92,6 +98,37 @@ const (
 	FaultLookupLag = "lookup_lag"
 )
 
+// The faults of a notification ("on": "notification"; docs/provider.md).
+// Each acts on one notification as it is made, before it is queued.
+const (
+	// FaultDuplicate sends the notification twice: two deliveries of the
+	// same body, the same event id, each signed when sent and retried on
+	// its own.
+	FaultDuplicate = "duplicate"
+
+	// FaultReorder holds the notification back until the next one is
+	// queued, and sends it right after that one: the receiver gets them
+	// out of order. With MS > 0 it is sent anyway once MS passed without a
+	// next one; with MS 0 it waits for one (or is lost when the provider
+	// closes).
+	FaultReorder = "reorder"
+
+	// FaultDelay queues the notification MS from now; those made meanwhile
+	// overtake it.
+	FaultDelay = "delay"
+
+	// FaultDrop never sends the notification, as a provider that lost it
+	// would not.
+	FaultDrop = "drop"
+
+	// FaultForge sends, instead of the notification, a forgery that must
+	// fail verification, once and never retried: the provider's first
+	// forgery is the genuine body signed with a wrong secret, its next the
+	// genuine signature over a body whose amount was altered, and so on in
+	// turn.
+	FaultForge = "forge"
+)
+
 // faultTargets returns the calls a fault applies to, and whether the fault
 // exists at all. A refund is executed by the same pipeline as a charge
 // (execute.go), so every fault of a charge is one of a refund too.
@@ -104,6 +141,8 @@ func faultTargets(fault string) ([]string, bool) {
 		return []string{OnCharge, OnRefund}, true
 	case FaultUnavailable, FaultLookupLag:
 		return []string{OnLookup}, true
+	case FaultDuplicate, FaultReorder, FaultDelay, FaultDrop, FaultForge:
+		return []string{OnNotification}, true
 	default:
 		return nil, false
 	}
@@ -142,7 +181,7 @@ type Schedule struct {
 
 // Rule is one fault with its probability.
 type Rule struct {
-	// On is OnCharge, OnRefund or OnLookup.
+	// On is OnCharge, OnRefund, OnLookup or OnNotification.
 	On string `json:"on"`
 
 	// Fault is one of the Fault constants, valid for On.
@@ -160,7 +199,9 @@ type Rule struct {
 	// prefix is matched against our reference the read is about: our charge
 	// id (metadata chargeflow_charge) for a PaymentIntent and for the
 	// refunds of one, our refund id (metadata chargeflow_refund) for a
-	// retrieved refund, "" for a list of no single charge.
+	// retrieved refund, "" for a list of no single charge. A notification
+	// rule's prefix is matched against the idempotency key of the charge
+	// or refund notified.
 	KeyPrefix string `json:"key_prefix,omitempty"`
 }
 
@@ -209,8 +250,8 @@ func (s Schedule) Validate() error {
 	for i, rule := range s.Rules {
 		targets, known := faultTargets(rule.Fault)
 		switch {
-		case rule.On != OnCharge && rule.On != OnRefund && rule.On != OnLookup:
-			return fmt.Errorf("%w: rule %d: \"on\" is %q, want %q, %q or %q", ErrInvalidSchedule, i, rule.On, OnCharge, OnRefund, OnLookup)
+		case rule.On != OnCharge && rule.On != OnRefund && rule.On != OnLookup && rule.On != OnNotification:
+			return fmt.Errorf("%w: rule %d: \"on\" is %q, want %q, %q, %q or %q", ErrInvalidSchedule, i, rule.On, OnCharge, OnRefund, OnLookup, OnNotification)
 		case !known:
 			return fmt.Errorf("%w: rule %d: unknown fault %q", ErrInvalidSchedule, i, rule.Fault)
 		case !slices.Contains(targets, rule.On):

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"chargeflow/psp"
 )
 
 // ErrLedgerPathRequired is returned by New when Config.LedgerPath is empty.
@@ -59,9 +61,16 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Now tells the time for charge timestamps and for the ages that
-	// key_expiry and lookup_lag compare with their durations. Delays and
-	// held connections always use real time. Defaults to time.Now.
+	// key_expiry and lookup_lag compare with their durations, and the
+	// time of notifications and their signatures. Delays, held
+	// connections and notification retries always use real time. Defaults
+	// to time.Now.
 	Now func() time.Time
+
+	// Notifications, when its URL is set, makes the provider send a signed
+	// notification of every charge it applies or declines and every refund
+	// it applies, in the protocol's words (docs/notifications.md).
+	Notifications Notifications
 }
 
 // Server is the fake payment provider. Serve its Handler over HTTP/1.1 (the
@@ -73,6 +82,7 @@ type Server struct {
 	now       func() time.Time
 	ledger    *ledger
 	faults    *faultEngine
+	notifier  *notifier // nil when no notifications are sent
 	handler   http.Handler
 	committed *commitBatch // already durable; shared by records read back on New
 
@@ -99,6 +109,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if err := cfg.Faults.Validate(); err != nil {
 		return nil, fmt.Errorf("fakepsp: Config.Faults: %w", err)
+	}
+	if err := checkNotifications(cfg.Notifications); err != nil {
+		return nil, err
 	}
 	protocol := cmp.Or(cfg.Protocol, ProtocolFake)
 	if protocol != ProtocolFake && protocol != ProtocolStripe {
@@ -144,9 +157,18 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.handler = s.routes(protocol)
 	ledger.start()
+	notifying := cfg.Notifications.URL != ""
+	if notifying {
+		header, word := psp.NotificationSignatureHeader, eventWording(fakeEvent)
+		if protocol == ProtocolStripe {
+			header, word = StripeSignatureHeader, stripeNotification
+		}
+		s.notifier = newNotifier(cfg.Notifications, header, word, logger, now)
+	}
 
 	logger.Info("fakepsp: ready", slog.String("protocol", protocol), slog.String("ledger", cfg.LedgerPath),
-		slog.Int("charges", len(s.charges)), slog.Int("refunds", len(s.refunds)), slog.Bool("dedupe", dedupe), slog.Int("fault_rules", len(cfg.Faults.Rules)))
+		slog.Int("charges", len(s.charges)), slog.Int("refunds", len(s.refunds)), slog.Bool("dedupe", dedupe), slog.Int("fault_rules", len(cfg.Faults.Rules)),
+		slog.Bool("notifications", notifying))
 	return s, nil
 }
 
@@ -188,6 +210,7 @@ func (s *Server) routes(protocol string) http.Handler {
 	mux.HandleFunc("GET /_admin/audit", s.handleAudit)
 	mux.HandleFunc("GET /_admin/faults", s.handleGetFaults)
 	mux.HandleFunc("POST /_admin/faults", s.handleSetFaults)
+	mux.HandleFunc("GET /_admin/notifications", s.handleNotifications)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "route_not_found", "no route for "+r.Method+" "+r.URL.Path)
 	})
@@ -200,8 +223,9 @@ func (s *Server) Handler() http.Handler {
 }
 
 // Close stops the provider: held connections are released, delayed applies
-// that have not happened yet are dropped (as a crash would drop them),
-// pending ledger writes are flushed and the ledger file is closed. Charges
+// that have not happened yet are dropped (as a crash would drop them), so
+// are the notifications not yet sent, pending ledger writes are flushed and
+// the ledger file is closed. Charges
 // that arrive afterwards get 503 shutting_down. Close is safe to call more
 // than once; it does not close the HTTP server serving Handler.
 func (s *Server) Close() error {
@@ -212,6 +236,9 @@ func (s *Server) Close() error {
 
 		close(s.closing)
 		s.background.Wait()
+		if s.notifier != nil {
+			s.notifier.close()
+		}
 		s.closeErr = s.ledger.close()
 		s.logger.Info("fakepsp: closed")
 	})

@@ -55,7 +55,8 @@ type Config struct {
 	// Capabilities are what this provider promises; see Provider. Name
 	// defaults to "fakepsp", Lookup to LookupByKey, Consistency to Strong
 	// and KeyWindow to DefaultKeyWindow, which is what the bundled fake
-	// offers. Refunds is always true: the Client is a Refunder.
+	// offers. Refunds is always true: the Client is a Refunder; so is
+	// Notifications: the protocol has them (ParseNotification).
 	Capabilities Capabilities
 
 	// HTTPClient makes the calls; wrap its Transport for transport-level
@@ -106,8 +107,11 @@ func NewClient(cfg Config) *Client {
 	caps.Lookup = cmp.Or(caps.Lookup, LookupByKey)
 	caps.Consistency = cmp.Or(caps.Consistency, Strong)
 	caps.KeyWindow = cmp.Or(caps.KeyWindow, DefaultKeyWindow)
-	// The protocol has refunds (docs/refunds.md), so the adapter can refund.
+	// The protocol has refunds (docs/refunds.md), so the adapter can refund,
+	// and notifications (docs/notifications.md), which ParseNotification
+	// reads.
 	caps.Refunds = true
+	caps.Notifications = true
 	return &Client{
 		baseURL:      baseURL,
 		capabilities: caps,

@@ -42,6 +42,14 @@
 // with the call's Outcome; the call sends the W3C traceparent header.
 // Neither carries the request's payment method, reference or key.
 //
+// ParseNotification is the receiving side of the provider's notifications
+// (docs/notifications.md): it verifies a notification's PSP-Signature over
+// the exact body and its time against the caller's clock, and reads it into
+// a Notification, evidence exactly like a lookup's answer. A refusal is a
+// *NotificationError of kind ErrNotificationForged, ErrNotificationExpired
+// or ErrNotificationMalformed; a genuine notification we do not act on is
+// a Notification of kind NotificationIgnored, not an error.
+//
 // The wire protocol is the one served by chargeflow/fakepsp and described in
 // docs/provider.md:
 //

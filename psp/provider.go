@@ -75,6 +75,12 @@ type Capabilities struct {
 	ByProviderID bool
 	// Refunds says the provider can refund a charge through the adapter.
 	Refunds bool
+	// Notifications says the provider sends signed notifications of what
+	// it applied, which the adapter's package verifies and reads into
+	// evidence (ParseNotification, pspstripe.ParseNotification;
+	// docs/notifications.md). The provider must still be set up to send
+	// them to us (the fake: --webhook-url; Stripe: a webhook endpoint).
+	Notifications bool
 }
 
 // LookupRequest is what the caller knows about a charge it looks up.

@@ -23,6 +23,11 @@ type fakepspFlags struct {
 	// protocol is bound by `chargeflow fakepsp` alone: `chargeflow all`
 	// sets it from --psp, so that its provider speaks what its roles do.
 	protocol string
+
+	// webhookURL and webhookSecret, bound by bindWebhook, make the
+	// provider send notifications (docs/notifications.md).
+	webhookURL    string
+	webhookSecret string
 }
 
 func (f *fakepspFlags) bind(fs *flag.FlagSet, e env, addrFlag string) {
@@ -39,12 +44,31 @@ func (f *fakepspFlags) bindProtocol(fs *flag.FlagSet) {
 		`wire protocol: "fake" (chargeflow's own, docs/provider.md) or "stripe" (Stripe's PaymentIntents, for stripe-go); same ledger, faults and admin endpoints`)
 }
 
+// bindWebhook binds --webhook-url and --webhook-secret. The secret's
+// default is read from PSP_WEBHOOK_SECRET after parsing (webhookSecretOf),
+// never made the flag's default, which -h would print.
+func (f *fakepspFlags) bindWebhook(fs *flag.FlagSet) {
+	fs.StringVar(&f.webhookURL, "webhook-url", "",
+		"send a signed notification of every charge and refund applied to this URL (docs/notifications.md); none when empty")
+	fs.StringVar(&f.webhookSecret, "webhook-secret", "",
+		"the secret notifications are signed with, required with --webhook-url (better: env PSP_WEBHOOK_SECRET; a flag shows in ps)")
+}
+
+// webhookSecretOf is --webhook-secret, else PSP_WEBHOOK_SECRET.
+func (f *fakepspFlags) webhookSecretOf(e env) {
+	f.webhookSecret = cmp.Or(f.webhookSecret, e.getenv("PSP_WEBHOOK_SECRET"))
+}
+
 // newFakePSP opens the fake provider's ledger and applies the flags.
 func newFakePSP(f fakepspFlags, logger *slog.Logger) (*fakepsp.Server, error) {
 	if f.protocol != "" && f.protocol != fakepsp.ProtocolFake && f.protocol != fakepsp.ProtocolStripe {
 		return nil, fmt.Errorf("--protocol is %q, want %q or %q", f.protocol, fakepsp.ProtocolFake, fakepsp.ProtocolStripe)
 	}
-	cfg := fakepsp.Config{LedgerPath: f.ledger, Protocol: f.protocol, Logger: logger}
+	if f.webhookURL != "" && f.webhookSecret == "" {
+		return nil, fmt.Errorf("--webhook-url needs a secret to sign with: --webhook-secret or PSP_WEBHOOK_SECRET")
+	}
+	cfg := fakepsp.Config{LedgerPath: f.ledger, Protocol: f.protocol, Logger: logger,
+		Notifications: fakepsp.Notifications{URL: f.webhookURL, Secret: f.webhookSecret}}
 	if f.noDedupe {
 		dedupe := false
 		cfg.Dedupe = &dedupe
@@ -84,9 +108,11 @@ func runFakePSP(ctx context.Context, e env, args []string) error {
 	fs.StringVar(&c.logLevel, "log-level", cmp.Or(e.getenv("LOG_LEVEL"), "info"), "debug, info, warn or error (env LOG_LEVEL)")
 	f.bind(fs, e, "addr")
 	f.bindProtocol(fs)
+	f.bindWebhook(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	f.webhookSecretOf(e)
 	logger, err := c.logger(e)
 	if err != nil {
 		return err

@@ -2,17 +2,21 @@
 // loopback HTTP server, with a ledger in the test's temporary directory, shut
 // down when the test ends. Tests in several packages need exactly that, and
 // one starter keeps them from drifting apart, for instance in the order of
-// shutdown.
+// shutdown. A Receiver stands in for whoever receives the provider's
+// notifications.
 //
 // It imports only fakepsp and the standard library, so any test package can
 // use it without pulling in test-only dependencies.
 package fakepsptest
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"chargeflow/fakepsp"
 )
@@ -83,4 +87,92 @@ func (p *Provider) Refunds(t testing.TB) []fakepsp.RefundEntry {
 		t.Fatalf("fakepsptest: read the refunds: %v", err)
 	}
 	return refunds
+}
+
+// Delivery is one notification a Receiver got: the request's headers and
+// body, exactly as sent, and the status the receiver answered.
+type Delivery struct {
+	Header http.Header
+	Body   []byte
+	Status int
+}
+
+// Receiver stands in for whoever receives the provider's notifications
+// (fakepsp.Notifications.URL): a loopback HTTP server that keeps every
+// delivery, in the order they arrived, and answers each with the status
+// its answer function gives.
+type Receiver struct {
+	// URL is the receiver's address, for fakepsp.Notifications.URL.
+	URL string
+
+	answer  func(n int, d Delivery) int
+	arrived chan Delivery
+
+	mu         sync.Mutex
+	count      int
+	deliveries []Delivery
+}
+
+// StartReceiver starts a Receiver, closed when the test ends. answer gives
+// the status of the n-th delivery (1-based); nil answers 200 to all.
+func StartReceiver(t testing.TB, answer func(n int, d Delivery) int) *Receiver {
+	t.Helper()
+
+	if answer == nil {
+		answer = func(int, Delivery) int { return http.StatusOK }
+	}
+	r := &Receiver{answer: answer, arrived: make(chan Delivery, 1<<12)}
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		d := Delivery{Header: req.Header.Clone(), Body: body}
+		r.mu.Lock()
+		r.count++
+		n := r.count
+		r.mu.Unlock()
+		d.Status = r.answer(n, d)
+		r.mu.Lock()
+		r.deliveries = append(r.deliveries, d)
+		r.mu.Unlock()
+		w.WriteHeader(d.Status)
+		r.arrived <- d
+	}))
+	t.Cleanup(server.Close)
+	r.URL = server.URL
+	return r
+}
+
+// Next returns the next delivery, in the order they arrived, waiting at
+// most within; none by then fails the test.
+func (r *Receiver) Next(t testing.TB, within time.Duration) Delivery {
+	t.Helper()
+
+	select {
+	case d := <-r.arrived:
+		return d
+	case <-time.After(within):
+		t.Fatalf("fakepsptest: no notification arrived within %s", within)
+		return Delivery{}
+	}
+}
+
+// Quiet requires that no delivery arrives for d.
+func (r *Receiver) Quiet(t testing.TB, d time.Duration) {
+	t.Helper()
+
+	select {
+	case got := <-r.arrived:
+		t.Fatalf("fakepsptest: a notification arrived, none was expected: %s", got.Body)
+	case <-time.After(d):
+	}
+}
+
+// Deliveries returns every delivery so far, in the order they arrived.
+func (r *Receiver) Deliveries() []Delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Delivery(nil), r.deliveries...)
 }

@@ -85,6 +85,15 @@
 // has few refunds), every page, and matches our reference: none is a
 // not-found, two are a double refund for a person.
 //
+// # Events
+//
+// ParseNotification verifies a Stripe event with stripe-go's webhook
+// package (the Stripe-Signature, and the event's api_version, which must be
+// of stripe-go's release train) and reads it through chargeOf and refundOf,
+// the mapping of an answer, into a psp.Notification: a PaymentIntent's
+// events and a Refund's, by the object's status; anything else, or an
+// object not final or not ours, is nothing to do (docs/notifications.md).
+//
 // Telemetry is psp's own (psp.Telemetry): a "psp.charge", "psp.lookup",
 // "psp.refund" or "psp.refund_lookup" span per call (a lookup's pages are
 // one span) and chargeflow.provider.call.duration, labelled with what the

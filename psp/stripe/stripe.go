@@ -138,16 +138,17 @@ func (a *Adapter) Timeout() time.Duration { return a.timeout }
 
 // Capabilities are Stripe's: a 24-hour key window, a strongly consistent
 // lookup by reference (search finds, the list endpoint proves not-found;
-// see the package doc), a strong retrieve by PaymentIntent id, and
-// refunds.
+// see the package doc), a strong retrieve by PaymentIntent id, refunds,
+// and signed events (ParseNotification).
 func (a *Adapter) Capabilities() psp.Capabilities {
 	return psp.Capabilities{
-		Name:         Name,
-		KeyWindow:    KeyWindow,
-		Lookup:       psp.LookupByReference,
-		Consistency:  psp.Strong,
-		ByProviderID: true,
-		Refunds:      true,
+		Name:          Name,
+		KeyWindow:     KeyWindow,
+		Lookup:        psp.LookupByReference,
+		Consistency:   psp.Strong,
+		ByProviderID:  true,
+		Refunds:       true,
+		Notifications: true,
 	}
 }
 
