@@ -40,6 +40,7 @@ const (
 	CodeInvalidField          Code = "invalid_field"
 	CodeInvalidJSON           Code = "invalid_json"
 	CodeInvalidParameter      Code = "invalid_parameter"
+	CodeInvalidSignature      Code = "invalid_signature"
 	CodeInvalidUTF8           Code = "invalid_utf8"
 	CodeKeyWindowPassed       Code = "key_window_passed"
 	CodeMethodNotAllowed      Code = "method_not_allowed"
@@ -80,6 +81,7 @@ var codeInfo = map[Code]struct {
 	CodeInvalidField:          {http.StatusBadRequest, "Invalid field"},
 	CodeInvalidJSON:           {http.StatusBadRequest, "Invalid JSON"},
 	CodeInvalidParameter:      {http.StatusBadRequest, "Invalid query parameter"},
+	CodeInvalidSignature:      {http.StatusBadRequest, "Notification refused"},
 	CodeInvalidUTF8:           {http.StatusBadRequest, "Invalid UTF-8"},
 	CodeKeyWindowPassed:       {http.StatusConflict, "The provider's idempotency key window has passed"},
 	CodeMethodNotAllowed:      {http.StatusMethodNotAllowed, "Method not allowed"},

@@ -15,6 +15,10 @@ func (s *Server) routes(e *echo.Echo) {
 	e.GET("/openapi.yaml", serveOpenAPI)
 	e.GET("/metrics", s.serveMetrics)
 
+	// The provider's notifications: signed by the provider, not a tenant
+	// (notifications.go).
+	e.POST("/v1/provider_webhooks/:psp", s.providerWebhook)
+
 	v1 := e.Group("/v1", s.limitAuthFailures, s.authenticate)
 	v1.POST("/charges", s.createCharge)
 	v1.GET("/charges", s.listCharges)

@@ -69,6 +69,13 @@ type Config struct {
 	ReconcileFloor time.Duration
 	// MaxBodyBytes caps a request body. Default 64 KiB.
 	MaxBodyBytes int64
+	// ProviderNotifications verifies and reads the provider's notifications
+	// posted to /v1/provider_webhooks/{NotificationsFrom}; nil answers 404
+	// (no secret configured). internal/app picks the parser of the
+	// provider's protocol and binds its secret (PSP_WEBHOOK_SECRET).
+	ProviderNotifications func(header http.Header, body []byte, now time.Time) (psp.Notification, error)
+	NotificationsFrom     string
+
 	// WebhooksAllowPrivate accepts webhook endpoint URLs that resolve to
 	// loopback, private or link-local addresses: for tests and a laptop,
 	// never in front of the internet (docs/webhooks.md, "Endpoints").

@@ -25,6 +25,9 @@ const (
 	Call Source = "provider"
 	// Lookup is what the reconciler's lookup by provider key found.
 	Lookup Source = "lookup_found"
+	// Notification is what the provider's own notification said, verified
+	// (docs/notifications.md): evidence exactly like a lookup's.
+	Notification Source = "notification"
 )
 
 // Outcome is what an answer proved.

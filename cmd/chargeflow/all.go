@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -49,6 +50,22 @@ func runAll(ctx context.Context, e env, args []string) error {
 		// other key is needed or used: the provider is always this fake.
 		p.protocol, o.StripeAPIKey = fakepsp.ProtocolStripe, "sk_test_chargeflow_all"
 	}
+
+	// The bundled provider tells the API what it applied, signed with a
+	// secret made for this run unless one is given: an unknown outcome
+	// then settles on the provider's word before the reconciler asks.
+	if o.ProviderWebhookSecret == "" {
+		o.ProviderWebhookSecret = "whsec_" + rand.Text()
+	}
+	p.webhookSecret = o.ProviderWebhookSecret
+	apiHost, apiPort, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--addr %q: %w", addr, err)
+	}
+	if apiHost == "" || apiHost == "0.0.0.0" || apiHost == "::" {
+		apiHost = "127.0.0.1"
+	}
+	p.webhookURL = "http://" + net.JoinHostPort(apiHost, apiPort) + "/v1/provider_webhooks/" + cmp.Or(o.ProviderKind, app.ProviderFake)
 
 	pspLogger := r.base.With("role", "fakepsp")
 	provider, err := newFakePSP(p, pspLogger)

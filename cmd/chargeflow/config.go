@@ -144,6 +144,10 @@ func bindWebhooks(fs *flag.FlagSet, e env, o *app.Options, allowPrivate bool) {
 		"accept webhook endpoints on loopback, private and link-local addresses, and deliver to them (env WEBHOOKS_ALLOW_PRIVATE=1): tests and a laptop only")
 	fs.IntVar(&o.Webhooks.Concurrency, "webhook-concurrency", d.Concurrency, "webhook deliveries made at once, in their own queue")
 	fs.DurationVar(&o.Webhooks.Timeout, "webhook-timeout", delivery.DefaultTimeout, "how long one webhook delivery may take")
+	// Registered without a default, so that -h cannot print the secret.
+	fs.StringVar(&o.ProviderWebhookSecret, "psp-webhook-secret", "",
+		"the secret the provider signs its notifications with; turns POST /v1/provider_webhooks/{fake|stripe} on (better: env PSP_WEBHOOK_SECRET)")
+	o.ProviderWebhookSecret = e.getenv("PSP_WEBHOOK_SECRET")
 }
 
 // serveOptions adjust serveHTTP.

@@ -76,6 +76,9 @@ type Options struct {
 	// StripeClockSkew is how far Stripe's clock may be from ours
 	// (pspstripe.Config.ClockSkew); 0 is the adapter's default.
 	StripeClockSkew time.Duration
+	// ProviderWebhookSecret verifies the provider's notifications to
+	// /v1/provider_webhooks/{fake|stripe}; empty turns them off.
+	ProviderWebhookSecret string
 
 	// Jobs configures the submit queue (max attempts, notify cooldown).
 	Jobs submit.Config
@@ -266,6 +269,24 @@ func (o Options) ProviderClient() (psp.Provider, error) {
 	}
 }
 
+// notifications is the API's parser of the provider's notifications, with
+// the secret bound, and the path name they are posted under; nil without a
+// secret.
+func (o Options) notifications() (func(http.Header, []byte, time.Time) (psp.Notification, error), string) {
+	secret := o.ProviderWebhookSecret
+	if secret == "" {
+		return nil, ""
+	}
+	if o.ProviderKind == ProviderStripe {
+		return func(h http.Header, body []byte, now time.Time) (psp.Notification, error) {
+			return pspstripe.ParseNotification(secret, h, body, now, 0)
+		}, ProviderStripe
+	}
+	return func(h http.Header, body []byte, now time.Time) (psp.Notification, error) {
+		return psp.ParseNotification(secret, h, body, now, 0)
+	}, ProviderFake
+}
+
 // NewQueue makes the submit queue on a River client: an insert-only one
 // (NewInserter) or a worker's own.
 func NewQueue(client *river.Client[pgx.Tx], o Options) (*submit.Queue, error) {
@@ -345,6 +366,7 @@ func NewAPI(ctx context.Context, o Options) (*API, error) {
 	cfg.ProviderClient, cfg.ProviderKeyWindow = provider, o.keyWindow(provider)
 	cfg.Logger, cfg.CrashPoints = o.Logger, o.CrashPoints
 	cfg.WebhooksAllowPrivate = o.Webhooks.AllowPrivate
+	cfg.ProviderNotifications, cfg.NotificationsFrom = o.notifications()
 	cfg.TracerProvider, cfg.MeterProvider, cfg.Metrics = o.TracerProvider, o.MeterProvider, o.Metrics
 	if cfg.Ready == nil {
 		cfg.Ready = func(ctx context.Context) error { return migrations.Check(ctx, pool) }
