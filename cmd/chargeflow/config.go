@@ -144,6 +144,8 @@ func bindWebhooks(fs *flag.FlagSet, e env, o *app.Options, allowPrivate bool) {
 		"accept webhook endpoints on loopback, private and link-local addresses, and deliver to them (env WEBHOOKS_ALLOW_PRIVATE=1): tests and a laptop only")
 	fs.IntVar(&o.Webhooks.Concurrency, "webhook-concurrency", d.Concurrency, "webhook deliveries made at once, in their own queue")
 	fs.DurationVar(&o.Webhooks.Timeout, "webhook-timeout", delivery.DefaultTimeout, "how long one webhook delivery may take")
+	fs.DurationVar(&o.Webhooks.RetryBase, "webhook-retry-base", delivery.DefaultBackoffBase, "first wait before retrying a failed webhook delivery, doubled each time")
+	fs.DurationVar(&o.Webhooks.RetryCap, "webhook-retry-cap", delivery.DefaultBackoffCap, "longest wait between webhook delivery attempts")
 	// Registered without a default, so that -h cannot print the secret.
 	fs.StringVar(&o.ProviderWebhookSecret, "psp-webhook-secret", "",
 		"the secret the provider signs its notifications with; turns POST /v1/provider_webhooks/{fake|stripe} on (better: env PSP_WEBHOOK_SECRET)")

@@ -120,6 +120,9 @@ type Webhooks struct {
 	Concurrency int
 	// Timeout bounds one delivery. Default delivery.DefaultTimeout.
 	Timeout time.Duration
+	// RetryBase and RetryCap space a failing delivery's attempts. Default
+	// delivery.DefaultBackoffBase and DefaultBackoffCap.
+	RetryBase, RetryCap time.Duration
 }
 
 // Worker configures the River client that runs the outbox worker and the
@@ -455,7 +458,7 @@ func NewWorker(pool *pgxpool.Pool, o Options) (*river.Client[pgx.Tx], error) {
 		return nil, err
 	}
 	deliveries, err := delivery.NewWorker(delivery.Config{DB: pool, Logger: o.Logger, AllowPrivate: o.Webhooks.AllowPrivate,
-		Timeout: o.Webhooks.Timeout})
+		Timeout: o.Webhooks.Timeout, BackoffBase: o.Webhooks.RetryBase, BackoffCap: o.Webhooks.RetryCap})
 	if err != nil {
 		return nil, err
 	}
