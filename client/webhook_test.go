@@ -1,0 +1,175 @@
+package client
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// The test vector the Standard Webhooks libraries share (their "sign"
+// tests, in every language of github.com/standard-webhooks/standard-webhooks).
+const (
+	vectorSecret    = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	vectorID        = "msg_p5jXN8AQM9LWM0D4loKWxJek"
+	vectorTimestamp = 1614265330
+	vectorBody      = `{"test": 2432232314}`
+	vectorSignature = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+)
+
+func vectorHeaders(signature string) http.Header {
+	h := http.Header{}
+	h.Set("webhook-id", vectorID)
+	h.Set("webhook-timestamp", strconv.Itoa(vectorTimestamp))
+	h.Set("webhook-signature", signature)
+	return h
+}
+
+var vectorTime = time.Unix(vectorTimestamp, 0)
+
+// sign signs as a sender does, for the cases the vector does not cover.
+func sign(t *testing.T, secret, id string, timestamp int64, body string) string {
+	t.Helper()
+	key, err := base64.StdEncoding.DecodeString(secret[len("whsec_"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id + "." + strconv.FormatInt(timestamp, 10) + "." + body))
+	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+}
+
+func TestVerifyWebhookStandardVector(t *testing.T) {
+	t.Parallel()
+	if err := verifyWebhook(vectorSecret, vectorHeaders(vectorSignature), []byte(vectorBody), time.Minute, vectorTime); err != nil {
+		t.Fatalf("the Standard Webhooks vector: %v", err)
+	}
+	// The test helper agrees with the vector, so the cases below sign right.
+	if got := sign(t, vectorSecret, vectorID, vectorTimestamp, vectorBody); got != vectorSignature {
+		t.Fatalf("sign = %s, want %s", got, vectorSignature)
+	}
+	// The Standard Webhooks libraries take the secret without its prefix too.
+	if err := verifyWebhook(vectorSecret[len("whsec_"):], vectorHeaders(vectorSignature), []byte(vectorBody), time.Minute, vectorTime); err != nil {
+		t.Fatalf("without whsec_: %v", err)
+	}
+}
+
+func TestVerifyWebhookRefusals(t *testing.T) {
+	t.Parallel()
+	otherSecret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("another endpoint's 24 b."))
+	wrongKey := sign(t, otherSecret, vectorID, vectorTimestamp, vectorBody)
+
+	cases := []struct {
+		name    string
+		secret  string
+		headers http.Header
+		body    string
+		now     time.Time
+		want    error
+	}{
+		{"BodyChanged", vectorSecret, vectorHeaders(vectorSignature), `{"test": 2432232315}`, vectorTime, ErrWebhookSignature},
+		{"BodyReformatted", vectorSecret, vectorHeaders(vectorSignature), `{"test":2432232314}`, vectorTime, ErrWebhookSignature},
+		{"IDChanged", vectorSecret, func() http.Header {
+			h := vectorHeaders(vectorSignature)
+			h.Set("webhook-id", "msg_other")
+			return h
+		}(), vectorBody, vectorTime, ErrWebhookSignature},
+		{"TimestampChanged", vectorSecret, func() http.Header {
+			h := vectorHeaders(vectorSignature)
+			h.Set("webhook-timestamp", strconv.Itoa(vectorTimestamp+1))
+			return h
+		}(), vectorBody, vectorTime, ErrWebhookSignature},
+		{"AnotherSecret", otherSecret, vectorHeaders(vectorSignature), vectorBody, vectorTime, ErrWebhookSignature},
+		{"SignedWithAnotherSecret", vectorSecret, vectorHeaders(wrongKey), vectorBody, vectorTime, ErrWebhookSignature},
+		{"OnlyAnotherVersion", vectorSecret, vectorHeaders("v2" + vectorSignature[2:]), vectorBody, vectorTime, ErrWebhookSignature},
+		{"EmptySignature", vectorSecret, vectorHeaders("v1,"), vectorBody, vectorTime, ErrWebhookSignature},
+		{"NotBase64", vectorSecret, vectorHeaders("v1,not-base64!"), vectorBody, vectorTime, ErrWebhookSignature},
+		{"TooOld", vectorSecret, vectorHeaders(vectorSignature), vectorBody, vectorTime.Add(5*time.Minute + time.Second), ErrWebhookTimestamp},
+		{"TooNew", vectorSecret, vectorHeaders(vectorSignature), vectorBody, vectorTime.Add(-5*time.Minute - time.Second), ErrWebhookTimestamp},
+		{"NoID", vectorSecret, func() http.Header {
+			h := vectorHeaders(vectorSignature)
+			h.Del("webhook-id")
+			return h
+		}(), vectorBody, vectorTime, ErrWebhookHeaders},
+		{"NoTimestamp", vectorSecret, func() http.Header {
+			h := vectorHeaders(vectorSignature)
+			h.Del("webhook-timestamp")
+			return h
+		}(), vectorBody, vectorTime, ErrWebhookHeaders},
+		{"TimestampNotANumber", vectorSecret, func() http.Header {
+			h := vectorHeaders(vectorSignature)
+			h.Set("webhook-timestamp", "2021-02-25T15:02:10Z")
+			return h
+		}(), vectorBody, vectorTime, ErrWebhookHeaders},
+		{"NoSignature", vectorSecret, vectorHeaders(" "), vectorBody, vectorTime, ErrWebhookHeaders},
+		{"SecretNotBase64", "whsec_***", vectorHeaders(vectorSignature), vectorBody, vectorTime, ErrWebhookSecret},
+		{"NoSecret", "", vectorHeaders(vectorSignature), vectorBody, vectorTime, ErrWebhookSecret},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// Tolerance zero is the default, five minutes.
+			err := verifyWebhook(tc.secret, tc.headers, []byte(tc.body), 0, tc.now)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestVerifyWebhookAccepts(t *testing.T) {
+	t.Parallel()
+	otherSecret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("the secret being retired"))
+	old := sign(t, otherSecret, vectorID, vectorTimestamp, vectorBody)
+
+	cases := []struct {
+		name      string
+		headers   http.Header
+		now       time.Time
+		tolerance time.Duration
+	}{
+		// During a rotation a delivery carries a signature per secret; one
+		// matching is enough, in any position, and other schemes are skipped.
+		{"RotationNewSecondOldFirst", vectorHeaders(old + " " + vectorSignature), vectorTime, 0},
+		{"RotationAmongOthers", vectorHeaders("v1a,c2lnbmVk " + vectorSignature + " " + old), vectorTime, 0},
+		{"SignatureHeaderRepeated", func() http.Header {
+			h := vectorHeaders(old)
+			h.Add("webhook-signature", vectorSignature)
+			return h
+		}(), vectorTime, 0},
+		{"LowerCaseMapWrittenByHand", http.Header{
+			"webhook-id":        {vectorID},
+			"webhook-timestamp": {strconv.Itoa(vectorTimestamp)},
+			"webhook-signature": {vectorSignature},
+		}, vectorTime, 0},
+		{"AtTheToleranceInThePast", vectorHeaders(vectorSignature), vectorTime.Add(time.Minute), time.Minute},
+		{"AtTheToleranceInTheFuture", vectorHeaders(vectorSignature), vectorTime.Add(-time.Minute), time.Minute},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if err := verifyWebhook(vectorSecret, tc.headers, []byte(vectorBody), tc.tolerance, tc.now); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// VerifyWebhook reads the real clock: the vector, signed in 2021, is too old.
+func TestVerifyWebhookUsesTheClock(t *testing.T) {
+	t.Parallel()
+	err := VerifyWebhook(vectorSecret, vectorHeaders(vectorSignature), []byte(vectorBody), time.Hour)
+	if !errors.Is(err, ErrWebhookTimestamp) {
+		t.Fatalf("got %v, want ErrWebhookTimestamp", err)
+	}
+	now := time.Now().Unix()
+	h := vectorHeaders(sign(t, vectorSecret, vectorID, now, vectorBody))
+	h.Set("webhook-timestamp", strconv.FormatInt(now, 10))
+	if err := VerifyWebhook(vectorSecret, h, []byte(vectorBody), 0); err != nil {
+		t.Fatal(err)
+	}
+}
