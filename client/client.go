@@ -176,6 +176,9 @@ func (c *Client) get(ctx context.Context, path string, query url.Values, out any
 // returned as an *Error at once.
 func (c *Client) do(ctx context.Context, req request, out any) (bool, error) {
 	start := c.clock.Now()
+	// mayHaveApplied: an earlier attempt may have done the work — its answer
+	// was lost, or was a failure that does not say nothing was stored.
+	mayHaveApplied := false
 	for attempt := 1; ; attempt++ {
 		replayed, err := c.send(ctx, req, out)
 		if err == nil {
@@ -184,8 +187,14 @@ func (c *Client) do(ctx context.Context, req request, out any) (bool, error) {
 		var apiErr *Error
 		isAPIErr := errors.As(err, &apiErr)
 		if isAPIErr && !apiErr.retryable() {
+			// A refusal before the API looks the key up (the credential)
+			// says nothing of what an earlier attempt did.
+			if mayHaveApplied && req.key != "" && apiErr.beforeKeyLookup() {
+				return false, c.stopped(req, attempt, err)
+			}
 			return false, err
 		}
+		mayHaveApplied = mayHaveApplied || !isAPIErr || apiErr.Status >= 500 || apiErr.Code == CodeRequestInProgress
 		if ctx.Err() != nil {
 			return false, c.stopped(req, attempt, err)
 		}

@@ -17,6 +17,7 @@ import (
 	"chargeflow/internal/app"
 	"chargeflow/internal/dbtest"
 	"chargeflow/internal/lockedbuf"
+	"chargeflow/tenant"
 )
 
 func visa(key string) client.ChargeParams {
@@ -163,6 +164,47 @@ func TestRetriesThroughAKilledAPI(t *testing.T) {
 	}
 	require.Len(t, exchanges[0].key, 26, "a key the client made: 130 random bits")
 	require.Len(t, clock.waits(), 4)
+}
+
+// A 401 is definitive only when nothing came before it: here the first
+// attempt's answer is lost after the API committed the charge, and the API
+// key is revoked before the retry. The 401 comes before the API looks the
+// idempotency key up, so it says nothing of the charge: the create ends in
+// ErrOutcomeUnknown, and the merchant's call with a new API key and the
+// same idempotency key gets the charge.
+func TestLostAnswerThenRevokedKeyIsUnknown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := start(t, func(o *app.Options) { o.API.AuthCacheTTL = time.Nanosecond })
+	p := newProxy(t, s.url)
+	p.down()
+	p.up(func(conn int) fate {
+		if conn == 1 {
+			return resetAfterAnswer
+		}
+		return pass
+	})
+	clock := &testClock{onSleep: func(int) {
+		_, err := s.pool.Exec(ctx, `UPDATE api_keys SET revoked_at = now()`)
+		require.NoError(t, err)
+	}}
+	c, seen := s.newClient(t, p.url(), client.WithClock(clock))
+	key := client.NewIdempotencyKey()
+
+	_, err := c.CreateCharge(ctx, visa(key))
+	require.ErrorIs(t, err, client.ErrOutcomeUnknown)
+	require.ErrorIs(t, err, client.CodeUnauthorized)
+	require.Equal(t, []int{0, http.StatusUnauthorized}, seen.statuses())
+	require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Jobs: 1}, s.stored(t), "the lost attempt made the charge")
+
+	newAPIKey, err := tenant.NewKey(ctx, s.pool, s.tenantID)
+	require.NoError(t, err)
+	again, err := client.New(s.url, newAPIKey)
+	require.NoError(t, err)
+	charge, err := again.CreateCharge(ctx, visa(key))
+	require.NoError(t, err)
+	require.True(t, charge.Replayed)
+	require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Jobs: 1}, s.stored(t))
 }
 
 // Many calls with one key while the first is inside its transaction: the

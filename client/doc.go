@@ -78,7 +78,10 @@
 // Not retried: every other 4xx. It is returned at once as an *Error carrying
 // the problem's Status, Code, Detail and Field, and for a create it is
 // definitive — the API stored nothing (docs/api.md), and the same request
-// would be refused again.
+// would be refused again. One exception: a 401 or 403 after an attempt whose
+// answer was lost. The API checks the credential before it looks the key
+// up, so that answer says nothing of what the lost attempt did, and the
+// create returns it wrapped in ErrOutcomeUnknown.
 //
 // # Errors
 //

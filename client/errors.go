@@ -61,7 +61,9 @@ const (
 // Error is an answer of the API that is not a success: its RFC 9457
 // problem document. For a create, an *Error the client returns directly
 // (not wrapped in ErrOutcomeUnknown) is definitive: the API refused the
-// request and stored nothing, and the same request will be refused again.
+// request and stored nothing. (A 401 that follows a lost answer is the
+// exception: the API refused the credential before it looked the key up,
+// so the create wraps it in ErrOutcomeUnknown.)
 //
 // An answer that is not a problem document (a proxy's 502 page) is an
 // *Error too, with the status and an empty Code.
@@ -118,6 +120,14 @@ func (e *Error) retryable() bool {
 	default:
 		return e.Status >= 500
 	}
+}
+
+// beforeKeyLookup reports whether the API refuses this way before it looks
+// the idempotency key up (docs/api.md, "Order of work"): a credential that
+// no longer works. The answer is then no news of a charge an earlier attempt
+// of the same call may have made.
+func (e *Error) beforeKeyLookup() bool {
+	return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
 }
 
 // ErrOutcomeUnknown is wrapped by the error CreateCharge or CreateRefund
