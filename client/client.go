@@ -60,8 +60,8 @@ func WithHTTPClient(hc *http.Client) Option {
 
 // WithMaxElapsed bounds how long one call keeps retrying, from its first
 // attempt: no wait is begun that would end past it (default
-// DefaultMaxElapsed). A context deadline bounds the call too, whichever
-// comes first.
+// DefaultMaxElapsed; zero makes one attempt and no retry). A context
+// deadline bounds the call too, whichever comes first.
 func WithMaxElapsed(d time.Duration) Option {
 	return func(c *Client) { c.maxElapsed = d }
 }
@@ -184,6 +184,15 @@ func (c *Client) do(ctx context.Context, req request, out any) (bool, error) {
 		if err == nil {
 			return replayed, nil
 		}
+		var undecodable *decodeError
+		if errors.As(err, &undecodable) {
+			// A whole 2xx answer the client cannot read will read no
+			// better next time; for a create it was still a success.
+			if req.key != "" {
+				return false, c.stopped(req, attempt, err)
+			}
+			return false, err
+		}
 		var apiErr *Error
 		isAPIErr := errors.As(err, &apiErr)
 		if isAPIErr && !apiErr.retryable() {
@@ -202,7 +211,7 @@ func (c *Client) do(ctx context.Context, req request, out any) (bool, error) {
 		if isAPIErr {
 			wait = max(wait, apiErr.RetryAfter)
 		}
-		if c.clock.Now().Add(wait).Sub(start) > c.maxElapsed {
+		if c.maxElapsed == 0 || c.clock.Now().Add(wait).Sub(start) > c.maxElapsed {
 			return false, c.stopped(req, attempt, err)
 		}
 		if sleepErr := c.clock.Sleep(ctx, wait); sleepErr != nil {
@@ -215,9 +224,16 @@ func (c *Client) do(ctx context.Context, req request, out any) (bool, error) {
 // after attempts attempts, the last of which failed with last.
 func (c *Client) stopped(req request, attempts int, last error) error {
 	if req.key != "" {
-		return fmt.Errorf("%w: %s %s gave up after %d attempts: %w", ErrOutcomeUnknown, req.method, req.path, attempts, last)
+		return fmt.Errorf("%w: %s %s stopped after %s: %w", ErrOutcomeUnknown, req.method, req.path, count(attempts), last)
 	}
-	return fmt.Errorf("chargeflow: %s %s gave up after %d attempts: %w", req.method, req.path, attempts, last)
+	return fmt.Errorf("chargeflow: %s %s stopped after %s: %w", req.method, req.path, count(attempts), last)
+}
+
+func count(attempts int) string {
+	if attempts == 1 {
+		return "1 attempt"
+	}
+	return strconv.Itoa(attempts) + " attempts"
 }
 
 // backoff is the wait after attempt (1-based): a uniformly random time up
@@ -266,10 +282,17 @@ func (c *Client) send(ctx context.Context, req request, out any) (bool, error) {
 		return false, c.problemOf(httpResp, data)
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return false, fmt.Errorf("chargeflow: decode the answer to %s %s: %w", req.method, req.path, err)
+		return false, &decodeError{fmt.Errorf("chargeflow: decode the answer to %s %s: %w", req.method, req.path, err)}
 	}
 	return httpResp.Header.Get("Idempotent-Replayed") == "true", nil
 }
+
+// decodeError is a 2xx answer that is not what the client expects: a
+// server or a proxy in front of it that speaks another version.
+type decodeError struct{ err error }
+
+func (e *decodeError) Error() string { return e.err.Error() }
+func (e *decodeError) Unwrap() error { return e.err }
 
 // problemOf reads a non-2xx answer into an *Error.
 func (c *Client) problemOf(resp *http.Response, data []byte) *Error {

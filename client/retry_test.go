@@ -2,7 +2,12 @@ package client
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -114,5 +119,83 @@ func TestRetryable(t *testing.T) {
 		if got := (&Error{Status: tc.status, Code: tc.code}).retryable(); got != tc.want {
 			t.Errorf("%d %s: retryable %v, want %v", tc.status, tc.code, got, tc.want)
 		}
+	}
+}
+
+// recordingClock reads the real time and records the waits asked of it
+// without waiting.
+type recordingClock struct{ waits []time.Duration }
+
+func (*recordingClock) Now() time.Time { return time.Now() }
+
+func (c *recordingClock) Sleep(_ context.Context, d time.Duration) error {
+	c.waits = append(c.waits, d)
+	return nil
+}
+
+// refusedURL is the URL of a loopback port nothing listens on.
+func refusedURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return "http://" + addr
+}
+
+// WithMaxElapsed(0) is one attempt: nothing is retried, and a create that
+// got no answer is an unknown outcome.
+func TestMaxElapsedZeroIsOneAttempt(t *testing.T) {
+	t.Parallel()
+	clock := &recordingClock{}
+	c, err := New(refusedURL(t), "cfk_x", WithMaxElapsed(0), WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetCharge(context.Background(), "ch_x"); err == nil || errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("a read: %v", err)
+	}
+	_, err = c.CreateCharge(context.Background(), ChargeParams{Amount: 1, Currency: "USD", PaymentMethod: "pm_card_visa"})
+	if !errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "stopped after 1 attempt:") {
+		t.Fatalf("a create: %v", err)
+	}
+	if len(clock.waits) != 0 {
+		t.Fatalf("waited %v", clock.waits)
+	}
+}
+
+// A whole 2xx answer that is not what the client reads — another version
+// of the API, or something else answering at its address — is not retried:
+// it would read no better. For a create it may still have been a success,
+// so the outcome is unknown. (The real API cannot answer this way; a stub
+// does.)
+func TestUndecodableAnswerIsNotRetried(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int32
+	stub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id": 42}`))
+	}))
+	t.Cleanup(stub.Close)
+	clock := &recordingClock{}
+	c, err := New(stub.URL, "cfk_x", WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CreateCharge(context.Background(), ChargeParams{Amount: 1, Currency: "USD", PaymentMethod: "pm_card_visa"})
+	if !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("a create: %v", err)
+	}
+	if _, err := c.GetCharge(context.Background(), "ch_x"); err == nil || errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("a read: %v", err)
+	}
+	if requests.Load() != 2 || len(clock.waits) != 0 {
+		t.Fatalf("%d requests, waits %v: want one each, none", requests.Load(), clock.waits)
 	}
 }
