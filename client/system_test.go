@@ -1,7 +1,9 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -112,10 +114,11 @@ type observer struct {
 	seen []exchange
 }
 
-// exchange is one request: the status (0 for a network error) and the
-// Retry-After of its answer.
+// exchange is one request: the status (0 for a network error), the
+// problem's code and the Retry-After of its answer, and the key it carried.
 type exchange struct {
 	status     int
+	code       client.Code
 	retryAfter time.Duration
 	key        string
 }
@@ -129,6 +132,18 @@ func (o *observer) RoundTrip(req *http.Request) (*http.Response, error) {
 			d, parseErr := time.ParseDuration(seconds + "s")
 			if parseErr == nil {
 				e.retryAfter = d
+			}
+		}
+		if resp.Header.Get("Content-Type") == "application/problem+json" {
+			// Read the code, and give the client the same bytes.
+			data, readErr := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			resp.Body = io.NopCloser(bytes.NewReader(data))
+			var problem struct {
+				Code client.Code `json:"code"`
+			}
+			if readErr == nil && json.Unmarshal(data, &problem) == nil {
+				e.code = problem.Code
 			}
 		}
 	}
