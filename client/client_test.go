@@ -221,7 +221,6 @@ func TestRequestInProgressStorm(t *testing.T) {
 	s := start(t, func(o *app.Options) {
 		o.CrashPoints = points
 		o.APIPool.LockTimeout = 100 * time.Millisecond
-		o.APIPool.MaxConns = 24
 		o.Logger = slogJSON(&logs)
 	})
 	key := client.NewIdempotencyKey()
