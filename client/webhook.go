@@ -47,8 +47,8 @@ const (
 // the signature is HMAC-SHA256, keyed with the bytes the secret's base64
 // encodes, over "<webhook-id>.<webhook-timestamp>.<body>"; the
 // webhook-signature header lists one or more "v1,<base64 signature>"
-// separated by spaces (during a secret's rotation a delivery is signed with
-// both), and any one that matches is enough. Signatures are compared in
+// separated by spaces (a sender rotating its secret signs with the old and
+// the new), and any one that matches is enough. Signatures are compared in
 // constant time. A timestamp (Unix seconds) more than tolerance away from
 // now, either way, is refused; a tolerance of zero or less means
 // DefaultWebhookTolerance.
