@@ -41,6 +41,7 @@ const (
 	CodeInvalidField          Code = "invalid_field"
 	CodeInvalidJSON           Code = "invalid_json"
 	CodeInvalidParameter      Code = "invalid_parameter"
+	CodeInvalidSignature      Code = "invalid_signature"
 	CodeInvalidUTF8           Code = "invalid_utf8"
 	CodeKeyWindowPassed       Code = "key_window_passed"
 	CodeMethodNotAllowed      Code = "method_not_allowed"
