@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"chargeflow/client"
 )
 
 // runCharge is a client of the API: the same endpoints, the same
@@ -21,6 +24,8 @@ import (
 // key); reconcile and resolve are an operator's (an operator token, against
 // /ops/v1; the operator named in the audit trail is the token's).
 //
+//	chargeflow charge create --amount N --currency C --payment-method PM [--key K] [--wait]
+//	chargeflow charge refund ID [--amount N] [--reason R] [--key K]
 //	chargeflow charge list [--status S] [--limit N] [--starting-after ID]
 //	chargeflow charge get ID
 //	chargeflow charge events ID
@@ -28,7 +33,7 @@ import (
 //	chargeflow charge resolve ID --status succeeded|failed|pending --evidence TEXT
 //	                             [--provider-charge-id PY] [--failure-code CODE]
 func runCharge(ctx context.Context, e env, args []string) error {
-	usage := errors.New("usage: chargeflow charge list|get|events|reconcile|resolve [ID] [flags] " +
+	usage := errors.New("usage: chargeflow charge create|refund|list|get|events|reconcile|resolve [ID] [flags] " +
 		"(API at --api-url; reads with --api-key or CHARGEFLOW_API_KEY, reconcile and resolve with --operator-token or CHARGEFLOW_OPERATOR_TOKEN)")
 	if len(args) == 0 {
 		return usage
@@ -47,6 +52,8 @@ func runCharge(ctx context.Context, e env, args []string) error {
 	var method, path string
 	var body []byte
 	switch action {
+	case "create", "refund":
+		return createWithClient(ctx, e, fs, action, args, &apiURL, &credential)
 	case "list":
 		var status, startingAfter string
 		var limit int
@@ -149,5 +156,64 @@ func callAPI(ctx context.Context, e env, method, target, credential string, body
 		return fmt.Errorf("the API answered %s", resp.Status)
 	}
 	_, err = fmt.Fprintln(e.stdout, strings.TrimSpace(pretty.String()))
+	return err
+}
+
+// createWithClient creates a charge or a refund through chargeflow/client:
+// the key made once (or given with --key) and kept across every retry
+// until a definitive answer, as a merchant's code should (docs/client.md).
+// The key is printed to stderr so that a run without an answer can be
+// retried with it.
+func createWithClient(ctx context.Context, e env, fs *flag.FlagSet, action string, args []string, apiURL, credential *string) error {
+	var key, currency, paymentMethod, reason, chargeID string
+	var amount int64
+	var wait bool
+	fs.StringVar(&key, "key", "", "the idempotency key (default: a new one, printed; reuse it to retry)")
+	fs.Int64Var(&amount, "amount", 0, "in the currency's minor unit (a refund's default: what is left)")
+	if action == "create" {
+		fs.StringVar(&currency, "currency", "USD", "ISO 4217 code")
+		fs.StringVar(&paymentMethod, "payment-method", "pm_card_visa", "a payment method token")
+		fs.BoolVar(&wait, "wait", false, "wait for the charge's outcome (succeeded, failed or needs_review)")
+	} else {
+		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+			return errors.New("charge refund: the charge id comes first: chargeflow charge refund ch_… [flags]")
+		}
+		chargeID, args = args[0], args[1:]
+		fs.StringVar(&reason, "reason", "", "requested_by_customer, duplicate or fraudulent")
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *credential == "" {
+		return errors.New("charge: no API key: pass --api-key or set CHARGEFLOW_API_KEY")
+	}
+	c, err := client.New(*apiURL, *credential)
+	if err != nil {
+		return err
+	}
+	key = cmp.Or(key, client.NewIdempotencyKey())
+	fmt.Fprintf(e.stderr, "idempotency key: %s\n", key)
+	var result any
+	if action == "create" {
+		charge, err := c.CreateCharge(ctx, client.ChargeParams{Amount: amount, Currency: currency, PaymentMethod: paymentMethod, IdempotencyKey: key})
+		if err == nil && wait {
+			charge, err = c.WaitForOutcome(ctx, charge.ID)
+		}
+		result = charge
+		if err != nil {
+			return fmt.Errorf("charge create: %w", err)
+		}
+	} else {
+		refund, err := c.CreateRefund(ctx, client.RefundParams{Charge: chargeID, Amount: amount, Reason: client.RefundReason(reason), IdempotencyKey: key})
+		result = refund
+		if err != nil {
+			return fmt.Errorf("charge refund: %w", err)
+		}
+	}
+	out, err := json.MarshalIndent(result, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(e.stdout, string(out))
 	return err
 }

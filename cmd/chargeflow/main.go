@@ -63,7 +63,7 @@ func commands() []command {
 		{"worker", "run the outbox worker: carry pending charges to the provider", runWorker},
 		{"reconciler", "run the reconciler: resolve unknown outcomes with proof (any number of them)", runReconciler},
 		{"fakepsp", "run the bundled fake payment provider (durable ledger, fault injection)", runFakePSP},
-		{"charge", "a client of the API: charge list|get|events (tenant key), charge reconcile|resolve (operator token)", runCharge},
+		{"charge", "a client of the API: charge create|refund|list|get|events (tenant key; create and refund through chargeflow/client), charge reconcile|resolve (operator token)", runCharge},
 		{"scenario", "scenario list | scenario run NAME|all: replay crash scenarios against real processes and check the invariants", runScenario},
 		{"bench", "measure the performance targets as ratios against baselines on a fresh database (docs/benchmarks.md)", runBench},
 		{"all", "every role in one process against the local Postgres, with a demo tenant and a ready curl", runAll},

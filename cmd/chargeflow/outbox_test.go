@@ -255,3 +255,27 @@ func TestWorkerCrashAfterSubmittingCommit(t *testing.T) {
 	require.Empty(t, s.violations())
 	require.Equal(t, 1, s.reasons()["proven_not_found"])
 }
+
+// The CLI creates a charge and refunds it through chargeflow/client: the
+// key it prints, reused, replays the same charge rather than making one.
+func TestChargeCreateAndRefundThroughTheCLI(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t)
+	s.startWorker()
+	env := map[string]string{"CHARGEFLOW_API_URL": s.apiURL, "CHARGEFLOW_API_KEY": s.apiKey}
+	created := runInProcess(t, env, "charge", "create", "--amount", "1500", "--key", "cli-order-000000000001", "--wait")
+	var charge struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(created), &charge), created)
+	require.Equal(t, "succeeded", charge.Status)
+	again := runInProcess(t, env, "charge", "create", "--amount", "1500", "--key", "cli-order-000000000001")
+	require.Contains(t, again, charge.ID, "the same key is the same charge")
+	require.Len(t, s.ledgerEntries(), 1)
+
+	refunded := runInProcess(t, env, "charge", "refund", charge.ID, "--amount", "500", "--reason", "requested_by_customer")
+	require.Contains(t, refunded, `"charge": "`+charge.ID+`"`)
+	s.waitNoneIn(time.Minute, "pending", "submitting", "unknown")
+	require.Empty(t, s.violations())
+}
