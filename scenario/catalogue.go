@@ -81,31 +81,33 @@ var currencies = []string{"USD", "EUR", "GBP", "JPY", "CHF"}
 
 // request builds charge i of a named batch: a fresh key, a seeded body
 // carrying the canaries.
-func (s *system) request(name string, i int) chargeRequest {
-	key := s.key(name, i)
+func (s *system) request(name string, i int) request {
 	body := fmt.Sprintf(`{"amount": %d, "currency": %q, "payment_method": %q, "description": %q, "metadata": {%q: %q, "n": "%d"}}`,
 		100+s.intn(100000), currencies[s.intn(len(currencies))], paymentMethods[s.intn(len(paymentMethods))],
 		canaryDescription(s.seed), canaryMetadataKey, canaryMetadata(s.seed), i)
-	s.mu.Lock()
-	s.requests[key] = []byte(body)
-	s.mu.Unlock()
-	return chargeRequest{key: key, body: []byte(body)}
+	return s.charge(s.key(name, i), body)
 }
 
-// traffic sends n charges through 16 concurrent clients.
-func (s *system) traffic(ctx context.Context, name string, n int) {
-	s.client.load(ctx, n, 16, func(i int) chargeRequest { return s.request(name, i) }, nil)
+// charge is a charge request with a key and a body.
+func (s *system) charge(key, body string) request {
+	return request{path: chargesPath, key: key, body: []byte(body)}
+}
+
+// traffic sends n charges through 16 concurrent clients; done, when set,
+// gets each one's final answer.
+func (s *system) traffic(ctx context.Context, name string, n int, done func(request, answer)) {
+	s.client.load(ctx, n, 16, func(i int) request { return s.request(name, i) }, done)
 }
 
 // rejectCard sends a request with a card number in it, which must be
 // refused (and never logged).
 func (s *system) rejectCard(ctx context.Context) error {
 	body := fmt.Sprintf(`{"amount": 100, "currency": "USD", "payment_method": "pm_card_visa", "description": "card %s"}`, canaryCardGrouped)
-	status, _, _ := s.client.send(ctx, s.key("card", 0), []byte(body))
+	status, _, _ := s.client.send(ctx, s.charge(s.key("card", 0), body))
 	if status != http.StatusBadRequest {
 		return fmt.Errorf("a body with a card number got %d, not 400", status)
 	}
-	status, _, _ = s.client.send(ctx, s.key("card", 1), []byte(fmt.Sprintf(`{"amount": 100, "currency": "USD", "payment_method": %q}`, canaryCard)))
+	status, _, _ = s.client.send(ctx, s.charge(s.key("card", 1), fmt.Sprintf(`{"amount": 100, "currency": "USD", "payment_method": %q}`, canaryCard)))
 	if status != http.StatusBadRequest {
 		return fmt.Errorf("a card number as payment method got %d, not 400", status)
 	}
@@ -128,7 +130,7 @@ func standard(short, full int) func(ctx context.Context, s *system) error {
 		if err := s.rejectCard(ctx); err != nil {
 			return err
 		}
-		s.traffic(ctx, "charge", s.charges(short, full))
+		s.traffic(ctx, "charge", s.charges(short, full), nil)
 		s.settleUnderFaults(ctx)
 		return nil
 	}
@@ -305,7 +307,7 @@ func concurrentDuplicates(copies, short, full int) func(ctx context.Context, s *
 			r := s.request("dup", i)
 			var wg sync.WaitGroup
 			for range copies {
-				wg.Go(func() { s.client.charge(ctx, r) })
+				wg.Go(func() { s.client.post(ctx, r) })
 			}
 			wg.Wait()
 		}
@@ -321,11 +323,10 @@ func concurrentDuplicates(copies, short, full int) func(ctx context.Context, s *
 func keyReuse(short, full int) func(ctx context.Context, s *system) error {
 	return func(ctx context.Context, s *system) error {
 		n := s.charges(short, full)
-		s.traffic(ctx, "reuse", n)
+		s.traffic(ctx, "reuse", n, nil)
 		for i := range n {
-			key := s.key("reuse", i)
-			other := []byte(fmt.Sprintf(`{"amount": 1, "currency": "USD", "payment_method": "pm_card_visa", "description": %q}`, canaryDescription(s.seed)))
-			status, _, _ := s.client.send(ctx, key, other)
+			other := fmt.Sprintf(`{"amount": 1, "currency": "USD", "payment_method": "pm_card_visa", "description": %q}`, canaryDescription(s.seed))
+			status, _, _ := s.client.send(ctx, s.charge(s.key("reuse", i), other))
 			if status != http.StatusUnprocessableEntity {
 				return fmt.Errorf("key %d reused with another body got %d, not 422", i, status)
 			}
@@ -350,12 +351,15 @@ func retryLongAfter(ctx context.Context, s *system) error {
 	for i := range n {
 		r := s.request("late", i)
 		wg.Go(func() {
-			status, _, _ := s.client.send(ctx, r.key, r.body)
+			status, body, _ := s.client.send(ctx, r)
+			if status == http.StatusCreated {
+				s.client.recordAck(r, body)
+			}
 			if status != 0 {
 				return // answered in time: nothing late to retry
 			}
 			time.Sleep(wait)
-			if s.client.charge(ctx, r) == http.StatusCreated {
+			if s.client.post(ctx, r).status == http.StatusCreated {
 				s.mu.Lock()
 				s.fired["late_retries"]++
 				s.mu.Unlock()
@@ -369,7 +373,7 @@ func retryLongAfter(ctx context.Context, s *system) error {
 // lookupOutage keeps lookups failing for a while with charges waiting in
 // unknown, checks nothing was re-sent or failed meanwhile, then heals.
 func lookupOutage(ctx context.Context, s *system) error {
-	s.traffic(ctx, "outage", s.charges(30, 300))
+	s.traffic(ctx, "outage", s.charges(30, 300), nil)
 	time.Sleep(s.t.settleWindow() + 2*time.Second)
 	var reattempted, failedAfterUnknown int
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE reason = 'proven_not_found'),
@@ -392,7 +396,7 @@ func postgresRestart(ctx context.Context, s *system) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.traffic(ctx, "pg", n)
+		s.traffic(ctx, "pg", n, nil)
 	}()
 	for s.client.ackedCount() < n/3 {
 		select {

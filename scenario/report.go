@@ -50,7 +50,7 @@ type Report struct {
 	Seed     uint64
 	Dir      string
 	// Charges is how many charges the database holds; Acked how many
-	// distinct 201s the client saw.
+	// distinct 201s the client saw for charges.
 	Charges int
 	Acked   int
 	// Fired counts what happened: "crashpoint:<point>", "fault:<name>",
@@ -105,10 +105,10 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 		}
 	}
 	s.client.mu.Lock()
-	rep.Acked = len(s.client.acks)
+	rep.Acked = s.client.chargeAcks
 	for key, a := range s.client.acks {
-		if !ids[a.chargeID] {
-			add(Violation{InvariantAckedHasRow, a.chargeID, "a 201 for key " + redactKey(key) + " has no charge"})
+		if !ids[a.id] {
+			add(Violation{InvariantAckedHasRow, a.id, "a 201 for key " + redactKey(key) + " has no charge"})
 		}
 	}
 	for _, key := range s.client.mismatches {

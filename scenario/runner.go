@@ -145,15 +145,14 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
 	}
 	rep.Dir = dir
 	s := &system{
-		runner:   r,
-		sc:       sc,
-		t:        r.timings(),
-		dir:      dir,
-		rnd:      rand.New(rand.NewPCG(seed, seed^0x5ca1ab1e)),
-		seed:     seed,
-		kills:    map[string]int{},
-		fired:    map[string]int{},
-		requests: map[string][]byte{},
+		runner: r,
+		sc:     sc,
+		t:      r.timings(),
+		dir:    dir,
+		rnd:    rand.New(rand.NewPCG(seed, seed^0x5ca1ab1e)),
+		seed:   seed,
+		kills:  map[string]int{},
+		fired:  map[string]int{},
 	}
 	defer s.shutdown()
 
@@ -190,7 +189,7 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
 	rep.Converge = time.Since(calmAt)
 	stopSupervising()
 	supervised.Wait()
-	s.client.replayAll(ctx, s.requests)
+	s.client.replayAll(ctx)
 
 	if err := s.check(ctx, &rep, converged, bound); err != nil {
 		return rep, err
@@ -227,9 +226,8 @@ type system struct {
 	workers     []*proc
 	reconcilers []*proc
 
-	apiKey   string
-	client   *client
-	requests map[string][]byte
+	apiKey string
+	client *client
 
 	mu         sync.Mutex
 	kills      map[string]int

@@ -56,7 +56,7 @@ func soak(ctx context.Context, s *system) error {
 	if d := s.runner.cfg.Duration; d > 0 {
 		pace = d / time.Duration(n) * 16 // per client, 16 clients
 	}
-	s.client.load(ctx, n, 16, func(i int) chargeRequest {
+	s.client.load(ctx, n, 16, func(i int) request {
 		if pace > 0 {
 			time.Sleep(pace)
 		}
