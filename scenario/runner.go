@@ -145,14 +145,15 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
 	}
 	rep.Dir = dir
 	s := &system{
-		runner: r,
-		sc:     sc,
-		t:      r.timings(),
-		dir:    dir,
-		rnd:    rand.New(rand.NewPCG(seed, seed^0x5ca1ab1e)),
-		seed:   seed,
-		kills:  map[string]int{},
-		fired:  map[string]int{},
+		runner:  r,
+		sc:      sc,
+		t:       r.timings(),
+		dir:     dir,
+		rnd:     rand.New(rand.NewPCG(seed, seed^0x5ca1ab1e)),
+		seed:    seed,
+		kills:   map[string]int{},
+		fired:   map[string]int{},
+		refunds: newRefunder(16),
 	}
 	defer s.shutdown()
 
@@ -226,8 +227,9 @@ type system struct {
 	workers     []*proc
 	reconcilers []*proc
 
-	apiKey string
-	client *client
+	apiKey  string
+	client  *client
+	refunds *refunder
 
 	mu         sync.Mutex
 	kills      map[string]int
