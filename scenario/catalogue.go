@@ -269,7 +269,7 @@ func Catalogue() []Scenario {
 			PrivatePostgres: true,
 			Workers:         3,
 			Reconcilers:     2,
-			Faults:          soakFaults,
+			Faults:          soakFaults(),
 			Run:             soak,
 			MustFire:        soakMustFire(),
 		},

@@ -286,3 +286,10 @@ func (c *client) ackedCount() int {
 	defer c.mu.Unlock()
 	return c.chargeAcks
 }
+
+// refundAckedCount is how many refunds the client saw acknowledged.
+func (c *client) refundAckedCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refundAcks
+}
