@@ -136,13 +136,14 @@ func standard(short, full int) func(ctx context.Context, s *system) error {
 	}
 }
 
+// crash arms a crash point so that every incarnation dies at its sixth hit:
+// certain to fire, and each incarnation still gets five calls through.
+func crash(point string) []string {
+	return []string{"CHARGEFLOW_CRASHPOINTS=" + point + "=exit#6"}
+}
+
 // Catalogue lists every scenario, in the order `run all` runs them.
 func Catalogue() []Scenario {
-	crash := func(point string) []string {
-		// Every incarnation dies at its sixth hit: certain to fire, and
-		// each incarnation still gets five charges through.
-		return []string{"CHARGEFLOW_CRASHPOINTS=" + point + "=exit#6"}
-	}
 	return []Scenario{
 		{
 			Name:      "crash-after-provider-success",
@@ -164,6 +165,18 @@ func Catalogue() []Scenario {
 			WorkerEnv: crash("worker.after_save_before_commit"),
 			Run:       standard(20, 100),
 			MustFire:  []string{"crashpoint:worker.after_save_before_commit"},
+		},
+		{
+			Name:     "refund-crash-after-provider-success",
+			Summary:  "charges settle, then workers die after the provider refunded and before the local save; reruns must not refund again",
+			Run:      refundsUnderCrash(30, 100, crash("worker.after_psp_response_before_save")...),
+			MustFire: []string{"crashpoint:worker.after_psp_response_before_save", "refunds:found"},
+		},
+		{
+			Name:     "refund-crash-after-submitting",
+			Summary:  "charges settle, then workers die after committing a refund's submitting, before the call",
+			Run:      refundsUnderCrash(30, 100, crash("worker.after_submitting_commit")...),
+			MustFire: []string{"crashpoint:worker.after_submitting_commit", "refunds:re-attempted"},
 		},
 		{
 			Name:     "crash-inside-accept",
@@ -295,6 +308,44 @@ func Find(name string) (Scenario, bool) {
 		}
 	}
 	return Scenario{}, false
+}
+
+// refundsUnderCrash sends charges with the workers' crash point disarmed
+// and waits for them to settle; then it restarts the workers with env (the
+// crash point armed) and refunds every charge, so that every crash cuts a
+// refund. A crash point is armed per process by its environment at start
+// and knows nothing of kinds: arming it once the charges are settled is
+// what aims it at refunds.
+func refundsUnderCrash(short, full int, env ...string) func(ctx context.Context, s *system) error {
+	return func(ctx context.Context, s *system) error {
+		type acked struct {
+			r    request
+			body []byte
+		}
+		var mu sync.Mutex
+		var charges []acked
+		s.traffic(ctx, "charge", s.charges(short, full), func(r request, a answer) {
+			if a.status == http.StatusCreated {
+				mu.Lock()
+				charges = append(charges, acked{r, a.body})
+				mu.Unlock()
+			}
+		})
+		if !s.waitConverged(ctx, s.t.convergenceBound()) {
+			return errors.New("the charges did not settle before the crash point was armed")
+		}
+		if err := s.restartWith(ctx, s.workers, env...); err != nil {
+			return err
+		}
+		for _, c := range charges {
+			s.refundLater(ctx, c.r, c.body)
+		}
+		if refunded, answered := s.waitRefunds(); answered < refunded {
+			return fmt.Errorf("only %d of %d charges to refund had every refund answered", answered, refunded)
+		}
+		s.settleUnderFaults(ctx)
+		return nil
+	}
 }
 
 // concurrentDuplicates sends `copies` concurrent requests for each of n keys.
