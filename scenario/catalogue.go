@@ -41,6 +41,10 @@ type Scenario struct {
 	// ExpectViolation marks the negative control: it passes only if the
 	// checker finds a violation.
 	ExpectViolation bool
+	// Slow marks a scenario that takes a minute or more mostly waiting
+	// (for River's rescue of a job): `run --parallel` starts it first and
+	// outside its slots, so the rest run alongside it instead of after it.
+	Slow bool
 }
 
 // ReconcilerEnv is reconciler i's extra environment.
@@ -296,6 +300,18 @@ func Catalogue() []Scenario {
 			Run:                standard(20, 20),
 			MustFire:           []string{"crashpoint:worker.after_psp_response_before_save"},
 			ExpectViolation:    true,
+			Slow:               true,
+		},
+		{
+			Name:    "refund-negative-control",
+			Summary: "the broken worker of negative-control, armed once the charges settled: the checker must catch the double refund",
+			// As negative-control; restartWith adds the crash point and the
+			// broken mode once the charges have settled.
+			ReconcilerFlagsFor: func(int) []string { return []string{"--stale-margin", "1h"} },
+			Run:                refundsUnderCrash(20, 20, append(crash("worker.after_psp_response_before_save"), "CHARGEFLOW_BROKEN=resend_on_rerun")...),
+			MustFire:           []string{"crashpoint:worker.after_psp_response_before_save"},
+			ExpectViolation:    true,
+			Slow:               true,
 		},
 	}
 }
@@ -312,10 +328,10 @@ func Find(name string) (Scenario, bool) {
 
 // refundsUnderCrash sends charges with the workers' crash point disarmed
 // and waits for them to settle; then it restarts the workers with env (the
-// crash point armed) and refunds every charge, so that every crash cuts a
-// refund. A crash point is armed per process by its environment at start
-// and knows nothing of kinds: arming it once the charges are settled is
-// what aims it at refunds.
+// crash point armed, a broken mode) and refunds every charge, so that every
+// crash cuts a refund. A crash point is armed per process by its environment
+// at start and knows nothing of kinds: arming it once the charges are
+// settled is what aims it at refunds.
 func refundsUnderCrash(short, full int, env ...string) func(ctx context.Context, s *system) error {
 	return func(ctx context.Context, s *system) error {
 		type acked struct {
