@@ -55,7 +55,7 @@ func (s *system) refundLater(ctx context.Context, charge request, acked []byte) 
 		Amount int64  `json:"amount"`
 	}
 	if err := json.Unmarshal(acked, &c); err != nil || c.ID == "" {
-		s.client.unexpectedf("%s: a 201 that is not a charge: %v", charge.key, err)
+		s.client.unexpectedf("key %s: a 201 that is not a charge: %v", redactKey(charge.key), err)
 		return
 	}
 	r := s.refunds

@@ -171,11 +171,11 @@ func (c *client) post(ctx context.Context, r request) answer {
 			c.refusals[a.code]++
 			c.mu.Unlock()
 		default:
-			c.unexpectedf("%s: %d %s", r.key, a.status, bytes.TrimSpace(a.body))
+			c.unexpectedf("key %s: %d %s", redactKey(r.key), a.status, bytes.TrimSpace(a.body))
 		}
 		return true
 	})
-	if a.status != 0 && transient(a.status, a.code) {
+	if transient(a.status, a.code) {
 		a.status = 0 // gave up
 	}
 	return a
