@@ -41,6 +41,10 @@ type Scenario struct {
 	// ExpectViolation marks the negative control: it passes only if the
 	// checker finds a violation.
 	ExpectViolation bool
+	// Slow marks a scenario that takes a minute or more mostly waiting
+	// (for River's rescue of a job): `run --parallel` starts it first and
+	// outside its slots, so the rest run alongside it instead of after it.
+	Slow bool
 }
 
 // ReconcilerEnv is reconciler i's extra environment.
@@ -81,31 +85,33 @@ var currencies = []string{"USD", "EUR", "GBP", "JPY", "CHF"}
 
 // request builds charge i of a named batch: a fresh key, a seeded body
 // carrying the canaries.
-func (s *system) request(name string, i int) chargeRequest {
-	key := s.key(name, i)
+func (s *system) request(name string, i int) request {
 	body := fmt.Sprintf(`{"amount": %d, "currency": %q, "payment_method": %q, "description": %q, "metadata": {%q: %q, "n": "%d"}}`,
 		100+s.intn(100000), currencies[s.intn(len(currencies))], paymentMethods[s.intn(len(paymentMethods))],
 		canaryDescription(s.seed), canaryMetadataKey, canaryMetadata(s.seed), i)
-	s.mu.Lock()
-	s.requests[key] = []byte(body)
-	s.mu.Unlock()
-	return chargeRequest{key: key, body: []byte(body)}
+	return s.charge(s.key(name, i), body)
 }
 
-// traffic sends n charges through 16 concurrent clients.
-func (s *system) traffic(ctx context.Context, name string, n int) {
-	s.client.load(ctx, n, 16, func(i int) chargeRequest { return s.request(name, i) }, nil)
+// charge is a charge request with a key and a body.
+func (s *system) charge(key, body string) request {
+	return request{path: chargesPath, key: key, body: []byte(body)}
+}
+
+// traffic sends n charges through 16 concurrent clients; done, when set,
+// gets each one's final answer.
+func (s *system) traffic(ctx context.Context, name string, n int, done func(request, answer)) {
+	s.client.load(ctx, n, 16, func(i int) request { return s.request(name, i) }, done)
 }
 
 // rejectCard sends a request with a card number in it, which must be
 // refused (and never logged).
 func (s *system) rejectCard(ctx context.Context) error {
 	body := fmt.Sprintf(`{"amount": 100, "currency": "USD", "payment_method": "pm_card_visa", "description": "card %s"}`, canaryCardGrouped)
-	status, _, _ := s.client.send(ctx, s.key("card", 0), []byte(body))
+	status, _, _ := s.client.send(ctx, s.charge(s.key("card", 0), body))
 	if status != http.StatusBadRequest {
 		return fmt.Errorf("a body with a card number got %d, not 400", status)
 	}
-	status, _, _ = s.client.send(ctx, s.key("card", 1), []byte(fmt.Sprintf(`{"amount": 100, "currency": "USD", "payment_method": %q}`, canaryCard)))
+	status, _, _ = s.client.send(ctx, s.charge(s.key("card", 1), fmt.Sprintf(`{"amount": 100, "currency": "USD", "payment_method": %q}`, canaryCard)))
 	if status != http.StatusBadRequest {
 		return fmt.Errorf("a card number as payment method got %d, not 400", status)
 	}
@@ -128,19 +134,20 @@ func standard(short, full int) func(ctx context.Context, s *system) error {
 		if err := s.rejectCard(ctx); err != nil {
 			return err
 		}
-		s.traffic(ctx, "charge", s.charges(short, full))
+		s.traffic(ctx, "charge", s.charges(short, full), nil)
 		s.settleUnderFaults(ctx)
 		return nil
 	}
 }
 
+// crash arms a crash point so that every incarnation dies at its sixth hit:
+// certain to fire, and each incarnation still gets five calls through.
+func crash(point string) []string {
+	return []string{"CHARGEFLOW_CRASHPOINTS=" + point + "=exit#6"}
+}
+
 // Catalogue lists every scenario, in the order `run all` runs them.
 func Catalogue() []Scenario {
-	crash := func(point string) []string {
-		// Every incarnation dies at its sixth hit: certain to fire, and
-		// each incarnation still gets five charges through.
-		return []string{"CHARGEFLOW_CRASHPOINTS=" + point + "=exit#6"}
-	}
 	return []Scenario{
 		{
 			Name:      "crash-after-provider-success",
@@ -162,6 +169,18 @@ func Catalogue() []Scenario {
 			WorkerEnv: crash("worker.after_save_before_commit"),
 			Run:       standard(20, 100),
 			MustFire:  []string{"crashpoint:worker.after_save_before_commit"},
+		},
+		{
+			Name:     "refund-crash-after-provider-success",
+			Summary:  "charges settle, then workers die after the provider refunded and before the local save; reruns must not refund again",
+			Run:      refundsUnderCrash(30, 100, crash("worker.after_psp_response_before_save")...),
+			MustFire: []string{"crashpoint:worker.after_psp_response_before_save", "refunds:found"},
+		},
+		{
+			Name:     "refund-crash-after-submitting",
+			Summary:  "charges settle, then workers die after committing a refund's submitting, before the call",
+			Run:      refundsUnderCrash(30, 100, crash("worker.after_submitting_commit")...),
+			MustFire: []string{"crashpoint:worker.after_submitting_commit", "refunds:re-attempted"},
 		},
 		{
 			Name:     "crash-inside-accept",
@@ -267,7 +286,7 @@ func Catalogue() []Scenario {
 			PrivatePostgres: true,
 			Workers:         3,
 			Reconcilers:     2,
-			Faults:          soakFaults,
+			Faults:          soakFaults(),
 			Run:             soak,
 			MustFire:        soakMustFire(),
 		},
@@ -281,6 +300,18 @@ func Catalogue() []Scenario {
 			Run:                standard(20, 20),
 			MustFire:           []string{"crashpoint:worker.after_psp_response_before_save"},
 			ExpectViolation:    true,
+			Slow:               true,
+		},
+		{
+			Name:    "refund-negative-control",
+			Summary: "the broken worker of negative-control, armed once the charges settled: the checker must catch the double refund",
+			// As negative-control; restartWith adds the crash point and the
+			// broken mode once the charges have settled.
+			ReconcilerFlagsFor: func(int) []string { return []string{"--stale-margin", "1h"} },
+			Run:                refundsUnderCrash(20, 20, append(crash("worker.after_psp_response_before_save"), "CHARGEFLOW_BROKEN=resend_on_rerun")...),
+			MustFire:           []string{"crashpoint:worker.after_psp_response_before_save"},
+			ExpectViolation:    true,
+			Slow:               true,
 		},
 	}
 }
@@ -295,6 +326,44 @@ func Find(name string) (Scenario, bool) {
 	return Scenario{}, false
 }
 
+// refundsUnderCrash sends charges with the workers' crash point disarmed
+// and waits for them to settle; then it restarts the workers with env (the
+// crash point armed, a broken mode) and refunds every charge, so that every
+// crash cuts a refund. A crash point is armed per process by its environment
+// at start and knows nothing of kinds: arming it once the charges are
+// settled is what aims it at refunds.
+func refundsUnderCrash(short, full int, env ...string) func(ctx context.Context, s *system) error {
+	return func(ctx context.Context, s *system) error {
+		type acked struct {
+			r    request
+			body []byte
+		}
+		var mu sync.Mutex
+		var charges []acked
+		s.traffic(ctx, "charge", s.charges(short, full), func(r request, a answer) {
+			if a.status == http.StatusCreated {
+				mu.Lock()
+				charges = append(charges, acked{r, a.body})
+				mu.Unlock()
+			}
+		})
+		if !s.waitConverged(ctx, s.t.convergenceBound()) {
+			return errors.New("the charges did not settle before the crash point was armed")
+		}
+		if err := s.restartWith(ctx, s.workers, env...); err != nil {
+			return err
+		}
+		for _, c := range charges {
+			s.refundLater(ctx, c.r, c.body)
+		}
+		if refunded, answered := s.waitRefunds(); answered < refunded {
+			return fmt.Errorf("only %d of %d charges to refund had every refund answered", answered, refunded)
+		}
+		s.settleUnderFaults(ctx)
+		return nil
+	}
+}
+
 // concurrentDuplicates sends `copies` concurrent requests for each of n keys.
 func concurrentDuplicates(copies, short, full int) func(ctx context.Context, s *system) error {
 	return func(ctx context.Context, s *system) error {
@@ -305,7 +374,7 @@ func concurrentDuplicates(copies, short, full int) func(ctx context.Context, s *
 			r := s.request("dup", i)
 			var wg sync.WaitGroup
 			for range copies {
-				wg.Go(func() { s.client.charge(ctx, r) })
+				wg.Go(func() { s.client.post(ctx, r) })
 			}
 			wg.Wait()
 		}
@@ -321,11 +390,10 @@ func concurrentDuplicates(copies, short, full int) func(ctx context.Context, s *
 func keyReuse(short, full int) func(ctx context.Context, s *system) error {
 	return func(ctx context.Context, s *system) error {
 		n := s.charges(short, full)
-		s.traffic(ctx, "reuse", n)
+		s.traffic(ctx, "reuse", n, nil)
 		for i := range n {
-			key := s.key("reuse", i)
-			other := []byte(fmt.Sprintf(`{"amount": 1, "currency": "USD", "payment_method": "pm_card_visa", "description": %q}`, canaryDescription(s.seed)))
-			status, _, _ := s.client.send(ctx, key, other)
+			other := fmt.Sprintf(`{"amount": 1, "currency": "USD", "payment_method": "pm_card_visa", "description": %q}`, canaryDescription(s.seed))
+			status, _, _ := s.client.send(ctx, s.charge(s.key("reuse", i), other))
 			if status != http.StatusUnprocessableEntity {
 				return fmt.Errorf("key %d reused with another body got %d, not 422", i, status)
 			}
@@ -350,12 +418,15 @@ func retryLongAfter(ctx context.Context, s *system) error {
 	for i := range n {
 		r := s.request("late", i)
 		wg.Go(func() {
-			status, _, _ := s.client.send(ctx, r.key, r.body)
+			status, body, _ := s.client.send(ctx, r)
+			if status == http.StatusCreated {
+				s.client.recordAck(r, body)
+			}
 			if status != 0 {
 				return // answered in time: nothing late to retry
 			}
 			time.Sleep(wait)
-			if s.client.charge(ctx, r) == http.StatusCreated {
+			if s.client.post(ctx, r).status == http.StatusCreated {
 				s.mu.Lock()
 				s.fired["late_retries"]++
 				s.mu.Unlock()
@@ -369,7 +440,7 @@ func retryLongAfter(ctx context.Context, s *system) error {
 // lookupOutage keeps lookups failing for a while with charges waiting in
 // unknown, checks nothing was re-sent or failed meanwhile, then heals.
 func lookupOutage(ctx context.Context, s *system) error {
-	s.traffic(ctx, "outage", s.charges(30, 300))
+	s.traffic(ctx, "outage", s.charges(30, 300), nil)
 	time.Sleep(s.t.settleWindow() + 2*time.Second)
 	var reattempted, failedAfterUnknown int
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE reason = 'proven_not_found'),
@@ -392,7 +463,7 @@ func postgresRestart(ctx context.Context, s *system) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.traffic(ctx, "pg", n)
+		s.traffic(ctx, "pg", n, nil)
 	}()
 	for s.client.ackedCount() < n/3 {
 		select {

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -18,6 +19,9 @@ import (
 const (
 	// InvariantAckedHasRow: every 201 the client saw has a charge row.
 	InvariantAckedHasRow = "acked_has_row"
+	// InvariantRowAcked: every row of charges, charge or refund, was
+	// acknowledged to the client: a refusal stores nothing.
+	InvariantRowAcked = "row_acked"
 	// InvariantReplayIdentical: every replay equals the first 201, byte
 	// for byte, and is marked Idempotent-Replayed.
 	InvariantReplayIdentical = "replay_identical"
@@ -40,7 +44,7 @@ const (
 
 // Invariants lists every invariant in report order.
 func Invariants() []string {
-	return append(LedgerInvariants(), InvariantAckedHasRow, InvariantReplayIdentical, InvariantFencedWrites,
+	return append(LedgerInvariants(), InvariantAckedHasRow, InvariantRowAcked, InvariantReplayIdentical, InvariantFencedWrites,
 		InvariantConverged, InvariantLogsClean, InvariantFaultsFired, InvariantClientAnswers)
 }
 
@@ -50,9 +54,11 @@ type Report struct {
 	Seed     uint64
 	Dir      string
 	// Charges is how many charges the database holds; Acked how many
-	// distinct 201s the client saw.
+	// distinct 201s the client saw for charges.
 	Charges int
 	Acked   int
+	// Refunds counts the refunds.
+	Refunds RefundCounts
 	// Fired counts what happened: "crashpoint:<point>", "fault:<name>",
 	// "kill:<role>", "postgres:restart", "fenced_refusals".
 	Fired map[string]int
@@ -67,6 +73,15 @@ type Report struct {
 	Converge    time.Duration
 	Elapsed     time.Duration
 	Passed      bool
+}
+
+// RefundCounts is what became of the refunds a run sent.
+type RefundCounts struct {
+	// Acked is how many distinct 201s the client saw for refunds, Refused
+	// how many refunds were refused (charge_not_refundable,
+	// refund_exceeds_charge), and Succeeded how many refunds the database
+	// holds as succeeded.
+	Acked, Refused, Succeeded int
 }
 
 func (r Report) firedAll(names []string) bool {
@@ -93,23 +108,35 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 	if err != nil {
 		return err
 	}
-	rep.Charges = len(charges)
 	add(CheckLedger(charges, ledger)...)
 
-	// Every 201 the client saw has a row.
-	ids := make(map[string]bool, len(charges))
+	// Every 201 the client saw has a row, and every row had a 201.
+	stored := make(map[string]bool, len(charges))
 	for _, c := range charges {
-		ids[c.ID] = true
+		stored[c.ID] = true
+		switch {
+		case c.ParentID == "":
+			rep.Charges++
+		case c.State == "succeeded":
+			rep.Refunds.Succeeded++
+		}
 		if c.State == "needs_review" {
 			rep.NeedsReview++
 		}
 	}
+	acked := make(map[string]bool, len(charges))
 	s.client.mu.Lock()
-	rep.Acked = len(s.client.acks)
+	rep.Acked = s.client.chargeAcks
+	rep.Refunds.Acked = s.client.refundAcks
 	for key, a := range s.client.acks {
-		if !ids[a.chargeID] {
-			add(Violation{InvariantAckedHasRow, a.chargeID, "a 201 for key " + redactKey(key) + " has no charge"})
+		acked[a.id] = true
+		if !stored[a.id] {
+			add(Violation{InvariantAckedHasRow, a.id, "a 201 for key " + redactKey(key) + " has no row"})
 		}
+	}
+	for code, n := range s.client.refusals {
+		rep.Refunds.Refused += n
+		rep.Fired["refusals:"+code] = n
 	}
 	for _, key := range s.client.mismatches {
 		add(Violation{InvariantReplayIdentical, redactKey(key), "a replay differed from the first 201"})
@@ -125,6 +152,11 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 		}
 	}
 	s.client.mu.Unlock()
+	for _, c := range charges {
+		if !acked[c.ID] {
+			add(Violation{InvariantRowAcked, c.ID, "a row the client never got a 201 for: a refused request stored it"})
+		}
+	}
 
 	// Reconciler events carry strictly increasing lease tokens per charge.
 	rows, err := s.pool.Query(ctx, `SELECT charge_id, lease_token FROM charge_events
@@ -182,6 +214,9 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 		}
 		rep.Fired["crashpoint:"+point] = n
 	}
+	if err := s.refundsFired(ctx, rep.Fired); err != nil {
+		return err
+	}
 	fenced, err := countInLogs(s.dir, `"msg":"fenced write refused`)
 	if err != nil {
 		return err
@@ -206,6 +241,39 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 	for _, v := range rep.Violations {
 		rep.Counts[v.Invariant]++
 	}
+	return nil
+}
+
+// refundsFired tells what happened to refunds apart from what happened to
+// charges. The provider counts faults by name alone, so its log says which
+// fired on a refund: "fault:X" counts X on charges and lookups,
+// "fault:refund:X" on refunds. "refunds:found" and "refunds:re-attempted"
+// count refunds whose outcome was unknown, found by a lookup or proven not
+// found and sent again: the proof that a crash or a fault cut a refund and
+// the refund path recovered.
+func (s *system) refundsFired(ctx context.Context, fired map[string]int) error {
+	err := eachLine(s.psp.log, func(line string) {
+		if !strings.Contains(line, `"msg":"fakepsp: fault fired"`) || !strings.Contains(line, `"on":"refund"`) {
+			return
+		}
+		var entry struct {
+			Fault string `json:"fault"`
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && entry.Fault != "" {
+			fired["fault:"+entry.Fault]--
+			fired["fault:refund:"+entry.Fault]++
+		}
+	})
+	if err != nil {
+		return err
+	}
+	var found, reattempted int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE e.reason LIKE 'lookup_found_%'),
+		count(*) FILTER (WHERE e.reason = 'proven_not_found')
+		FROM charge_events e JOIN charges c ON c.id = e.charge_id WHERE c.kind = 'refund'`).Scan(&found, &reattempted); err != nil {
+		return err
+	}
+	fired["refunds:found"], fired["refunds:re-attempted"] = found, reattempted
 	return nil
 }
 
@@ -261,14 +329,15 @@ func (s *system) auditLogs() []Violation {
 // PrintTable writes the reports as a table, one row per scenario.
 func PrintTable(w io.Writer, reports []Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header := []string{"scenario", "charges", "acked"}
+	header := []string{"scenario", "charges", "acked", "refunds acked/refused/succeeded"}
 	for _, inv := range Invariants() {
 		header = append(header, short(inv))
 	}
 	header = append(header, "found/re-attempted/review", "converge", "result", "faults fired")
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range reports {
-		row := []string{r.Scenario, fmt.Sprint(r.Charges), fmt.Sprint(r.Acked)}
+		row := []string{r.Scenario, fmt.Sprint(r.Charges), fmt.Sprint(r.Acked),
+			fmt.Sprintf("%d/%d/%d", r.Refunds.Acked, r.Refunds.Refused, r.Refunds.Succeeded)}
 		for _, inv := range Invariants() {
 			row = append(row, fmt.Sprint(r.Counts[inv]))
 		}
@@ -295,6 +364,7 @@ func short(invariant string) string {
 		InvariantNotOverRefunded:  "≤charged",
 		InvariantTerminal:         "settled",
 		InvariantAckedHasRow:      "201⇒row",
+		InvariantRowAcked:         "row⇒201",
 		InvariantReplayIdentical:  "replays",
 		InvariantFencedWrites:     "fenced",
 		InvariantConverged:        "in-bound",

@@ -145,15 +145,15 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
 	}
 	rep.Dir = dir
 	s := &system{
-		runner:   r,
-		sc:       sc,
-		t:        r.timings(),
-		dir:      dir,
-		rnd:      rand.New(rand.NewPCG(seed, seed^0x5ca1ab1e)),
-		seed:     seed,
-		kills:    map[string]int{},
-		fired:    map[string]int{},
-		requests: map[string][]byte{},
+		runner:  r,
+		sc:      sc,
+		t:       r.timings(),
+		dir:     dir,
+		rnd:     rand.New(rand.NewPCG(seed, seed^0x5ca1ab1e)),
+		seed:    seed,
+		kills:   map[string]int{},
+		fired:   map[string]int{},
+		refunds: newRefunder(16),
 	}
 	defer s.shutdown()
 
@@ -190,7 +190,7 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
 	rep.Converge = time.Since(calmAt)
 	stopSupervising()
 	supervised.Wait()
-	s.client.replayAll(ctx, s.requests)
+	s.client.replayAll(ctx)
 
 	if err := s.check(ctx, &rep, converged, bound); err != nil {
 		return rep, err
@@ -227,9 +227,9 @@ type system struct {
 	workers     []*proc
 	reconcilers []*proc
 
-	apiKey   string
-	client   *client
-	requests map[string][]byte
+	apiKey  string
+	client  *client
+	refunds *refunder
 
 	mu         sync.Mutex
 	kills      map[string]int
@@ -456,29 +456,53 @@ func (s *system) calm(ctx context.Context) error {
 	if err := s.setFaults(ctx, fakepsp.Schedule{Seed: 1}); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.paused = true
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.paused = false
-		s.mu.Unlock()
-	}()
+	defer s.pause()()
 	for _, p := range s.processes() {
 		disarmed := slices.DeleteFunc(slices.Clone(p.env), func(kv string) bool { return strings.HasPrefix(kv, "CHARGEFLOW_CRASHPOINTS=") })
 		if len(disarmed) == len(p.env) && p.running() {
 			continue
 		}
-		p.kill()
-		p.env = disarmed
-		if err := p.start(ctx, p == s.api); err != nil {
+		if err := s.restart(ctx, p, disarmed); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// nonTerminal counts charges not yet terminal or in review.
+// restartWith restarts procs with extra environment, as a scenario arming a
+// crash point mid-run does; calm disarms it as it disarms the others.
+func (s *system) restartWith(ctx context.Context, procs []*proc, extra ...string) error {
+	defer s.pause()()
+	for _, p := range procs {
+		if err := s.restart(ctx, p, append(slices.Clone(p.env), extra...)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restart kills p and starts it again with env. The supervisor must be
+// paused.
+func (s *system) restart(ctx context.Context, p *proc, env []string) error {
+	p.kill()
+	p.env = env
+	return p.start(ctx, p == s.api)
+}
+
+// pause stops the supervisor from restarting processes until the function
+// it returns is called.
+func (s *system) pause() (resume func()) {
+	s.mu.Lock()
+	s.paused = true
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.paused = false
+		s.mu.Unlock()
+	}
+}
+
+// nonTerminal counts charges and refunds not yet terminal or in review.
 func (s *system) nonTerminal(ctx context.Context) (int, error) {
 	var n int
 	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM charges WHERE state IN ('pending', 'submitting', 'unknown')`).Scan(&n)
@@ -495,7 +519,7 @@ func (s *system) waitConverged(ctx context.Context, bound time.Duration) bool {
 			return true
 		}
 		if time.Since(last) > 5*time.Second {
-			s.logf("converging: %d charges not yet settled", n)
+			s.logf("converging: %d charges and refunds not yet settled", n)
 			last = time.Now()
 		}
 		select {
@@ -540,14 +564,7 @@ func (s *system) crashPostgres(ctx context.Context, down time.Duration) error {
 	if s.cluster == nil {
 		return errors.New("crashPostgres needs PrivatePostgres")
 	}
-	s.mu.Lock()
-	s.paused = true
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.paused = false
-		s.mu.Unlock()
-	}()
+	defer s.pause()()
 	s.logf("crashing PostgreSQL (immediate shutdown)")
 	if err := s.cluster.crash(); err != nil {
 		return err

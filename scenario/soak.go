@@ -2,44 +2,97 @@ package scenario
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"time"
+
+	"chargeflow/fakepsp"
 )
 
-// soakFaults injects every fault kind of the fake provider at a low rate.
-// Durations stay inside what the reconcilers are told (--max-apply-delay
-// 2 s covers delayed_apply and lookup_lag; key_expiry lasts as long as the
-// reconcilers' --key-window), as a correct deployment's configuration would.
-const soakFaults = `{"seed": 1, "rules": [
-	{"on": "charge", "fault": "latency", "p": 0.05, "ms": 150},
-	{"on": "charge", "fault": "drop_before_apply", "p": 0.03, "ms": 100},
-	{"on": "charge", "fault": "apply_then_timeout", "p": 0.03, "ms": 1500},
-	{"on": "charge", "fault": "apply_then_reset", "p": 0.03},
-	{"on": "charge", "fault": "error_before_apply", "p": 0.02},
-	{"on": "charge", "fault": "error_after_apply", "p": 0.02},
-	{"on": "charge", "fault": "not_processed", "p": 0.03},
-	{"on": "charge", "fault": "delayed_apply", "p": 0.02, "ms": 1500},
-	{"on": "charge", "fault": "key_expiry", "p": 0.02, "ms": 3600000},
-	{"on": "lookup", "fault": "unavailable", "p": 0.05},
-	{"on": "lookup", "fault": "lookup_lag", "p": 0.1, "ms": 1500},
-	{"on": "lookup", "fault": "latency", "p": 0.05, "ms": 100}]}`
+// soakSendFaults are the faults of a call that moves money, each armed on
+// charges and on refunds alike. Durations stay inside what the reconcilers
+// are told (--max-apply-delay 2 s covers delayed_apply; key_expiry lasts as
+// long as the reconcilers' --key-window), as a correct deployment's
+// configuration would.
+var soakSendFaults = []fakepsp.Rule{
+	{Fault: fakepsp.FaultLatency, P: 0.05, MS: 150},
+	{Fault: fakepsp.FaultDropBeforeApply, P: 0.03, MS: 100},
+	{Fault: fakepsp.FaultApplyThenTimeout, P: 0.03, MS: 1500},
+	{Fault: fakepsp.FaultApplyThenReset, P: 0.03},
+	{Fault: fakepsp.FaultErrorBeforeApply, P: 0.02},
+	{Fault: fakepsp.FaultErrorAfterApply, P: 0.02},
+	{Fault: fakepsp.FaultNotProcessed, P: 0.03},
+	{Fault: fakepsp.FaultDelayedApply, P: 0.02, MS: 1500},
+	{Fault: fakepsp.FaultKeyExpiry, P: 0.02, MS: 3_600_000},
+}
 
-// soakMustFire is what a soak must have seen to count: every fault kind,
-// every kind of kill, and the Postgres crash.
+// soakLookupFaults are the lookups' faults (lookup_lag inside
+// --max-apply-delay too).
+var soakLookupFaults = []fakepsp.Rule{
+	{On: fakepsp.OnLookup, Fault: fakepsp.FaultUnavailable, P: 0.05},
+	{On: fakepsp.OnLookup, Fault: fakepsp.FaultLookupLag, P: 0.1, MS: 1500},
+	{On: fakepsp.OnLookup, Fault: fakepsp.FaultLatency, P: 0.05, MS: 100},
+}
+
+// minRefundFaultRate is the least rate of a fault on refunds: there are
+// fewer refunds than charges, and a short soak must still see each of their
+// faults a dozen times.
+const minRefundFaultRate = 0.03
+
+// soakFaults is the soak's schedule: every fault kind of the fake provider
+// at a low rate, on charges, refunds and lookups.
+func soakFaults() string {
+	var rules []fakepsp.Rule
+	for _, on := range []string{fakepsp.OnCharge, fakepsp.OnRefund} {
+		for _, rule := range soakSendFaults {
+			rule.On = on
+			if on == fakepsp.OnRefund {
+				rule.P = max(rule.P, minRefundFaultRate)
+			}
+			rules = append(rules, rule)
+		}
+	}
+	schedule, err := json.Marshal(fakepsp.Schedule{Seed: 1, Rules: append(rules, soakLookupFaults...)})
+	if err != nil {
+		panic(err) // a schedule of plain values always marshals
+	}
+	return string(schedule)
+}
+
+// soakMustFire is what a soak must have seen to count: every fault kind, on
+// charges and on refunds, both refusals of a refund, refunds found and
+// re-sent after an unknown outcome, every kind of kill, and the Postgres
+// crash.
 func soakMustFire() []string {
-	out := []string{"kill:worker", "kill:reconciler", "kill:api", "postgres:restart"}
-	for _, fault := range []string{"latency", "drop_before_apply", "apply_then_timeout", "apply_then_reset", "error_before_apply",
-		"error_after_apply", "not_processed", "delayed_apply", "key_expiry", "unavailable", "lookup_lag"} {
-		out = append(out, "fault:"+fault)
+	out := []string{"kill:worker", "kill:reconciler", "kill:api", "postgres:restart",
+		"refusals:" + codeChargeNotRefundable, "refusals:" + codeRefundExceedsCharge, "refunds:found", "refunds:re-attempted"}
+	for _, rule := range soakSendFaults {
+		out = append(out, "fault:"+rule.Fault, "fault:refund:"+rule.Fault)
+	}
+	for _, rule := range soakLookupFaults {
+		if rule.Fault != fakepsp.FaultLatency { // counted with the calls' latency
+			out = append(out, "fault:"+rule.Fault)
+		}
 	}
 	return out
 }
 
-// soak sends the charges while a seeded schedule kills a worker or a
-// reconciler every 150–500 ms, the API every 2–5 s, and crashes PostgreSQL
-// once when a third of the charges are acknowledged. With a duration the
-// charges are spread over it; without one they go as fast as the clients
-// can send them.
+// refundShare is the part of the soak's acknowledged charges the merchant
+// refunds once they settle: with the refund plans, about one refund
+// acknowledged per four charges, and some refused.
+const refundShare = 0.25
+
+// soak sends the charges, and refunds a share of them, while a seeded
+// schedule kills a worker or a reconciler every 150–500 ms, the API every
+// 2–5 s, and crashes PostgreSQL once when a third of the charges are
+// acknowledged. With a duration the charges are spread over it; without one
+// they go as fast as the clients can send them. The chaos goes on while the
+// refunds are sent, but for at most as long again as the charges took: a
+// charge whose job a killed worker held waits up to a minute for River's
+// rescue, a refund waits for its charge, and kills going on until the last
+// refund would only feed that tail. Refunds still outstanding then go on
+// under the provider's faults.
 func soak(ctx context.Context, s *system) error {
 	n := s.runner.cfg.Charges
 	if n == 0 {
@@ -52,22 +105,38 @@ func soak(ctx context.Context, s *system) error {
 	chaosDone := make(chan error, 1)
 	go func() { chaosDone <- s.chaos(chaos, n) }()
 
+	began := time.Now()
 	pace := time.Duration(0)
 	if d := s.runner.cfg.Duration; d > 0 {
 		pace = d / time.Duration(n) * 16 // per client, 16 clients
 	}
-	s.client.load(ctx, n, 16, func(i int) chargeRequest {
+	s.client.load(ctx, n, 16, func(i int) request {
 		if pace > 0 {
 			time.Sleep(pace)
 		}
 		return s.request("soak", i)
-	}, nil)
+	}, func(r request, a answer) {
+		if a.status == http.StatusCreated && s.float() < refundShare {
+			s.refundLater(ctx, r, a.body)
+		}
+	})
+	// The chaos goes on while the refunds are sent, for at most as long
+	// again as the charges took.
+	select {
+	case <-s.refunds.done():
+	case <-time.After(time.Since(began)):
+	}
 	stopChaos()
 	if err := <-chaosDone; err != nil {
 		return err
 	}
+	s.logf("%d refunds acknowledged under the chaos; the rest follow as their charges settle", s.client.refundAckedCount())
+	refunded, answered := s.waitRefunds()
 	if got := s.client.ackedCount(); got < n {
 		return fmt.Errorf("only %d of %d charges were acknowledged; the clients gave up on the rest", got, n)
+	}
+	if answered < refunded {
+		return fmt.Errorf("only %d of %d charges to refund had every refund answered; the clients gave up on the rest", answered, refunded)
 	}
 	return nil
 }

@@ -12,33 +12,68 @@ import (
 	"time"
 )
 
+// The routes the merchant's backend posts to.
+const (
+	chargesPath = "/v1/charges"
+	refundsPath = "/v1/refunds"
+)
+
+// The refusals of a refund that are final answers (docs/api.md, "Refunds"):
+// nothing was stored, and the same request would be refused again.
+const (
+	codeChargeNotRefundable = "charge_not_refundable"
+	codeRefundExceedsCharge = "refund_exceeds_charge"
+	codeRequestInProgress   = "request_in_progress"
+)
+
 // client is the merchant's backend as a careful engineer writes it: one
-// idempotency key per charge, chosen before the first attempt, and retries
-// with that same key on every error, timeout, 409, 429 and 5xx until a final
-// answer. It remembers every 201 it saw, to check that each has a row and
-// that every replay is byte-identical to the first answer.
+// idempotency key per charge or refund, chosen before the first attempt, and
+// retries with that same key on every transport error, 409
+// request_in_progress, 429 and 5xx until a final answer. It remembers every
+// 201 it saw, to check that each has a row and that every replay is
+// byte-identical to the first answer, and counts the refusals of refunds.
 type client struct {
 	baseURL func() string
 	apiKey  string
 	http    *http.Client
-	// giveUp bounds the retries of one charge.
+	// giveUp bounds the retries of one request.
 	giveUp time.Duration
 
-	mu       sync.Mutex
-	acks     map[string]ack // by idempotency key
+	mu         sync.Mutex
+	acks       map[string]ack // by idempotency key
+	chargeAcks int
+	refundAcks int
+	// refusals counts the final refusals of refunds, by problem code.
+	refusals map[string]int
 	statuses map[int]int
 	sent     int
-	retries  int
 	// mismatches lists keys whose replay differed from the first 201.
 	mismatches []string
 	// unexpected lists answers a valid request should never get.
 	unexpected []string
 }
 
-// ack is a 201 the client saw.
+// request is one POST the merchant sends: a charge or a refund, under the
+// key it chose before the first attempt.
+type request struct {
+	path string
+	key  string
+	body []byte
+}
+
+// answer is the final answer to a request: its status (0 if the client
+// gave up), the problem's code for a refusal, and the body.
+type answer struct {
+	status int
+	code   string
+	body   []byte
+}
+
+// ack is a 201 the client saw, and the request it answered.
 type ack struct {
-	chargeID string
-	body     []byte
+	id   string
+	req  request
+	body []byte
 }
 
 func newClient(baseURL func() string, apiKey string, timeout, giveUp time.Duration) *client {
@@ -48,117 +83,170 @@ func newClient(baseURL func() string, apiKey string, timeout, giveUp time.Durati
 		http:     &http.Client{Timeout: timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
 		giveUp:   giveUp,
 		acks:     map[string]ack{},
+		refusals: map[string]int{},
 		statuses: map[int]int{},
 	}
 }
 
-// chargeRequest is one charge the traffic generator sends.
-type chargeRequest struct {
-	key  string
-	body []byte
-}
-
-// send POSTs one request once and returns the status (0 for a transport
-// error) and the body.
-func (c *client) send(ctx context.Context, key string, body []byte) (int, []byte, bool) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL()+"/v1/charges", bytes.NewReader(body))
+// send POSTs r once and returns the status (0 for a transport error), the
+// body and whether the answer is marked as a replay.
+func (c *client) send(ctx context.Context, r request) (int, []byte, bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL()+r.path, bytes.NewReader(r.body))
 	if err != nil {
 		return 0, nil, false
 	}
-	req.Header.Set("Authorization", "Bearer "+c.apiKey)
-	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Idempotency-Key", r.key)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
 	c.mu.Lock()
 	c.sent++
 	c.mu.Unlock()
+	status, data, header := c.do(req)
+	return status, data, header.Get("Idempotent-Replayed") == "true"
+}
+
+// get GETs path once: the status (0 for a transport error) and the body.
+func (c *client) get(ctx context.Context, path string) (int, []byte) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL()+path, nil)
 	if err != nil {
-		return 0, nil, false
+		return 0, nil
+	}
+	status, data, _ := c.do(req)
+	return status, data
+}
+
+// do sends req with the tenant's key and counts the answer's status.
+func (c *client) do(req *http.Request) (int, []byte, http.Header) {
+	req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, nil
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, nil, false
+		return 0, nil, nil
 	}
 	c.mu.Lock()
 	c.statuses[resp.StatusCode]++
 	c.mu.Unlock()
-	return resp.StatusCode, data, resp.Header.Get("Idempotent-Replayed") == "true"
+	return resp.StatusCode, data, resp.Header
 }
 
-// charge sends r until it gets a final answer, retrying with the same key.
-// It returns the final status (0 if it gave up).
-func (c *client) charge(ctx context.Context, r chargeRequest) int {
-	deadline := time.Now().Add(c.giveUp)
-	backoff := 20 * time.Millisecond
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			c.mu.Lock()
-			c.retries++
-			c.mu.Unlock()
+// problemCode is the code of a problem document, or "".
+func problemCode(body []byte) string {
+	var p struct {
+		Code string `json:"code"`
+	}
+	_ = json.Unmarshal(body, &p)
+	return p.Code
+}
+
+// transient reports whether an answer says nothing final: the same request
+// again, with the same key, after a pause.
+func transient(status int, code string) bool {
+	return status == 0 || status == http.StatusConflict && code == codeRequestInProgress ||
+		status == http.StatusTooManyRequests || status >= 500
+}
+
+// post sends r until it gets a final answer, retrying with the same key:
+// a 201, a refund's refusal (counted), or anything else, which a valid
+// request never gets (recorded as unexpected). The status is 0 if it gave
+// up.
+func (c *client) post(ctx context.Context, r request) answer {
+	var a answer
+	c.retry(ctx, 20*time.Millisecond, time.Second, func() bool {
+		a = answer{}
+		a.status, a.body, _ = c.send(ctx, r)
+		if a.status >= 400 {
+			a.code = problemCode(a.body)
 		}
-		status, body, _ := c.send(ctx, r.key, r.body)
 		switch {
-		case status == http.StatusCreated:
-			c.recordAck(r.key, body)
-			return status
-		case status == 0, status == http.StatusConflict, status == http.StatusTooManyRequests, status >= 500:
-			// Unknown or transient: the same key again, after a pause.
-		default:
+		case a.status == http.StatusCreated:
+			c.recordAck(r, a.body)
+		case transient(a.status, a.code):
+			return false
+		case r.path == refundsPath && a.status == http.StatusConflict &&
+			(a.code == codeChargeNotRefundable || a.code == codeRefundExceedsCharge):
 			c.mu.Lock()
-			c.unexpected = append(c.unexpected, fmt.Sprintf("%s: %d %s", r.key, status, bytes.TrimSpace(body)))
+			c.refusals[a.code]++
 			c.mu.Unlock()
-			return status
+		default:
+			c.unexpectedf("key %s: %d %s", redactKey(r.key), a.status, bytes.TrimSpace(a.body))
 		}
+		return true
+	})
+	if transient(a.status, a.code) {
+		a.status = 0 // gave up
+	}
+	return a
+}
+
+// retry calls attempt until it reports a final answer, with a jittered
+// backoff from base to limit between attempts, for at most giveUp.
+func (c *client) retry(ctx context.Context, base, limit time.Duration, attempt func() (final bool)) {
+	deadline := time.Now().Add(c.giveUp)
+	backoff := base
+	for !attempt() {
 		if ctx.Err() != nil || time.Now().After(deadline) {
-			return 0
+			return
 		}
 		select {
 		case <-ctx.Done():
-			return 0
+			return
 		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff)))):
 		}
-		backoff = min(2*backoff, time.Second)
+		backoff = min(2*backoff, limit)
 	}
 }
 
-// recordAck keeps the first 201 for a key and compares later ones with it.
-func (c *client) recordAck(key string, body []byte) {
-	var charge struct {
-		ID string `json:"id"`
-	}
-	_ = json.Unmarshal(body, &charge)
+func (c *client) unexpectedf(format string, args ...any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	first, seen := c.acks[key]
+	c.unexpected = append(c.unexpected, fmt.Sprintf(format, args...))
+}
+
+// recordAck keeps the first 201 for a key and compares later ones with it.
+func (c *client) recordAck(r request, body []byte) {
+	var object struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(body, &object)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first, seen := c.acks[r.key]
 	if !seen {
-		c.acks[key] = ack{chargeID: charge.ID, body: append([]byte(nil), body...)}
+		c.acks[r.key] = ack{id: object.ID, req: r, body: append([]byte(nil), body...)}
+		if r.path == refundsPath {
+			c.refundAcks++
+		} else {
+			c.chargeAcks++
+		}
 		return
 	}
 	if !bytes.Equal(first.body, body) {
-		c.mismatches = append(c.mismatches, key)
+		c.mismatches = append(c.mismatches, r.key)
 	}
 }
 
 // replayAll sends every acknowledged request once more and checks the
 // answer is the stored one, byte for byte.
-func (c *client) replayAll(ctx context.Context, requests map[string][]byte) {
+func (c *client) replayAll(ctx context.Context) {
 	c.mu.Lock()
-	keys := make([]string, 0, len(c.acks))
-	for k := range c.acks {
-		keys = append(keys, k)
+	acks := make([]ack, 0, len(c.acks))
+	for _, a := range c.acks {
+		acks = append(acks, a)
 	}
 	c.mu.Unlock()
-	for _, key := range keys {
+	for _, a := range acks {
 		for range 5 {
-			status, body, replayed := c.send(ctx, key, requests[key])
+			status, body, replayed := c.send(ctx, a.req)
 			if status == http.StatusCreated {
 				if !replayed {
 					c.mu.Lock()
-					c.mismatches = append(c.mismatches, key+" (not marked as a replay)")
+					c.mismatches = append(c.mismatches, a.req.key+" (not marked as a replay)")
 					c.mu.Unlock()
 				}
-				c.recordAck(key, body)
+				c.recordAck(a.req, body)
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -166,17 +254,18 @@ func (c *client) replayAll(ctx context.Context, requests map[string][]byte) {
 	}
 }
 
-// load runs n charges through workers concurrent clients, calling progress
-// after each. Requests come from request(i).
-func (c *client) load(ctx context.Context, n, workers int, request func(i int) chargeRequest, progress func()) {
+// load runs n requests through workers concurrent clients. Requests come
+// from build(i); done, when set, gets each one's final answer.
+func (c *client) load(ctx context.Context, n, workers int, build func(i int) request, done func(r request, a answer)) {
 	var wg sync.WaitGroup
 	next := make(chan int)
 	for range workers {
 		wg.Go(func() {
 			for i := range next {
-				c.charge(ctx, request(i))
-				if progress != nil {
-					progress()
+				r := build(i)
+				a := c.post(ctx, r)
+				if done != nil {
+					done(r, a)
 				}
 			}
 		})
@@ -191,8 +280,16 @@ func (c *client) load(ctx context.Context, n, workers int, request func(i int) c
 	wg.Wait()
 }
 
+// ackedCount is how many charges the client saw acknowledged.
 func (c *client) ackedCount() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.acks)
+	return c.chargeAcks
+}
+
+// refundAckedCount is how many refunds the client saw acknowledged.
+func (c *client) refundAckedCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refundAcks
 }

@@ -49,7 +49,7 @@ func runScenario(ctx context.Context, e env, args []string) error {
 	fs.IntVar(&charges, "charges", 0, "charges in the soak (default 10000, or 2000 with --short)")
 	fs.DurationVar(&duration, "duration", 0, "spread the soak's charges over this long (default: as fast as the clients go)")
 	fs.BoolVar(&keep, "keep", false, "keep the databases and logs of passing runs too")
-	fs.IntVar(&parallel, "parallel", 1, "scenarios run at once (each has its own database and processes)")
+	fs.IntVar(&parallel, "parallel", 1, "scenarios run at once (each has its own database and processes), besides the slow ones, which mostly wait")
 	fs.StringVar(&dir, "dir", os.TempDir(), "where each run's folder (logs, private PostgreSQL) goes")
 	fs.StringVar(&script, "pg-script", "scripts/ensure-postgres", "the script that starts a private PostgreSQL (for the scenarios that crash it)")
 	fs.StringVar(&pspKind, "psp", "fake", "the provider protocol of the run: fake, or stripe (the fake serves Stripe's API, every process uses the Stripe adapter)")
@@ -104,10 +104,28 @@ func runScenario(ctx context.Context, e env, args []string) error {
 	errs := make([]error, len(selected))
 	sem := make(chan struct{}, max(parallel, 1))
 	var wg sync.WaitGroup
-	for i, sc := range selected {
-		sem <- struct{}{}
+	// A slow scenario mostly waits (for River's rescue of a job): with
+	// --parallel above 1 it starts first and takes no slot, so the others
+	// run alongside it instead of after it. The table keeps the catalogue's
+	// order.
+	var order []int
+	for _, slow := range []bool{true, false} {
+		for i, sc := range selected {
+			if sc.Slow == slow {
+				order = append(order, i)
+			}
+		}
+	}
+	for _, i := range order {
+		sc := selected[i]
+		slot := !sc.Slow || parallel <= 1
+		if slot {
+			sem <- struct{}{}
+		}
 		wg.Go(func() {
-			defer func() { <-sem }()
+			if slot {
+				defer func() { <-sem }()
+			}
 			fmt.Fprintf(e.stderr, "[%s] %s\n", sc.Name, sc.Summary)
 			rep, err := runner.Run(ctx, sc)
 			if err != nil {

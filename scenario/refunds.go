@@ -1,0 +1,185 @@
+package scenario
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// refundReasons are the reasons the merchant gives, "" for none.
+var refundReasons = []string{"", "requested_by_customer", "duplicate", "fraudulent"}
+
+// refundPlan is what the merchant refunds of a succeeded charge of amount a:
+// the amounts of its refunds, sent one after the other, 0 asking for the
+// API's default (all that is left). Two plans end with a refund that cannot
+// fit, which must be refused with refund_exceeds_charge and store nothing.
+func refundPlan(kind int, a int64) []int64 {
+	switch kind {
+	case 0:
+		return []int64{a / 4, a / 3} // two partial refunds
+	case 1:
+		return []int64{a / 2, a - a/2} // two partial refunds that add up to the charge
+	case 2:
+		return []int64{0, 1} // a full refund, then one unit more: nothing is left
+	default:
+		return []int64{a / 2, a} // half, then the whole: more than is left
+	}
+}
+
+// refunder refunds charges the client saw acknowledged. Each charge waits in
+// a goroutine of its own until the client reads it settled, so a charge held
+// up for a minute (its job in a killed worker, waiting for River's rescue)
+// holds up no other refund; at most slots charges talk to the API at once.
+type refunder struct {
+	slots chan struct{}
+	wg    sync.WaitGroup
+
+	mu       sync.Mutex
+	started  int
+	finished int
+}
+
+func newRefunder(slots int) *refunder {
+	return &refunder{slots: make(chan struct{}, slots)}
+}
+
+// refundLater refunds the charge a 201 acknowledged once the client reads
+// it settled. The refunds' keys are the charge's key with a suffix.
+func (s *system) refundLater(ctx context.Context, charge request, acked []byte) {
+	var c struct {
+		ID     string `json:"id"`
+		Amount int64  `json:"amount"`
+	}
+	if err := json.Unmarshal(acked, &c); err != nil || c.ID == "" {
+		s.client.unexpectedf("key %s: a 201 that is not a charge: %v", redactKey(charge.key), err)
+		return
+	}
+	r := s.refunds
+	r.mu.Lock()
+	r.started++
+	r.mu.Unlock()
+	r.wg.Go(func() {
+		if s.refund(ctx, charge.key, c.ID, c.Amount) {
+			r.mu.Lock()
+			r.finished++
+			r.mu.Unlock()
+		}
+	})
+}
+
+// done is closed when every refund started has its final answer.
+func (r *refunder) done() <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(ch)
+	}()
+	return ch
+}
+
+// waitRefunds waits for every refund started, and says how many charges
+// were to be refunded and how many got a final answer to each refund.
+func (s *system) waitRefunds() (started, finished int) {
+	s.refunds.wg.Wait()
+	s.refunds.mu.Lock()
+	defer s.refunds.mu.Unlock()
+	return s.refunds.started, s.refunds.finished
+}
+
+// refund waits until the charge is settled, then sends its refunds: a plan
+// for a succeeded charge, else one refund that must be refused as
+// charge_not_refundable. Refunds of one charge go one after the other, so
+// what is left of it is known before each: a refund that fits must be
+// accepted, one that does not refused with refund_exceeds_charge, and
+// anything else is an unexpected answer. (What is left only grows back when
+// a refund fails, which only the negative control's broken worker makes
+// happen.) It reports whether every refund got a final answer.
+func (s *system) refund(ctx context.Context, chargeKey, id string, amount int64) bool {
+	state, ok := s.awaitSettled(ctx, id)
+	if !ok || state == "" {
+		return ok
+	}
+	plan := []int64{0}
+	if state == "succeeded" {
+		plan = refundPlan(s.intn(4), amount)
+	}
+	reason := refundReasons[s.intn(len(refundReasons))]
+	s.refunds.slots <- struct{}{}
+	defer func() { <-s.refunds.slots }()
+	left := amount
+	for step, want := range plan {
+		a := s.client.post(ctx, s.refundRequest(chargeKey, step, id, want, reason))
+		if a.status == 0 {
+			return false
+		}
+		if a.status != http.StatusCreated && a.code != codeChargeNotRefundable && a.code != codeRefundExceedsCharge {
+			continue // post recorded it as unexpected
+		}
+		expect := codeChargeNotRefundable
+		if state == "succeeded" {
+			expect = codeRefundExceedsCharge
+			if left > 0 && want <= left {
+				expect = "" // accepted
+			}
+		}
+		var got struct {
+			Amount int64 `json:"amount"`
+		}
+		if a.status == http.StatusCreated {
+			_ = json.Unmarshal(a.body, &got)
+		}
+		if a.code != expect || a.status == http.StatusCreated && want == 0 && got.Amount != left {
+			s.client.unexpectedf("charge %s (%s, %d left): a refund of %d got %d %s, not %s",
+				id, state, left, want, a.status, cmp.Or(a.code, fmt.Sprintf("for %d", got.Amount)), cmp.Or(expect, "201"))
+		}
+		left -= got.Amount
+	}
+	return true
+}
+
+// refundRequest builds refund step of a charge: a key of its own, and the
+// metadata canaries.
+func (s *system) refundRequest(chargeKey string, step int, id string, amount int64, reason string) request {
+	body := struct {
+		Charge   string            `json:"charge"`
+		Amount   int64             `json:"amount,omitempty"`
+		Reason   string            `json:"reason,omitempty"`
+		Metadata map[string]string `json:"metadata"`
+	}{id, amount, reason, map[string]string{canaryMetadataKey: canaryMetadata(s.seed)}}
+	data, _ := json.Marshal(body)
+	return request{path: refundsPath, key: fmt.Sprintf("%s-refund-%d", chargeKey, step), body: data}
+}
+
+// awaitSettled reads the charge (GET /v1/charges/{id}) until it is
+// terminal or in review, as a merchant waits for a charge to succeed before
+// refunding it, and returns its status: "" after an answer no charge the
+// client saw acknowledged should get (recorded as unexpected), and false if
+// it gave up.
+func (s *system) awaitSettled(ctx context.Context, id string) (status string, final bool) {
+	s.client.retry(ctx, 100*time.Millisecond, 2*time.Second, func() bool {
+		s.refunds.slots <- struct{}{}
+		code, body := s.client.get(ctx, chargesPath+"/"+id)
+		<-s.refunds.slots
+		switch {
+		case code == http.StatusOK:
+			var c struct {
+				Status string `json:"status"`
+			}
+			_ = json.Unmarshal(body, &c)
+			status = c.Status
+			final = status == "succeeded" || status == "failed" || status == "needs_review"
+			return final
+		case transient(code, problemCode(body)):
+			return false
+		default:
+			s.client.unexpectedf("charge %s: GET answered %d %s", id, code, body)
+			status, final = "", true
+			return true
+		}
+	})
+	return status, final
+}
