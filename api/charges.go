@@ -15,6 +15,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"chargeflow/api/jsoncanon"
 	"chargeflow/crashpoint"
 	"chargeflow/intent"
 	"chargeflow/internal/ids"
@@ -40,33 +41,15 @@ func nonEmpty(s string) *string {
 // rule) can refuse what was already accepted.
 func (s *Server) createCharge(c echo.Context) error {
 	t := tenantOf(c)
-	key, err := idempotencyKey(c.Request().Header)
-	if err != nil {
+	k, err := s.readKeyed(c, chargesRoute)
+	if k.cancel != nil {
+		defer k.cancel()
+	}
+	if err != nil || k.replayed {
 		return err
 	}
-	body, err := readBody(c, s.cfg.MaxBodyBytes)
-	if err != nil {
-		return err
-	}
-	parsed, canonical, err := parseJSONBody(body)
-	if err != nil {
-		return err
-	}
-	fp := fingerprint(http.MethodPost, chargesRoute, canonical)
-	keyHash := sha256.Sum256([]byte(key))
-
-	ctx, cancel := s.dbContext(c)
-	defer cancel()
-
-	// A retry of a finished request costs one primary-key read.
-	rec, err := intent.Idempotency(ctx, s.cfg.DB, t.ID, keyHash[:])
-	if err == nil {
-		return s.replay(c, rec, fp)
-	}
-	if !errors.Is(err, intent.ErrNotFound) {
-		return err
-	}
-	req, err := chargeFromJSON(parsed, s.cfg.MaxAmount)
+	ctx, fp, keyHash := k.ctx, k.fingerprint, k.keyHash
+	req, err := chargeFromJSON(k.parsed, s.cfg.MaxAmount)
 	if err != nil {
 		return err
 	}
@@ -118,6 +101,50 @@ func (s *Server) createCharge(c echo.Context) error {
 	}
 	c.Response().Header().Set(echo.HeaderLocation, chargesRoute+"/"+id)
 	return c.Blob(http.StatusCreated, echo.MIMEApplicationJSON, response)
+}
+
+// keyed is an idempotent POST read up to its replay check.
+type keyed struct {
+	ctx         context.Context
+	cancel      context.CancelFunc
+	parsed      jsoncanon.Value
+	fingerprint []byte
+	keyHash     [32]byte
+	// replayed: the key had a record, and the answer was sent (a replay,
+	// or 422 for another request).
+	replayed bool
+}
+
+// readKeyed is the front every idempotent POST shares (docs/api.md,
+// "Accepting a charge"): the key header, the body, strict JSON with the card
+// check, the fingerprint over route and canonical body, and the replay
+// check — one primary-key read — before the body is judged, so that nothing
+// changed since can refuse what was already accepted. The caller defers
+// cancel when set, and stops when replayed or on an error.
+func (s *Server) readKeyed(c echo.Context, route string) (keyed, error) {
+	key, err := idempotencyKey(c.Request().Header)
+	if err != nil {
+		return keyed{}, err
+	}
+	body, err := readBody(c, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return keyed{}, err
+	}
+	parsed, canonical, err := parseJSONBody(body)
+	if err != nil {
+		return keyed{}, err
+	}
+	k := keyed{parsed: parsed, fingerprint: fingerprint(http.MethodPost, route, canonical), keyHash: sha256.Sum256([]byte(key))}
+	k.ctx, k.cancel = s.dbContext(c)
+	rec, err := intent.Idempotency(k.ctx, s.cfg.DB, tenantOf(c).ID, k.keyHash[:])
+	switch {
+	case err == nil:
+		k.replayed = true
+		return k, s.replay(c, rec, k.fingerprint)
+	case !errors.Is(err, intent.ErrNotFound):
+		return k, err
+	}
+	return k, nil
 }
 
 // accept writes an accepted charge — the idempotency record, the charge,

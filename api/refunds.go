@@ -1,7 +1,6 @@
 package api
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -78,31 +77,15 @@ func refundFromJSON(v jsoncanon.Value) (refundRequest, error) {
 // currency, and what is left of it when the request names no amount.
 func (s *Server) createRefund(c echo.Context) error {
 	t := tenantOf(c)
-	key, err := idempotencyKey(c.Request().Header)
-	if err != nil {
+	k, err := s.readKeyed(c, refundsRoute)
+	if k.cancel != nil {
+		defer k.cancel()
+	}
+	if err != nil || k.replayed {
 		return err
 	}
-	body, err := readBody(c, s.cfg.MaxBodyBytes)
-	if err != nil {
-		return err
-	}
-	parsed, canonical, err := parseJSONBody(body)
-	if err != nil {
-		return err
-	}
-	fp := fingerprint(http.MethodPost, refundsRoute, canonical)
-	keyHash := sha256.Sum256([]byte(key))
-
-	ctx, cancel := s.dbContext(c)
-	defer cancel()
-	rec, err := intent.Idempotency(ctx, s.cfg.DB, t.ID, keyHash[:])
-	if err == nil {
-		return s.replay(c, rec, fp)
-	}
-	if !errors.Is(err, intent.ErrNotFound) {
-		return err
-	}
-	req, err := refundFromJSON(parsed)
+	ctx, fp, keyHash := k.ctx, k.fingerprint, k.keyHash
+	req, err := refundFromJSON(k.parsed)
 	if err != nil {
 		return err
 	}
