@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,7 +22,8 @@ import (
 	"chargeflow/webhook"
 )
 
-// A merchant's receiver failing 30 % of deliveries at random, and workers
+// A merchant's receiver failing 30 % of deliveries at random and down
+// altogether (connections dropped) for four seconds mid-run, and workers
 // killed every two seconds, while 200 charges settle (declines and lost
 // answers among them): every charge that reached succeeded or failed has
 // its event delivered, signed with the endpoint's secret, and nothing is
@@ -42,7 +44,17 @@ func TestWebhooksDeliveredThroughKills(t *testing.T) {
 	var secret string
 	valid, forged := map[string]map[string]any{}, 0
 	rng := rand.New(rand.NewPCG(7, 13))
+	var down atomic.Bool
+	var dropped atomic.Int64
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			dropped.Add(1)
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+			return
+		}
 		body, _ := io.ReadAll(r.Body)
 		ts, _ := strconv.ParseInt(r.Header.Get("webhook-timestamp"), 10, 64)
 		mu.Lock()
@@ -110,6 +122,10 @@ func TestWebhooksDeliveredThroughKills(t *testing.T) {
 		if i%20 == 19 {
 			wg.Wait() // in waves, so the kills land mid-traffic
 		}
+		if i == 99 {
+			down.Store(true)
+			time.AfterFunc(4*time.Second, func() { down.Store(false) })
+		}
 	}
 	wg.Wait()
 	s.waitNoneIn(3*time.Minute, "pending", "submitting", "unknown")
@@ -147,7 +163,9 @@ func TestWebhooksDeliveredThroughKills(t *testing.T) {
 	}
 	var attempts, failed int
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status <> 200 OR status IS NULL) FROM webhook_attempts`).Scan(&attempts, &failed))
-	t.Logf("200 charges, %d events, %d delivery attempts (%d failed or cut short), %d worker kills", len(events), attempts, failed, kills)
+	t.Logf("200 charges, %d events, %d delivery attempts (%d failed or cut short; %d dropped while the receiver was down), %d worker kills",
+		len(events), attempts, failed, dropped.Load(), kills)
+	require.Positive(t, dropped.Load(), "deliveries met the receiver down")
 	require.Positive(t, kills)
 	require.Positive(t, failed, "the receiver's failures were retried")
 }
