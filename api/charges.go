@@ -279,41 +279,63 @@ func listPage[V any](s *Server, c echo.Context, base intent.ListParams, view fun
 // listParams parses a listing's query onto params: status, limit,
 // starting_after and, for operators (params.AllTenants), tenant.
 func listParams(c echo.Context, params intent.ListParams) (intent.ListParams, error) {
-	query := c.QueryParams()
-	// In a fixed order, so the parameter a problem names does not vary.
-	for _, name := range slices.Sorted(maps.Keys(query)) {
-		values := query[name]
-		if len(values) != 1 {
-			return params, fieldProblem(CodeInvalidParameter, safeFieldName(name), "give each query parameter once")
-		}
-		value := values[0]
+	err := eachQueryParam(c, func(name, value string) (bool, error) {
 		switch {
 		case name == "status":
 			params.State = intent.State(value)
 			if !params.State.Valid() {
-				return params, fieldProblem(CodeInvalidParameter, name, "status must be one of "+stateList())
+				return true, fieldProblem(CodeInvalidParameter, name, "status must be one of "+stateList())
 			}
 		case name == "limit":
-			n, err := strconv.Atoi(value)
-			if err != nil || n < 1 || n > 100 {
-				return params, fieldProblem(CodeInvalidParameter, name, "limit must be an integer from 1 to 100")
-			}
+			n, err := pageLimit(name, value)
 			params.Limit = n
+			return true, err
 		case name == "starting_after":
 			if !ids.Valid("ch", value) && (params.Kind == intent.KindCharge || !ids.Valid("re", value)) {
-				return params, fieldProblem(CodeInvalidParameter, name, "starting_after must be the id of the last item of the previous page")
+				return true, fieldProblem(CodeInvalidParameter, name, "starting_after must be the id of the last item of the previous page")
 			}
 			params.StartingAfter = value
 		case name == "tenant" && params.AllTenants:
 			if !ids.Valid("tn", value) {
-				return params, fieldProblem(CodeInvalidParameter, name, "tenant must be a tenant id")
+				return true, fieldProblem(CodeInvalidParameter, name, "tenant must be a tenant id")
 			}
 			params.TenantID = value
 		default:
-			return params, fieldProblem(CodeInvalidParameter, safeFieldName(name), "unknown query parameter")
+			return false, nil
+		}
+		return true, nil
+	})
+	return params, err
+}
+
+// eachQueryParam hands every query parameter to fn, in a fixed order so
+// that the parameter a problem names does not vary. A parameter given
+// twice, or one fn does not know, is 400 invalid_parameter.
+func eachQueryParam(c echo.Context, fn func(name, value string) (known bool, err error)) error {
+	query := c.QueryParams()
+	for _, name := range slices.Sorted(maps.Keys(query)) {
+		values := query[name]
+		if len(values) != 1 {
+			return fieldProblem(CodeInvalidParameter, safeFieldName(name), "give each query parameter once")
+		}
+		known, err := fn(name, values[0])
+		if err != nil {
+			return err
+		}
+		if !known {
+			return fieldProblem(CodeInvalidParameter, safeFieldName(name), "unknown query parameter")
 		}
 	}
-	return params, nil
+	return nil
+}
+
+// pageLimit reads a page size: an integer from 1 to 100.
+func pageLimit(name, value string) (int, error) {
+	n, err := strconv.Atoi(value)
+	if err != nil || n < 1 || n > 100 {
+		return 0, fieldProblem(CodeInvalidParameter, name, "limit must be an integer from 1 to 100")
+	}
+	return n, nil
 }
 
 type eventView struct {

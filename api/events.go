@@ -2,10 +2,7 @@ package api
 
 import (
 	"errors"
-	"maps"
 	"net/http"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -37,33 +34,29 @@ func (s *Server) getNotification(c echo.Context) error {
 // GET /v1/events?type=&limit=&starting_after=.
 func (s *Server) listNotifications(c echo.Context) error {
 	params := webhook.ListParams{TenantID: tenantOf(c).ID, Limit: 10}
-	query := c.QueryParams()
-	for _, name := range slices.Sorted(maps.Keys(query)) {
-		values := query[name]
-		if len(values) != 1 {
-			return fieldProblem(CodeInvalidParameter, safeFieldName(name), "give each query parameter once")
-		}
-		value := values[0]
+	err := eachQueryParam(c, func(name, value string) (bool, error) {
 		switch name {
 		case "type":
 			if !webhook.ValidType(value) {
-				return fieldProblem(CodeInvalidParameter, name, "type must be one of "+strings.Join(webhook.Types, ", "))
+				return true, fieldProblem(CodeInvalidParameter, name, "type must be one of "+strings.Join(webhook.Types, ", "))
 			}
 			params.Type = value
 		case "limit":
-			n, err := strconv.Atoi(value)
-			if err != nil || n < 1 || n > 100 {
-				return fieldProblem(CodeInvalidParameter, name, "limit must be an integer from 1 to 100")
-			}
+			n, err := pageLimit(name, value)
 			params.Limit = n
+			return true, err
 		case "starting_after":
 			if !ids.Valid("evt", value) {
-				return fieldProblem(CodeInvalidParameter, name, "starting_after must be an event id")
+				return true, fieldProblem(CodeInvalidParameter, name, "starting_after must be an event id")
 			}
 			params.StartingAfter = value
 		default:
-			return fieldProblem(CodeInvalidParameter, safeFieldName(name), "unknown query parameter")
+			return false, nil
 		}
+		return true, nil
+	})
+	if err != nil {
+		return err
 	}
 	ctx, cancel := s.dbContext(c)
 	defer cancel()
