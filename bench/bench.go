@@ -42,6 +42,9 @@ const (
 	AcceptTarget = 0.8
 	// SettleTarget is the least settle ÷ accept throughput.
 	SettleTarget = 0.5
+	// SlowProviderTarget is the least settle throughput against a provider
+	// answering in 150–400 ms ÷ that against one answering at once.
+	SlowProviderTarget = 0.9
 	// ReplayTarget is the most replay p99 ÷ primary-key select p99.
 	ReplayTarget = 2.0
 	// MemoryTarget is the most resident memory of the API process.

@@ -24,6 +24,7 @@ func setup(tb testing.TB, apiMaxConns, workerConcurrency int) *System {
 		LedgerDir:         tb.TempDir(),
 		APIMaxConns:       apiMaxConns,
 		WorkerConcurrency: workerConcurrency,
+		WorkerMaxConns:    8,
 	})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { require.NoError(tb, sys.Close(context.Background())) })
@@ -43,7 +44,9 @@ func setupRunner(tb testing.TB, sys *System, opts Options) *runner {
 // code works and the report is complete. It asserts no speed.
 func TestRun(t *testing.T) {
 	t.Parallel()
-	sys := setup(t, 4, 4)
+	// Jobs hold no connection while they wait on the provider, so many
+	// can run on the small pool (the slow-provider drain needs them).
+	sys := setup(t, 4, 64)
 
 	rep, err := Run(context.Background(), sys, Options{Duration: 300 * time.Millisecond, Concurrency: []int{2}})
 	require.NoError(t, err)
@@ -69,6 +72,13 @@ func TestRun(t *testing.T) {
 	require.Positive(t, settle.SettledPerSecond)
 	require.Zero(t, settle.NotSucceeded)
 	require.True(t, settle.Sustained.Drained, "the queue drains after the sustained load")
+	require.NotNil(t, settle.CPU, "CPU per settled charge is read on Linux with Postgres on this machine")
+	require.Positive(t, settle.CPU.Postgres)
+	require.Positive(t, settle.CPU.Worker)
+	require.Positive(t, settle.Slow.Backlog)
+	require.Positive(t, settle.Slow.SettledPerSecond)
+	require.Zero(t, settle.Slow.NotSucceeded)
+	require.Positive(t, settle.Slow.Ratio)
 
 	require.True(t, rep.Storm.Met, "violations: %v", rep.Storm.Violations)
 	require.Equal(t, StormRequests, rep.Storm.Requests)
@@ -77,7 +87,7 @@ func TestRun(t *testing.T) {
 
 	var table bytes.Buffer
 	require.NoError(t, PrintTable(&table, rep))
-	for _, row := range []string{"accept", "settle", "sustained load", "replay p99", "duplicate storm", "memory"} {
+	for _, row := range []string{"accept", "settle", "sustained load", "slow provider", "replay p99", "duplicate storm", "memory", "CPU per settled charge"} {
 		require.Contains(t, table.String(), row)
 	}
 	_, err = json.Marshal(rep)

@@ -116,6 +116,7 @@ func StartProcesses(ctx context.Context, cfg ProcessConfig) (_ *System, err erro
 	if sys.PSPURL, err = psp.listenURL(ctx); err != nil {
 		return nil, err
 	}
+	sys.PSPPID = psp.cmd.Process.Pid
 	apiProc, err := start("api", "api", "--addr", "127.0.0.1:0",
 		"--max-conns", strconv.Itoa(sys.APIMaxConns), "--rate-limit", strconv.Itoa(benchRateLimit))
 	if err != nil {
@@ -137,6 +138,7 @@ func StartProcesses(ctx context.Context, cfg ProcessConfig) (_ *System, err erro
 		if err != nil {
 			return nil, err
 		}
+		sys.WorkerPID = w.cmd.Process.Pid
 		return w.stop, nil
 	}
 	return sys, nil

@@ -227,3 +227,65 @@ func (m *memorySampler) finish() (maxRSS, hwm uint64, err error) {
 	}
 	return m.max, mem.hwm, nil
 }
+
+// SettleCPU is the CPU each settled charge cost over a drain, per process,
+// in microseconds. In process (Go benchmarks, tests) the worker and the
+// fake provider run in the benchmark's own process, and Worker counts all
+// of it.
+type SettleCPU struct {
+	Worker   float64 `json:"worker"`
+	Provider float64 `json:"provider"`
+	Postgres float64 `json:"postgres"`
+}
+
+// Total is the sum over the processes.
+func (c SettleCPU) Total() float64 { return c.Worker + c.Provider + c.Postgres }
+
+// settleSample is the CPU of a drain's processes at one instant.
+type settleSample struct {
+	cpuSample
+	workerPID int
+	worker    cpuTime
+	provider  cpuTime
+}
+
+// settleCPU samples the database's backends, the fake provider and the
+// running worker (or this process, where they run in it).
+func (r *runner) settleCPU(ctx context.Context) (settleSample, error) {
+	base, err := r.cpu(ctx)
+	if err != nil {
+		return settleSample{}, err
+	}
+	s := settleSample{cpuSample: base, worker: base.self}
+	if r.sys.PSPPID != 0 {
+		t, err := processCPU(r.sys.PSPPID)
+		s.known = s.known && err == nil
+		s.provider = cpuTime(t)
+	}
+	if s.workerPID = r.sys.WorkerPID; s.workerPID != 0 {
+		t, err := processCPU(s.workerPID)
+		s.known = s.known && err == nil
+		s.worker = cpuTime(t)
+	}
+	return s, nil
+}
+
+// sub is the CPU used between o and c. A worker started in between (a
+// new process) counts in full.
+func (c settleSample) sub(o settleSample) settleSample {
+	d := settleSample{cpuSample: c.cpuSample.sub(o.cpuSample), workerPID: c.workerPID,
+		worker: c.worker - o.worker, provider: c.provider - o.provider}
+	if c.workerPID != o.workerPID {
+		d.worker = c.worker
+	}
+	return d
+}
+
+// perCharge spreads the sample over n settled charges; nil if any part
+// could not be read.
+func (c settleSample) perCharge(n int64) *SettleCPU {
+	if !c.known || n <= 0 {
+		return nil
+	}
+	return &SettleCPU{Worker: c.worker.perOp(n), Provider: c.provider.perOp(n), Postgres: c.postgres.perOp(n)}
+}

@@ -60,8 +60,15 @@ func PrintTable(w io.Writer, r Report) error {
 		s.Concurrency, count(st.Accepted.PerSecond), failed("sustained load", st.Accepted), count(st.SettledPerSecond),
 		count(float64(st.BacklogMax)), count(float64(st.BacklogEnd)), drained,
 		count(st.OfferedPerSecond), share, verdict(st.Bounded && st.Drained))
+	sl := s.Slow
+	fmt.Fprintf(tw, "  slow provider\t%d\t%s/s pending → succeeded, provider answering in 150–400 ms (backlog %s, drained in %.1f s)\t%s/s with instant answers\t%.2f×\t≥ %.2f×\t%s\n",
+		s.Concurrency, count(sl.SettledPerSecond), count(float64(sl.Backlog)), sl.DrainSeconds,
+		count(s.SettledPerSecond), sl.Ratio, SlowProviderTarget, verdict(sl.Met))
 	if s.NotSucceeded > 0 {
 		failures = append(failures, fmt.Sprintf("settle: %d charges ended failed or in review", s.NotSucceeded))
+	}
+	if sl.NotSucceeded > 0 {
+		failures = append(failures, fmt.Sprintf("settle, slow provider: %d charges ended failed or in review", sl.NotSucceeded))
 	}
 	for _, p := range r.Replay {
 		if p.Replay.Failures > 0 {
@@ -101,6 +108,20 @@ func PrintTable(w io.Writer, r Report) error {
 				c.APIClient, c.API, c.APIPostgres, c.APIClient+c.API+c.APIPostgres,
 				c.RawClient, c.RawPostgres, c.RawClient+c.RawPostgres)
 		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if c := s.CPU; c != nil {
+		accepted := 0.0
+		if len(r.Accept) > 0 && r.Accept[0].CPU != nil {
+			a := r.Accept[0].CPU
+			accepted = a.API + a.APIPostgres
+		}
+		fmt.Fprintf(w, "\nCPU per settled charge, µs, over the drain (worker = the worker process, or this one in process):\n")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "worker\tfake provider\tPostgres\ttotal\tper accepted charge (API + Postgres)\t")
+		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", c.Worker, c.Provider, c.Postgres, c.Total(), accepted)
 		if err := tw.Flush(); err != nil {
 			return err
 		}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"chargeflow/fakepsp"
 )
 
 // SettleResult is the worker's pending → succeeded throughput against the
@@ -30,9 +32,29 @@ type SettleResult struct {
 	// Ratio is SettledPerSecond ÷ Accept.PerSecond; the target is at least
 	// SettleTarget.
 	Ratio float64 `json:"ratio"`
+	// CPU is what each settled charge cost, per process, over the drain;
+	// nil where it could not be read (not Linux, or Postgres elsewhere).
+	CPU *SettleCPU `json:"cpu_per_settled_charge_us,omitempty"`
 	// Sustained is the API and the worker running together.
 	Sustained Sustained `json:"sustained"`
-	Met       bool      `json:"met"`
+	// Slow is the same drain with the provider answering in 150–400 ms.
+	Slow SlowProvider `json:"slow_provider"`
+	Met  bool         `json:"met"`
+}
+
+// SlowProvider is a drain against a provider that answers every charge in
+// 150–400 ms, against the drain of the same backlog by a provider that
+// answers at once: provider calls must hold neither a database connection
+// nor a scarce worker slot.
+type SlowProvider struct {
+	SettledPerSecond float64 `json:"settled_per_second"`
+	Backlog          int64   `json:"backlog"`
+	DrainSeconds     float64 `json:"drain_seconds"`
+	NotSucceeded     int64   `json:"not_succeeded"`
+	// Ratio is SettledPerSecond ÷ the fast drain's; the target is at least
+	// SlowProviderTarget.
+	Ratio float64 `json:"ratio"`
+	Met   bool    `json:"met"`
 }
 
 // Sustained is a run in which the API is offered charges at a steady rate
@@ -75,49 +97,123 @@ func (r *runner) counts(ctx context.Context) (counts, error) {
 	return c, nil
 }
 
-// measureSettle empties the charge tables (the accept measurements left
-// tens of thousands of charges, the raw baseline's among them, whose jobs
-// would otherwise be worked too), seeds them again, builds a backlog
-// through the API with no worker running, starts the worker and times the drain; then, with the
-// worker still running, offers the API a sustained load and watches the
-// backlog. It returns the running worker's stop function: the duplicate
-// storm needs a worker.
+// measureSettle drains a backlog with the provider answering at once,
+// then, with the worker still running, offers the API a sustained load and
+// watches the backlog; then drains a second backlog with the provider
+// answering in 150–400 ms (SlowProvider). It returns a running worker's
+// stop function: the duplicate storm needs a worker.
 func (r *runner) measureSettle(ctx context.Context, concurrency int) (SettleResult, func() error, error) {
-	if _, err := r.admin.Exec(ctx, `TRUNCATE webhook_attempts, webhook_deliveries, events, charge_events, idempotency_keys, charges, river_job`); err != nil {
-		return SettleResult{}, nil, fmt.Errorf("empty the charge tables: %w", err)
-	}
-	// The seed's charges join the backlog; the new statistics keep the
-	// foreign-key checks on their indexes.
-	if err := r.seed(ctx); err != nil {
-		return SettleResult{}, nil, err
-	}
 	client := newAPIClient(r.sys, r.keyPrefix+"settle-", concurrency)
 	defer client.http.CloseIdleConnections()
 	res := SettleResult{Concurrency: concurrency}
 
+	fast, stopWorker, err := r.drain(ctx, client, concurrency)
+	if err != nil {
+		return res, nil, err
+	}
+	res.Accept, res.Backlog, res.SettledPerSecond, res.DrainSeconds, res.NotSucceeded, res.CPU =
+		fast.accept, fast.backlog, fast.perSecond, fast.seconds, fast.notSucceeded, fast.cpu
+	if res.Accept.PerSecond > 0 {
+		res.Ratio = res.SettledPerSecond / res.Accept.PerSecond
+	}
+	if res.Sustained, err = r.sustain(ctx, client, concurrency, sustainableRate(res.Accept.PerSecond, res.SettledPerSecond)); err != nil {
+		_ = stopWorker()
+		return res, nil, err
+	}
+	if err := stopWorker(); err != nil {
+		return res, nil, err
+	}
+
+	// The same drain with every provider call taking 150–400 ms.
+	if err := fakepsp.SetFaults(ctx, r.sys.PSPURL, slowProvider); err != nil {
+		return res, nil, fmt.Errorf("slow the provider down: %w", err)
+	}
+	slow, stopWorker, err := r.drain(ctx, client, concurrency)
+	if err == nil {
+		err = fakepsp.SetFaults(ctx, r.sys.PSPURL, fakepsp.Schedule{})
+	}
+	if err != nil {
+		if stopWorker != nil {
+			_ = stopWorker()
+		}
+		return res, nil, err
+	}
+	res.Slow = SlowProvider{SettledPerSecond: slow.perSecond, Backlog: slow.backlog, DrainSeconds: slow.seconds,
+		NotSucceeded: slow.notSucceeded}
+	if res.SettledPerSecond > 0 {
+		res.Slow.Ratio = slow.perSecond / res.SettledPerSecond
+	}
+	res.Slow.Met = res.Slow.Ratio >= SlowProviderTarget && slow.notSucceeded == 0
+	s := res.Sustained
+	res.Met = res.Ratio >= SettleTarget && res.NotSucceeded == 0 && res.Accept.Failures == 0 &&
+		s.Drained && s.Bounded && s.Accepted.Failures == 0
+	return res, stopWorker, nil
+}
+
+// slowProvider makes every charge call take 150, 212, 275, 337 or 400 ms,
+// a fifth of the calls each: a real provider's latency, as the slow-provider
+// settle line offers it. Rules are tried in order, so the probabilities
+// below give each duration a fifth of the calls.
+var slowProvider = fakepsp.Schedule{Rules: []fakepsp.Rule{
+	{On: fakepsp.OnCharge, Fault: fakepsp.FaultLatency, P: 1.0 / 5, MS: 150},
+	{On: fakepsp.OnCharge, Fault: fakepsp.FaultLatency, P: 1.0 / 4, MS: 212},
+	{On: fakepsp.OnCharge, Fault: fakepsp.FaultLatency, P: 1.0 / 3, MS: 275},
+	{On: fakepsp.OnCharge, Fault: fakepsp.FaultLatency, P: 1.0 / 2, MS: 337},
+	{On: fakepsp.OnCharge, Fault: fakepsp.FaultLatency, P: 1, MS: 400},
+}}
+
+// drained is one drain of a backlog.
+type drained struct {
+	accept       Throughput
+	backlog      int64
+	perSecond    float64
+	seconds      float64
+	notSucceeded int64
+	cpu          *SettleCPU
+}
+
+// drain empties the charge tables (earlier measurements left tens of
+// thousands of charges, the raw baseline's among them, whose jobs would
+// otherwise be worked too), seeds them again, builds a backlog through the
+// API with no worker running, starts a worker and times it emptying the
+// backlog. It returns the running worker's stop function.
+func (r *runner) drain(ctx context.Context, client *apiClient, concurrency int) (drained, func() error, error) {
+	var d drained
+	if _, err := r.admin.Exec(ctx, `TRUNCATE webhook_attempts, webhook_deliveries, events, charge_events, idempotency_keys, charges, river_job`); err != nil {
+		return d, nil, fmt.Errorf("empty the charge tables: %w", err)
+	}
+	// The seed's charges join the backlog; the new statistics keep the
+	// foreign-key checks on their indexes.
+	if err := r.seed(ctx); err != nil {
+		return d, nil, err
+	}
 	fill := r.load.run(ctx, loadOptions{concurrency: concurrency, until: r.half()}, client.accept)
-	res.Accept = throughputOf(fill)
+	d.accept = throughputOf(fill)
 	// The tables grew from the seed's rows to the backlog's: in production
 	// autovacuum would analyze them within a minute; here nothing might
 	// (see runner.seed), and the worker's queries would be planned for
 	// tables a tenth of their size.
 	if _, err := r.admin.Exec(ctx, analyzeTables); err != nil {
-		return res, nil, fmt.Errorf("analyze: %w", err)
+		return d, nil, fmt.Errorf("analyze: %w", err)
 	}
 	before, err := r.counts(ctx)
 	if err != nil {
-		return res, nil, err
+		return d, nil, err
 	}
-	res.Backlog = before.unsettled
+	d.backlog = before.unsettled
 
+	cpuBefore, err := r.settleCPU(ctx)
+	if err != nil {
+		return d, nil, err
+	}
 	started := time.Now()
 	stopWorker, err := r.sys.StartWorker(ctx)
 	if err != nil {
-		return res, nil, err
+		return d, nil, err
 	}
-	fail := func(err error) (SettleResult, func() error, error) {
+	fail := func(err error) (drained, func() error, error) {
 		_ = stopWorker()
-		return res, nil, err
+		return d, nil, err
 	}
 	var at10, at90 time.Time
 	var n10, n90 int64
@@ -129,19 +225,19 @@ func (r *runner) measureSettle(ctx context.Context, concurrency int) (SettleResu
 		}
 		settled := c.succeeded + c.notSucceeded - before.succeeded - before.notSucceeded
 		now := time.Now()
-		if at10.IsZero() && settled*10 >= res.Backlog {
+		if at10.IsZero() && settled*10 >= d.backlog {
 			at10, n10 = now, settled
 		}
-		if at90.IsZero() && settled*10 >= 9*res.Backlog {
+		if at90.IsZero() && settled*10 >= 9*d.backlog {
 			at90, n90 = now, settled
 		}
 		if c.unsettled == 0 {
-			res.DrainSeconds = time.Since(started).Seconds()
-			res.NotSucceeded = c.notSucceeded
+			d.seconds = time.Since(started).Seconds()
+			d.notSucceeded = c.notSucceeded
 			break
 		}
 		if now.After(deadline) {
-			return fail(fmt.Errorf("the worker left %d of %d charges unsettled after %s", c.unsettled, res.Backlog, time.Since(started).Round(time.Second)))
+			return fail(fmt.Errorf("the worker left %d of %d charges unsettled after %s", c.unsettled, d.backlog, time.Since(started).Round(time.Second)))
 		}
 		select {
 		case <-ctx.Done():
@@ -149,24 +245,19 @@ func (r *runner) measureSettle(ctx context.Context, concurrency int) (SettleResu
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	if span := at90.Sub(at10); span > 0 && n90 > n10 {
-		res.SettledPerSecond = float64(n90-n10) / span.Seconds()
-	} else if res.DrainSeconds > 0 {
-		// Too small a backlog to see its middle: the whole drain, start-up
-		// included, is the (pessimistic) rate.
-		res.SettledPerSecond = float64(res.Backlog) / res.DrainSeconds
-	}
-	if res.Accept.PerSecond > 0 {
-		res.Ratio = res.SettledPerSecond / res.Accept.PerSecond
-	}
-
-	if res.Sustained, err = r.sustain(ctx, client, concurrency, sustainableRate(res.Accept.PerSecond, res.SettledPerSecond)); err != nil {
+	cpuAfter, err := r.settleCPU(ctx)
+	if err != nil {
 		return fail(err)
 	}
-	s := res.Sustained
-	res.Met = res.Ratio >= SettleTarget && res.NotSucceeded == 0 && res.Accept.Failures == 0 &&
-		s.Drained && s.Bounded && s.Accepted.Failures == 0
-	return res, stopWorker, nil
+	d.cpu = cpuAfter.sub(cpuBefore).perCharge(d.backlog)
+	if span := at90.Sub(at10); span > 0 && n90 > n10 {
+		d.perSecond = float64(n90-n10) / span.Seconds()
+	} else if d.seconds > 0 {
+		// Too small a backlog to see its middle: the whole drain, start-up
+		// included, is the (pessimistic) rate.
+		d.perSecond = float64(d.backlog) / d.seconds
+	}
+	return d, stopWorker, nil
 }
 
 // sustainedShare is the share of the sustainable rate the sustained run

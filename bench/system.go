@@ -54,6 +54,11 @@ type System struct {
 	// PSPURL is the fake provider, its own de-duplication off, so its
 	// ledger counts every provider call.
 	PSPURL string
+	// PSPPID and WorkerPID are the fake provider's and the running
+	// worker's process ids when they run as their own processes, 0
+	// otherwise.
+	PSPPID    int
+	WorkerPID int
 
 	startWorker func(ctx context.Context) (stop func() error, err error)
 	close       func(ctx context.Context) error
@@ -83,6 +88,8 @@ type InProcessConfig struct {
 	// tests keep them small (the suite shares one server's connections).
 	APIMaxConns       int
 	WorkerConcurrency int
+	// WorkerMaxConns is the worker pool's size; default the command's.
+	WorkerMaxConns int
 }
 
 // StartInProcess builds the API, the fake provider and the worker in this
@@ -139,7 +146,7 @@ func StartInProcess(ctx context.Context, cfg InProcessConfig) (_ *System, err er
 		Provider:       psp.Config{BaseURL: pspURL},
 		API:            api.Config{RateLimit: benchRateLimit},
 		APIPool:        app.Pool{MaxConns: sys.APIMaxConns},
-		Worker:         app.Worker{Concurrency: sys.WorkerConcurrency},
+		Worker:         app.Worker{Concurrency: sys.WorkerConcurrency, MaxConns: cfg.WorkerMaxConns},
 	}
 	a, err := app.NewAPI(ctx, o)
 	if err != nil {

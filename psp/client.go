@@ -137,15 +137,17 @@ func (c *Client) Find(ctx context.Context, q LookupRequest) (Charge, error) {
 var _ Provider = (*Client)(nil)
 
 // NewTransport returns the transport every adapter uses by default: its own
-// pool sized for a worker that talks to one provider at high concurrency,
-// and no proxy, since only cmd reads the environment.
+// pool sized for a worker that talks to one provider at high concurrency
+// (every one of its concurrent calls keeps its connection for the next,
+// so a slow provider costs no new handshakes), and no proxy, since only
+// cmd reads the environment.
 func NewTransport() *http.Transport {
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		DialContext:           dialer.DialContext,
 		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   128,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   1024,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,

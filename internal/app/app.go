@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -128,9 +129,16 @@ type Webhooks struct {
 // Worker configures the River client that runs the outbox worker and the
 // periodic retention job.
 type Worker struct {
-	// Concurrency is how many charge.submit jobs run at once; the pool
-	// gets five connections more.
+	// Concurrency is how many charge.submit jobs run at once. A job holds
+	// a database connection only for its two short statements, never
+	// across the provider call, so it is sized by how many calls may wait
+	// on the provider at once (rate × the provider's latency), not by the
+	// database: docs/benchmarks.md, "A slow provider". Default 512.
 	Concurrency int
+	// MaxConns is the worker pool's size, shared by every job, the webhook
+	// deliveries and River's own work. Default WorkerConns of the
+	// machine's CPUs.
+	MaxConns int
 	// UnknownCheckAfter and ResendOnRerun are the outbox.Config fields of
 	// the same names.
 	UnknownCheckAfter time.Duration
@@ -160,7 +168,8 @@ func Defaults() Options {
 		Webhooks:       Webhooks{Concurrency: 10},
 		ReconcilerPool: Pool{MaxConns: 10},
 		Worker: Worker{
-			Concurrency:       20,
+			Concurrency:       512,
+			MaxConns:          WorkerConns(runtime.NumCPU()),
 			UnknownCheckAfter: outbox.DefaultUnknownCheckAfter,
 			Retry:             outbox.RetryPolicy{Base: outbox.DefaultRetryBase, Cap: outbox.DefaultRetryCap},
 			RetentionInterval: 10 * time.Minute,
@@ -179,6 +188,7 @@ func (o Options) withDefaults() Options {
 	o.ReconcilerPool.MaxConns = cmp.Or(o.ReconcilerPool.MaxConns, d.ReconcilerPool.MaxConns)
 	w, dw := &o.Worker, d.Worker
 	w.Concurrency = cmp.Or(w.Concurrency, dw.Concurrency)
+	w.MaxConns = cmp.Or(w.MaxConns, dw.MaxConns)
 	w.UnknownCheckAfter = cmp.Or(w.UnknownCheckAfter, dw.UnknownCheckAfter)
 	w.Retry.Base = cmp.Or(w.Retry.Base, dw.Retry.Base)
 	w.Retry.Cap = cmp.Or(w.Retry.Cap, dw.Retry.Cap)
@@ -422,11 +432,20 @@ func (j *jobsUI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	j.handler.ServeHTTP(w, r)
 }
 
-// WorkerPool opens the outbox worker's pool: a connection per concurrent
-// job, and five for River's own work.
+// WorkerConns is the worker pool's default size on a machine with cpus
+// CPUs: enough statements in flight to keep a database on the same machine
+// busy (four per CPU), and eight for River's own work (its fetches, its
+// completer, its leader election and the LISTEN connection of its
+// notifier). More connections than that only queue inside Postgres;
+// fewer leave it idle while jobs wait on the network.
+func WorkerConns(cpus int) int { return 4*max(cpus, 1) + 8 }
+
+// WorkerPool opens the outbox worker's pool, Worker.MaxConns connections
+// shared by every job: a job holds one only for a statement, so the
+// pool is sized by the database, and Worker.Concurrency by the provider.
 func WorkerPool(ctx context.Context, o Options) (*pgxpool.Pool, error) {
 	o = o.withDefaults()
-	return OpenPool(ctx, o.DatabaseURL, "worker", Pool{MaxConns: o.Worker.Concurrency + o.Webhooks.Concurrency + 5})
+	return OpenPool(ctx, o.DatabaseURL, "worker", Pool{MaxConns: o.Worker.MaxConns})
 }
 
 // NewWorker builds the River client that runs the outbox worker and the
