@@ -191,6 +191,58 @@ func TestDatabaseEnforcesStateMachine(t *testing.T) {
 		}
 	})
 
+	// The tenant's foreign keys gave way to a check when a charge is born
+	// and a tenant that can never go (migration 0010): the same guarantee,
+	// no shared row lock per write.
+	t.Run("ChargeNeedsItsTenant", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+
+		_, err := b.pool.Exec(ctx, `INSERT INTO charges (tenant_id, id, state, amount, currency, payment_method, provider,
+			provider_key, created_at, updated_at)
+			VALUES ($1, $2, 'pending', 1, 'USD', 'pm', 'p', 'k', now(), now())`, ids.New("tn", time.Now()), ids.New("ch", time.Now()))
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "23503", pgErr.Code)
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM charges`).Scan(&n))
+		require.Zero(t, n)
+	})
+
+	t.Run("TenantsAreKept", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+
+		b.accept(ctx, t, "tenant-kept-0000001")
+		for _, stmt := range []string{`DELETE FROM tenants WHERE id = $1`, `UPDATE tenants SET id = 'tn_00000000000000000000000000' WHERE id = $1`} {
+			_, err := b.pool.Exec(ctx, stmt, b.tenantID)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr, stmt)
+			require.Equal(t, "CF011", pgErr.Code, stmt)
+		}
+		_, err := b.pool.Exec(ctx, `UPDATE tenants SET rate_limit = 5 WHERE id = $1`, b.tenantID)
+		require.NoError(t, err, "a tenant's other columns still change")
+	})
+
+	// The audit trail names legal moves only, checked against
+	// charge_transitions without locking it.
+	t.Run("AuditRowNamesALegalMove", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+
+		c := b.accept(ctx, t, "audit-legal-000001")
+		insert := `INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt)
+			VALUES ($1, $2, $3, $4, 'test', 'test', 0)`
+		_, err := b.pool.Exec(ctx, insert, b.tenantID, c.ID, "succeeded", "pending")
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "charge_events_legal_move", pgErr.ConstraintName)
+		for _, tr := range intent.Transitions() {
+			_, err := b.pool.Exec(ctx, insert, b.tenantID, c.ID, string(tr.From), string(tr.To))
+			require.NoError(t, err, "%s -> %s", tr.From, tr.To)
+		}
+	})
+
 	t.Run("TerminalStatesNeedTheirFacts", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t)
@@ -434,4 +486,30 @@ func TestAcceptWritesJobRow(t *testing.T) {
 
 	_, err := intent.Accept(ctx, b.pool, intent.Acceptance{Charge: c, Job: &intent.JobRow{Kind: "test.kind", MaxAttempts: 0}})
 	require.ErrorContains(t, err, "max attempts")
+}
+
+// TestSQLIdsAreIds checks that the ids Postgres makes (chargeflow_id: event
+// ids, written by trigger) have internal/ids' layout: valid, distinct, and
+// led by the milliseconds of their making, as ids.New's are.
+func TestSQLIdsAreIds(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+
+	before := ids.New("evt", time.Now())
+	rows, err := b.pool.Query(ctx, `SELECT chargeflow_id('evt') FROM generate_series(1, 2000)`)
+	require.NoError(t, err)
+	made, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	after := ids.New("evt", time.Now().Add(time.Millisecond))
+
+	seen := map[string]bool{}
+	for _, id := range made {
+		require.True(t, ids.Valid("evt", id), id)
+		require.False(t, seen[id], "duplicate %s", id)
+		seen[id] = true
+		// The first 10 digits are two zero bits and the 48 bits of
+		// milliseconds: they sort between ids made just before and after.
+		require.GreaterOrEqual(t, id[:14], before[:14], id)
+		require.LessOrEqual(t, id[:14], after[:14], id)
+	}
 }
