@@ -6,8 +6,9 @@
 // call; a run that finds submitting instead knows an earlier run died (or is
 // still running) mid-call, moves the charge to unknown and stops, so a rerun
 // never sends blindly. Then it makes one provider call with the charge's fixed
-// provider key. Last, in one transaction with River's JobCompleteTx, it
-// applies the move the answer proves:
+// provider key. Last, in one transaction, it applies the move the answer
+// proves, and returns; River's completer then marks the job completed, many
+// jobs to a statement:
 //
 //	succeeded, same amount, currency, reference → succeeded
 //	declined (a value, not an error)            → failed, with the decline code
@@ -34,7 +35,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -278,14 +278,15 @@ func fromUnknown(moves []intent.Move) []intent.Move {
 	return out
 }
 
-// inTx runs fn and River's JobCompleteTx in one transaction.
-func (w *Worker) inTx(ctx context.Context, job *river.Job[submit.ChargeArgs], _ *slog.Logger, fn func(pgx.Tx) error) error {
+// inTx runs fn in one transaction. The job is not completed in it: River's
+// completer does that once the run returns, in batches (docs/architecture.md,
+// "The outbox worker"). A crash in between reruns the job, and the rerun
+// finds the charge no longer pending and does nothing: the charge row, not
+// the job, says what was done.
+func (w *Worker) inTx(ctx context.Context, _ *river.Job[submit.ChargeArgs], _ *slog.Logger, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, w.cfg.DB, func(tx pgx.Tx) error {
 		if err := fn(tx); err != nil {
 			return err
-		}
-		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
-			return fmt.Errorf("complete job: %w", err)
 		}
 		return w.cfg.CrashPoints.Hit(ctx, crashpoint.WorkerAfterSaveBeforeCommit)
 	})
