@@ -36,10 +36,15 @@ func newAPIClient(sys *System, keyPrefix string, connections int) *apiClient {
 		baseURL:   sys.APIURL,
 		apiKey:    sys.APIKey,
 		keyPrefix: keyPrefix,
-		http: &http.Client{
-			Timeout:   30 * time.Second,
-			Transport: &http.Transport{MaxIdleConnsPerHost: connections, MaxIdleConns: connections, IdleConnTimeout: time.Minute},
-		},
+		http:      newKeepAlive(connections),
+	}
+}
+
+// newKeepAlive is an HTTP client keeping a connection per concurrent client.
+func newKeepAlive(connections int) *http.Client {
+	return &http.Client{
+		Timeout:   30 * time.Second,
+		Transport: &http.Transport{MaxIdleConnsPerHost: connections, MaxIdleConns: connections, IdleConnTimeout: time.Minute},
 	}
 }
 
@@ -158,6 +163,11 @@ type AcceptResult struct {
 	Raw Throughput `json:"raw"`
 	// Ratio is API ÷ Raw; the target is at least AcceptTarget.
 	Ratio float64 `json:"ratio"`
+	// Minimal is the minimal design's accept rate (bench/minimal.go);
+	// MinimalRatio is API ÷ Minimal, the target at least MinimalTarget.
+	Minimal      Throughput `json:"minimal"`
+	MinimalRatio float64    `json:"minimal_ratio"`
+	MinimalMet   bool       `json:"minimal_met"`
 	// CPU is the CPU time per charge of each process involved, when it
 	// could be read from /proc (Linux, Postgres on this machine).
 	CPU *CPUPerOp `json:"cpu_per_charge,omitempty"`
@@ -189,10 +199,14 @@ type CPUPerOp struct {
 	APIPostgres float64 `json:"api_leg_postgres_us"`
 	RawClient   float64 `json:"raw_leg_client_us"`
 	RawPostgres float64 `json:"raw_leg_postgres_us"`
+	// MinimalClient is this process serving the minimal design and
+	// loading it; MinimalPostgres its backends.
+	MinimalClient   float64 `json:"minimal_leg_client_us"`
+	MinimalPostgres float64 `json:"minimal_leg_postgres_us"`
 }
 
-// measureAccept runs the raw baseline and the API in turn — raw, API, API,
-// raw, half the duration each — so that a drift over the run (the tables
+// measureAccept runs the raw baseline, the API and the minimal design in
+// turn — raw, API, minimal, minimal, API, raw, half the duration each — so that a drift over the run (the tables
 // growing, a checkpoint) weighs on both alike. Each leg starts with an
 // unmeasured warm-up at the same concurrency.
 func (r *runner) measureAccept(ctx context.Context, concurrency int) (AcceptResult, error) {
@@ -204,10 +218,21 @@ func (r *runner) measureAccept(ctx context.Context, concurrency int) (AcceptResu
 	raw := &rawAcceptor{pool: pool, tenantID: r.sys.TenantID, keyPrefix: r.keyPrefix + "raw-"}
 	client := newAPIClient(r.sys, r.keyPrefix+"accept-", concurrency)
 	defer client.http.CloseIdleConnections()
+	minimalPool, err := openPool(ctx, r.sys.DatabaseURL, "bench-minimal", concurrency)
+	if err != nil {
+		return AcceptResult{}, err
+	}
+	defer minimalPool.Close()
+	minimal, stopMinimal, err := startMinimal(minimalPool, r.keyPrefix+"minimal-", concurrency)
+	if err != nil {
+		return AcceptResult{}, err
+	}
+	defer func() { _ = stopMinimal(context.WithoutCancel(ctx)) }()
+	defer minimal.http.CloseIdleConnections()
 
 	res := AcceptResult{Concurrency: concurrency}
-	var apiTally, rawTally tally
-	var apiCPU, rawCPU cpuSample
+	var apiTally, rawTally, minimalTally tally
+	var apiCPU, rawCPU, minimalCPU cpuSample
 	leg := func(fn op, total *tally, cpu *cpuSample) error {
 		r.load.run(ctx, loadOptions{concurrency: concurrency, until: r.warmup()}, fn)
 		before, err := r.cpu(ctx)
@@ -227,23 +252,32 @@ func (r *runner) measureAccept(ctx context.Context, concurrency int) (AcceptResu
 		fn    op
 		total *tally
 		cpu   *cpuSample
-	}{{raw.accept, &rawTally, &rawCPU}, {client.accept, &apiTally, &apiCPU}, {client.accept, &apiTally, &apiCPU}, {raw.accept, &rawTally, &rawCPU}} {
+	}{
+		{raw.accept, &rawTally, &rawCPU}, {client.accept, &apiTally, &apiCPU}, {minimalAccept(minimal), &minimalTally, &minimalCPU},
+		{minimalAccept(minimal), &minimalTally, &minimalCPU}, {client.accept, &apiTally, &apiCPU}, {raw.accept, &rawTally, &rawCPU},
+	} {
 		if err := leg(step.fn, step.total, step.cpu); err != nil {
 			return AcceptResult{}, err
 		}
 	}
-	res.API, res.Raw = throughputOf(apiTally), throughputOf(rawTally)
+	res.API, res.Raw, res.Minimal = throughputOf(apiTally), throughputOf(rawTally), throughputOf(minimalTally)
 	if res.Raw.PerSecond > 0 {
 		res.Ratio = res.API.PerSecond / res.Raw.PerSecond
 	}
+	if res.Minimal.PerSecond > 0 {
+		res.MinimalRatio = res.API.PerSecond / res.Minimal.PerSecond
+	}
 	res.Met = res.Ratio >= AcceptTarget && res.API.Failures == 0 && res.Raw.Failures == 0
-	if apiCPU.known && rawCPU.known && apiTally.ops > 0 && rawTally.ops > 0 {
+	res.MinimalMet = res.MinimalRatio >= MinimalTarget && res.API.Failures == 0 && res.Minimal.Failures == 0
+	if apiCPU.known && rawCPU.known && minimalCPU.known && apiTally.ops > 0 && rawTally.ops > 0 && minimalTally.ops > 0 {
 		res.CPU = &CPUPerOp{
-			APIClient:   apiCPU.self.perOp(apiTally.ops),
-			API:         apiCPU.api.perOp(apiTally.ops),
-			APIPostgres: apiCPU.postgres.perOp(apiTally.ops),
-			RawClient:   rawCPU.self.perOp(rawTally.ops),
-			RawPostgres: rawCPU.postgres.perOp(rawTally.ops),
+			APIClient:       apiCPU.self.perOp(apiTally.ops),
+			API:             apiCPU.api.perOp(apiTally.ops),
+			APIPostgres:     apiCPU.postgres.perOp(apiTally.ops),
+			RawClient:       rawCPU.self.perOp(rawTally.ops),
+			RawPostgres:     rawCPU.postgres.perOp(rawTally.ops),
+			MinimalClient:   minimalCPU.self.perOp(minimalTally.ops),
+			MinimalPostgres: minimalCPU.postgres.perOp(minimalTally.ops),
 		}
 	}
 	return res, nil

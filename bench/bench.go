@@ -40,6 +40,8 @@ import (
 const (
 	// AcceptTarget is the least API ÷ raw accept throughput.
 	AcceptTarget = 0.8
+	// MinimalTarget is the least API ÷ minimal design accept throughput.
+	MinimalTarget = 1.0
 	// SettleTarget is the least settle ÷ accept throughput.
 	SettleTarget = 0.5
 	// SlowProviderTarget is the least settle throughput against a provider

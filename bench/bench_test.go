@@ -58,6 +58,9 @@ func TestRun(t *testing.T) {
 	require.Zero(t, accept.API.Failures, accept.API.FirstFailure)
 	require.Zero(t, accept.Raw.Failures, accept.Raw.FirstFailure)
 	require.Positive(t, accept.Ratio)
+	require.Positive(t, accept.Minimal.Ops)
+	require.Zero(t, accept.Minimal.Failures, accept.Minimal.FirstFailure)
+	require.Positive(t, accept.MinimalRatio)
 
 	require.Len(t, rep.Replay, 1)
 	replay := rep.Replay[0]
@@ -87,7 +90,7 @@ func TestRun(t *testing.T) {
 
 	var table bytes.Buffer
 	require.NoError(t, PrintTable(&table, rep))
-	for _, row := range []string{"accept", "settle", "sustained load", "slow provider", "replay p99", "duplicate storm", "memory", "CPU per settled charge"} {
+	for _, row := range []string{"accept", "vs minimal design", "settle", "sustained load", "slow provider", "replay p99", "duplicate storm", "memory", "CPU per settled charge"} {
 		require.Contains(t, table.String(), row)
 	}
 	_, err = json.Marshal(rep)
@@ -152,4 +155,34 @@ func TestCount(t *testing.T) {
 	for in, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 1234567.4: "1,234,567"} {
 		require.Equal(t, want, count(in))
 	}
+}
+
+// TestMinimalDesignInsertsOneUniqueJob checks the second baseline does what
+// it stands for: one River job per idempotency key, in its own queue (no
+// worker of ours takes it), and a repeated key inserts nothing.
+func TestMinimalDesignInsertsOneUniqueJob(t *testing.T) {
+	t.Parallel()
+	sys := setup(t, 2, 2)
+	ctx := context.Background()
+	pool, err := openPool(ctx, sys.DatabaseURL, "test", 2)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	client, stop, err := startMinimal(pool, "minimal-test-key-", 1)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, stop(context.Background())) })
+	jobs := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE queue = $1`, minimalQueue).Scan(&n))
+		return n
+	}
+
+	accept := minimalAccept(client)
+	require.NoError(t, accept(ctx, 1))
+	require.NoError(t, accept(ctx, 2))
+	require.Equal(t, 2, jobs())
+	require.ErrorIs(t, accept(ctx, 1), errMinimalDuplicate)
+	require.Equal(t, 2, jobs(), "a repeated key inserts no job")
+	var charges int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM charges`).Scan(&charges))
+	require.Zero(t, charges, "the minimal design writes no charge row")
 }

@@ -41,6 +41,9 @@ func PrintTable(w io.Writer, r Report) error {
 			count(a.API.PerSecond), failed(fmt.Sprintf("accept API at %d", a.Concurrency), a.API),
 			count(a.Raw.PerSecond), failed(fmt.Sprintf("accept raw at %d", a.Concurrency), a.Raw),
 			a.Ratio, AcceptTarget, verdict(a.Met))
+		fmt.Fprintf(tw, "  vs minimal design\t%d\t%s/s API\t%s/s one River job, unique key%s\t%.2f×\t≥ %.2f×\t%s\n", a.Concurrency,
+			count(a.API.PerSecond), count(a.Minimal.PerSecond), failed(fmt.Sprintf("accept minimal at %d", a.Concurrency), a.Minimal),
+			a.MinimalRatio, MinimalTarget, verdict(a.MinimalMet))
 	}
 	s := r.Settle
 	fmt.Fprintf(tw, "settle\t%d\t%s/s pending → succeeded (backlog %s, drained in %.1f s)\t%s/s accepted%s\t%.2f×\t≥ %.2f×\t%s\n",
@@ -98,15 +101,16 @@ func PrintTable(w io.Writer, r Report) error {
 		}
 		fmt.Fprintf(w, "\nCPU per accepted charge, µs (this process = %s; Postgres = the backends of the benchmark's database):\n", generator)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "clients\tAPI leg: this process\tAPI\tPostgres\ttotal\traw leg: this process\tPostgres\ttotal\t")
+		fmt.Fprintln(tw, "clients\tAPI leg: this process\tAPI\tPostgres\ttotal\traw leg: this process\tPostgres\ttotal\tminimal design: this process\tPostgres\ttotal\t")
 		for _, a := range r.Accept {
 			c := a.CPU
 			if c == nil {
 				continue
 			}
-			fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", a.Concurrency,
+			fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", a.Concurrency,
 				c.APIClient, c.API, c.APIPostgres, c.APIClient+c.API+c.APIPostgres,
-				c.RawClient, c.RawPostgres, c.RawClient+c.RawPostgres)
+				c.RawClient, c.RawPostgres, c.RawClient+c.RawPostgres,
+				c.MinimalClient, c.MinimalPostgres, c.MinimalClient+c.MinimalPostgres)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
