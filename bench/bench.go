@@ -44,6 +44,9 @@ const (
 	MinimalTarget = 1.0
 	// SettleTarget is the least settle ÷ accept throughput.
 	SettleTarget = 0.5
+	// EndToEndTarget is the least rate the API and the worker sustain
+	// together ÷ the API's accept-only rate.
+	EndToEndTarget = 0.4
 	// SlowProviderTarget is the least settle throughput against a provider
 	// answering in 150–400 ms ÷ that against one answering at once.
 	SlowProviderTarget = 0.9
@@ -61,6 +64,9 @@ type Options struct {
 	// Concurrency lists the client concurrencies the accept and replay
 	// measurements run at; settle runs at the first. Default 16 and 32.
 	Concurrency []int
+	// SustainDuration is how long the end-to-end rate found must hold,
+	// backlog bounded. Default 60 s.
+	SustainDuration time.Duration
 	// Progress receives a line as each measurement starts.
 	Progress io.Writer
 }
@@ -93,8 +99,9 @@ type Machine struct {
 
 // ReportOptions are the options the report was taken with.
 type ReportOptions struct {
-	DurationSeconds float64 `json:"duration_seconds"`
-	Concurrency     []int   `json:"concurrency"`
+	DurationSeconds        float64 `json:"duration_seconds"`
+	SustainDurationSeconds float64 `json:"sustain_duration_seconds"`
+	Concurrency            []int   `json:"concurrency"`
 }
 
 // MemoryResult is the API process's resident memory over the run.
@@ -128,6 +135,7 @@ type runner struct {
 
 func newRunner(ctx context.Context, sys *System, opts Options) (*runner, error) {
 	opts.Duration = cmp.Or(opts.Duration, 10*time.Second)
+	opts.SustainDuration = cmp.Or(opts.SustainDuration, time.Minute)
 	if len(opts.Concurrency) == 0 {
 		opts.Concurrency = []int{16, 32}
 	}
@@ -213,7 +221,8 @@ func Run(ctx context.Context, sys *System, opts Options) (Report, error) {
 	rep := Report{
 		Machine: Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), API: sys.Mode,
 			APIMaxConns: sys.APIMaxConns, WorkerConcurrency: sys.WorkerConcurrency},
-		Options: ReportOptions{DurationSeconds: opts.Duration.Seconds(), Concurrency: opts.Concurrency},
+		Options: ReportOptions{DurationSeconds: opts.Duration.Seconds(), SustainDurationSeconds: opts.SustainDuration.Seconds(),
+			Concurrency: opts.Concurrency},
 	}
 	if err := r.admin.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('autovacuum')::bool`).
 		Scan(&rep.Machine.Postgres, &rep.Machine.Autovacuum); err != nil {
@@ -241,7 +250,7 @@ func Run(ctx context.Context, sys *System, opts Options) (Report, error) {
 		}
 		rep.Replay = append(rep.Replay, res)
 	}
-	fmt.Fprintf(progress, "settle: backlog, drain, then a sustained load, %d clients\n", opts.Concurrency[0])
+	fmt.Fprintf(progress, "settle: backlog and drain; the end-to-end rate searched and held %s; the drain again with a slow provider; %d clients\n", opts.SustainDuration, opts.Concurrency[0])
 	settle, stopWorker, err := r.measureSettle(ctx, opts.Concurrency[0])
 	if err != nil {
 		return rep, fmt.Errorf("settle: %w", err)

@@ -48,7 +48,7 @@ func TestRun(t *testing.T) {
 	// can run on the small pool (the slow-provider drain needs them).
 	sys := setup(t, 4, 64)
 
-	rep, err := Run(context.Background(), sys, Options{Duration: 300 * time.Millisecond, Concurrency: []int{2}})
+	rep, err := Run(context.Background(), sys, Options{Duration: 300 * time.Millisecond, SustainDuration: 300 * time.Millisecond, Concurrency: []int{2}})
 	require.NoError(t, err)
 
 	require.Len(t, rep.Accept, 1)
@@ -74,7 +74,12 @@ func TestRun(t *testing.T) {
 	require.Positive(t, settle.Backlog)
 	require.Positive(t, settle.SettledPerSecond)
 	require.Zero(t, settle.NotSucceeded)
-	require.True(t, settle.Sustained.Drained, "the queue drains after the sustained load")
+	end := settle.EndToEnd
+	require.NotEmpty(t, end.Probes)
+	require.True(t, end.Confirmed.Drained, "the queue drains after the end-to-end run")
+	require.Positive(t, end.Latency.Charges)
+	require.Positive(t, end.Latency.P99)
+	require.GreaterOrEqual(t, end.Latency.P99, end.Latency.P50)
 	require.NotNil(t, settle.CPU, "CPU per settled charge is read on Linux with Postgres on this machine")
 	require.Positive(t, settle.CPU.Postgres)
 	require.Positive(t, settle.CPU.Worker)
@@ -90,7 +95,7 @@ func TestRun(t *testing.T) {
 
 	var table bytes.Buffer
 	require.NoError(t, PrintTable(&table, rep))
-	for _, row := range []string{"accept", "vs minimal design", "settle", "sustained load", "slow provider", "replay p99", "duplicate storm", "memory", "CPU per settled charge"} {
+	for _, row := range []string{"accept", "vs minimal design", "settle", "end to end", "latency", "slow provider", "replay p99", "duplicate storm", "memory", "CPU per settled charge"} {
 		require.Contains(t, table.String(), row)
 	}
 	_, err = json.Marshal(rep)

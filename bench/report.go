@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // PrintTable writes the report as a table: each measurement, its
@@ -50,19 +51,19 @@ func PrintTable(w io.Writer, r Report) error {
 		s.Concurrency, count(s.SettledPerSecond), count(float64(s.Backlog)), s.DrainSeconds,
 		count(s.Accept.PerSecond), failed("settle fill", s.Accept), s.Ratio, SettleTarget,
 		verdict(s.Ratio >= SettleTarget && s.NotSucceeded == 0 && s.Accept.Failures == 0))
-	st := s.Sustained
+	e := s.EndToEnd
+	c := e.Confirmed
 	drained := "never drained"
-	if st.Drained {
-		drained = fmt.Sprintf("drained %.1f s after", st.DrainedAfterSeconds)
+	if c.Drained {
+		drained = fmt.Sprintf("drained %.1f s after", c.DrainedAfterSeconds)
 	}
-	share := 0.0
-	if s.Accept.PerSecond > 0 {
-		share = st.OfferedPerSecond / s.Accept.PerSecond
-	}
-	fmt.Fprintf(tw, "  sustained load\t%d\t%s/s accepted%s, %s/s settled; backlog max %s, end %s, %s\t%s/s offered (%.2f× accept)\t\tbounded, drains\t%s\n",
-		s.Concurrency, count(st.Accepted.PerSecond), failed("sustained load", st.Accepted), count(st.SettledPerSecond),
-		count(float64(st.BacklogMax)), count(float64(st.BacklogEnd)), drained,
-		count(st.OfferedPerSecond), share, verdict(st.Bounded && st.Drained))
+	fmt.Fprintf(tw, "  end to end\t%d\t%s/s carried for %s (%d probes): %s/s accepted%s, %s/s settled; backlog max %s, end %s, %s\t%s/s accept only\t%.2f×\t≥ %.2f×\t%s\n",
+		s.Concurrency, count(e.CapacityPerSecond), time.Duration(r.Options.SustainDurationSeconds*float64(time.Second)), len(e.Probes),
+		count(c.Accepted.PerSecond), failed("end to end", c.Accepted), count(c.SettledPerSecond),
+		count(float64(c.BacklogMax)), count(float64(c.BacklogEnd)), drained,
+		count(e.AcceptOnly), e.Ratio, EndToEndTarget, verdict(e.Met))
+	fmt.Fprintf(tw, "  latency\t%d\taccepted → succeeded p50 %.0f ms, p99 %.0f ms (%s charges at %s/s, half the rate carried)\t\t\t\t\n",
+		s.Concurrency, e.Latency.P50, e.Latency.P99, count(float64(e.Latency.Charges)), count(e.Latency.OfferedPerSecond))
 	sl := s.Slow
 	fmt.Fprintf(tw, "  slow provider\t%d\t%s/s pending → succeeded, provider answering in 150–400 ms (backlog %s, drained in %.1f s)\t%s/s with instant answers\t%.2f×\t≥ %.2f×\t%s\n",
 		s.Concurrency, count(sl.SettledPerSecond), count(float64(sl.Backlog)), sl.DrainSeconds,

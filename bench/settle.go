@@ -35,8 +35,9 @@ type SettleResult struct {
 	// CPU is what each settled charge cost, per process, over the drain;
 	// nil where it could not be read (not Linux, or Postgres elsewhere).
 	CPU *SettleCPU `json:"cpu_per_settled_charge_us,omitempty"`
-	// Sustained is the API and the worker running together.
-	Sustained Sustained `json:"sustained"`
+	// EndToEnd is the API and the worker running together: the highest
+	// rate both carry, and the latency at half of it.
+	EndToEnd EndToEnd `json:"end_to_end"`
 	// Slow is the same drain with the provider answering in 150–400 ms.
 	Slow SlowProvider `json:"slow_provider"`
 	Met  bool         `json:"met"`
@@ -75,6 +76,144 @@ type Sustained struct {
 	// Bounded says the backlog at the end was under a second's worth of
 	// offered charges: it did not grow with the length of the run.
 	Bounded bool `json:"bounded"`
+	// KeptUp says both halves carried the offered rate: the backlog was
+	// bounded, and the API accepted at least keptUpShare of the offer.
+	KeptUp bool `json:"kept_up"`
+}
+
+// keptUpShare is the least share of an offered rate the API must accept
+// for a probe to count as keeping up (the limiter's own jitter aside).
+const keptUpShare = 0.97
+
+// EndToEnd is the system's capacity with both halves running: the highest
+// offered rate at which the API accepted and the worker settled for the
+// whole of a long run with the backlog bounded, against the API's
+// accept-only rate; and how long a charge took from accepted to succeeded
+// at half that rate.
+type EndToEnd struct {
+	// Probes are the search's runs, in order, each r.opts.Duration long.
+	Probes []Sustained `json:"probes"`
+	// Confirmed is the long run at the rate the probes found.
+	Confirmed Sustained `json:"confirmed"`
+	// CapacityPerSecond is Confirmed's rate if it kept up, else 0.
+	CapacityPerSecond float64 `json:"capacity_per_second"`
+	// AcceptOnly is the API's accept rate with no worker (the settle
+	// line's fill); Ratio is CapacityPerSecond ÷ AcceptOnly.
+	AcceptOnly float64 `json:"accept_only_per_second"`
+	Ratio      float64 `json:"ratio"`
+	// Latency is accepted → succeeded, per charge, at half the capacity.
+	Latency SettleLatency `json:"latency"`
+	Met     bool    `json:"met"`
+}
+
+// SettleLatency is accepted → succeeded over the charges of one run, from each
+// charge's own timestamps (created_at, and updated_at of its move to
+// succeeded).
+type SettleLatency struct {
+	OfferedPerSecond float64 `json:"offered_per_second"`
+	Charges          int64   `json:"charges"`
+	P50              float64 `json:"p50_ms"`
+	P99              float64 `json:"p99_ms"`
+}
+
+// measureEndToEnd searches for the highest rate the running system
+// sustains: it probes from the estimate sustainableRate gives without its
+// headroom, up by a quarter while probes keep up and down by a quarter
+// until one does, then halves the gap twice; confirms the rate found with
+// a run of SustainDuration; and measures latency at half of it.
+func (r *runner) measureEndToEnd(ctx context.Context, client *apiClient, concurrency int, accept, settle float64) (EndToEnd, error) {
+	e := EndToEnd{AcceptOnly: accept}
+	probe := func(perSecond float64) (bool, error) {
+		s, err := r.sustain(ctx, client, concurrency, perSecond, r.opts.Duration)
+		e.Probes = append(e.Probes, s)
+		return s.KeptUp && s.Drained, err
+	}
+	start := sustainableRate(accept, settle) / sustainedShare
+	if start <= 0 {
+		return e, nil
+	}
+	var lo, hi float64 // highest rate kept up with, lowest not
+	ok, err := probe(start)
+	if err != nil {
+		return e, err
+	}
+	if ok {
+		lo = start
+		for i := 0; i < 3 && hi == 0; i++ {
+			next := lo * 1.25
+			if ok, err = probe(next); err != nil {
+				return e, err
+			}
+			if ok {
+				lo = next
+			} else {
+				hi = next
+			}
+		}
+	} else {
+		hi = start
+		for i := 0; i < 4 && lo == 0; i++ {
+			next := hi * 0.75
+			if ok, err = probe(next); err != nil {
+				return e, err
+			}
+			if ok {
+				lo = next
+			} else {
+				hi = next
+			}
+		}
+	}
+	for i := 0; i < 2 && lo > 0 && hi > 0; i++ {
+		mid := (lo + hi) / 2
+		if ok, err = probe(mid); err != nil {
+			return e, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	if lo == 0 {
+		return e, nil
+	}
+	if e.Confirmed, err = r.sustain(ctx, client, concurrency, lo, r.opts.SustainDuration); err != nil {
+		return e, err
+	}
+	if e.Confirmed.KeptUp && e.Confirmed.Drained {
+		e.CapacityPerSecond = lo
+	}
+	if accept > 0 {
+		e.Ratio = e.CapacityPerSecond / accept
+	}
+	if e.Latency, err = r.latency(ctx, client, concurrency, lo/2); err != nil {
+		return e, err
+	}
+	e.Met = e.Ratio >= EndToEndTarget
+	return e, nil
+}
+
+// latency offers perSecond for the run's duration, waits for the backlog
+// to drain, and reads accepted → succeeded of the charges accepted then.
+func (r *runner) latency(ctx context.Context, client *apiClient, concurrency int, perSecond float64) (SettleLatency, error) {
+	l := SettleLatency{OfferedPerSecond: perSecond}
+	var since time.Time
+	if err := r.admin.QueryRow(ctx, `SELECT now()`).Scan(&since); err != nil {
+		return l, err
+	}
+	if _, err := r.sustain(ctx, client, concurrency, perSecond, r.opts.Duration); err != nil {
+		return l, err
+	}
+	err := r.admin.QueryRow(ctx, `SELECT count(*),
+		coalesce(extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY updated_at - created_at)) * 1000, 0),
+		coalesce(extract(epoch FROM percentile_disc(0.99) WITHIN GROUP (ORDER BY updated_at - created_at)) * 1000, 0)
+		FROM charges WHERE tenant_id = $1 AND created_at >= $2 AND state = 'succeeded'`, r.sys.TenantID, since).
+		Scan(&l.Charges, &l.P50, &l.P99)
+	if err != nil {
+		return l, fmt.Errorf("read latencies: %w", err)
+	}
+	return l, nil
 }
 
 // counts are the charges of the benchmark's tenant by where they are.
@@ -98,8 +237,8 @@ func (r *runner) counts(ctx context.Context) (counts, error) {
 }
 
 // measureSettle drains a backlog with the provider answering at once,
-// then, with the worker still running, offers the API a sustained load and
-// watches the backlog; then drains a second backlog with the provider
+// then, with the worker still running, searches for the highest rate the
+// API and the worker carry together (measureEndToEnd); then drains a second backlog with the provider
 // answering in 150–400 ms (SlowProvider). It returns a running worker's
 // stop function: the duplicate storm needs a worker.
 func (r *runner) measureSettle(ctx context.Context, concurrency int) (SettleResult, func() error, error) {
@@ -116,7 +255,7 @@ func (r *runner) measureSettle(ctx context.Context, concurrency int) (SettleResu
 	if res.Accept.PerSecond > 0 {
 		res.Ratio = res.SettledPerSecond / res.Accept.PerSecond
 	}
-	if res.Sustained, err = r.sustain(ctx, client, concurrency, sustainableRate(res.Accept.PerSecond, res.SettledPerSecond)); err != nil {
+	if res.EndToEnd, err = r.measureEndToEnd(ctx, client, concurrency, res.Accept.PerSecond, res.SettledPerSecond); err != nil {
 		_ = stopWorker()
 		return res, nil, err
 	}
@@ -144,9 +283,7 @@ func (r *runner) measureSettle(ctx context.Context, concurrency int) (SettleResu
 		res.Slow.Ratio = slow.perSecond / res.SettledPerSecond
 	}
 	res.Slow.Met = res.Slow.Ratio >= SlowProviderTarget && slow.notSucceeded == 0
-	s := res.Sustained
-	res.Met = res.Ratio >= SettleTarget && res.NotSucceeded == 0 && res.Accept.Failures == 0 &&
-		s.Drained && s.Bounded && s.Accepted.Failures == 0
+	res.Met = res.Ratio >= SettleTarget && res.NotSucceeded == 0 && res.Accept.Failures == 0
 	return res, stopWorker, nil
 }
 
@@ -279,7 +416,7 @@ func sustainableRate(accept, settle float64) float64 {
 
 // sustain offers the API charges at perSecond for the run's duration while
 // the worker runs, samples the backlog, and waits for it to drain.
-func (r *runner) sustain(ctx context.Context, client *apiClient, concurrency int, perSecond float64) (Sustained, error) {
+func (r *runner) sustain(ctx context.Context, client *apiClient, concurrency int, perSecond float64, duration time.Duration) (Sustained, error) {
 	s := Sustained{OfferedPerSecond: perSecond}
 	if perSecond <= 0 {
 		return s, nil
@@ -297,7 +434,7 @@ func (r *runner) sustain(ctx context.Context, client *apiClient, concurrency int
 	}()
 	var last counts
 	var lastAt time.Time
-	for time.Since(started) < r.opts.Duration && ctx.Err() == nil {
+	for time.Since(started) < duration && ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
 		case <-time.After(250 * time.Millisecond):
@@ -318,6 +455,7 @@ func (r *runner) sustain(ctx context.Context, client *apiClient, concurrency int
 		s.SettledPerSecond = float64(last.succeeded+last.notSucceeded-before.succeeded-before.notSucceeded) / lastAt.Sub(started).Seconds()
 	}
 	s.Bounded = float64(s.BacklogEnd) <= perSecond
+	s.KeptUp = s.Bounded && s.Accepted.Failures == 0 && s.Accepted.PerSecond >= keptUpShare*perSecond
 
 	stopped := time.Now()
 	for time.Since(stopped) < time.Minute {

@@ -29,10 +29,12 @@ func runBench(ctx context.Context, e env, args []string) error {
 	var duration time.Duration
 	var concurrency, dir string
 	var asJSON, keep bool
+	var sustain time.Duration
 	var apiMaxConns, workerConcurrency int
 	fs := newFlagSet("bench", e)
 	c.bind(fs, e)
 	fs.DurationVar(&duration, "duration", 10*time.Second, "how long each measurement runs (split in two alternated halves)")
+	fs.DurationVar(&sustain, "sustain", time.Minute, "how long the end-to-end rate found must hold with the backlog bounded")
 	fs.StringVar(&concurrency, "concurrency", "16,32", "comma-separated client concurrencies of the accept and replay measurements (settle runs at the first)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
 	fs.IntVar(&apiMaxConns, "api-max-conns", 0, "the API's --max-conns (default: the API's default)")
@@ -62,7 +64,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	report, runErr := bench.Run(ctx, sys, bench.Options{Duration: duration, Concurrency: levels, Progress: e.stderr})
+	report, runErr := bench.Run(ctx, sys, bench.Options{Duration: duration, SustainDuration: sustain, Concurrency: levels, Progress: e.stderr})
 	if err := errors.Join(runErr, sys.Close(context.WithoutCancel(ctx))); err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 func TestBenchCommand(t *testing.T) {
 	t.Parallel()
 	p := start(t, []string{"DATABASE_URL=" + serverURL()}, "bench",
-		"--duration", "300ms", "--concurrency", "2", "--api-max-conns", "4", "--worker-concurrency", "4",
+		"--duration", "300ms", "--sustain", "300ms", "--concurrency", "2", "--api-max-conns", "4", "--worker-concurrency", "64",
 		"--json", "--dir", t.TempDir())
 	select {
 	case <-p.done:
@@ -36,11 +36,16 @@ func TestBenchCommand(t *testing.T) {
 	require.Len(t, rep.Replay, 1)
 	require.Positive(t, rep.Replay[0].Replay.Samples)
 	require.Positive(t, rep.Settle.SettledPerSecond)
+	require.Positive(t, rep.Settle.Slow.SettledPerSecond, "the drain against a slow provider ran")
+	require.NotEmpty(t, rep.Settle.EndToEnd.Probes, "the end-to-end search ran")
+	require.Positive(t, rep.Accept[0].Minimal.Ops, "the minimal design was measured")
 	require.True(t, rep.Storm.Met, "storm violations: %v", rep.Storm.Violations)
 	if runtime.GOOS == "linux" {
 		require.NotNil(t, rep.Memory, "the API's memory is read from /proc")
 		require.Positive(t, rep.Memory.PeakRSS)
 		require.NotNil(t, rep.Accept[0].CPU)
+		require.NotNil(t, rep.Settle.CPU, "CPU per settled charge: the worker, the provider and Postgres from /proc")
+		require.Positive(t, rep.Settle.CPU.Worker)
 	}
 }
 
