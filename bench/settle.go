@@ -103,7 +103,7 @@ type EndToEnd struct {
 	Ratio      float64 `json:"ratio"`
 	// Latency is accepted → succeeded, per charge, at half the capacity.
 	Latency SettleLatency `json:"latency"`
-	Met     bool    `json:"met"`
+	Met     bool          `json:"met"`
 }
 
 // SettleLatency is accepted → succeeded over the charges of one run, from each
