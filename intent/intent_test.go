@@ -209,6 +209,24 @@ func TestDatabaseEnforcesStateMachine(t *testing.T) {
 		require.Zero(t, n)
 	})
 
+	// A provider key is derived from its charge's id, never chosen: two
+	// charges can never share one (migration 0010).
+	t.Run("ProviderKeyIsTheChargesOwn", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+
+		id := ids.New("ch", time.Now())
+		_, err := b.pool.Exec(ctx, `INSERT INTO charges (tenant_id, id, state, amount, currency, payment_method, provider,
+			provider_key, created_at, updated_at)
+			VALUES ($1, $2, 'pending', 1, 'USD', 'pm', 'p', $3, now(), now())`, b.tenantID, id, intent.ProviderKeyFor(ids.New("ch", time.Now())))
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "charges_provider_key_of_id", pgErr.ConstraintName)
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM charges`).Scan(&n))
+		require.Zero(t, n)
+	})
+
 	t.Run("TenantsAreKept", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t)
