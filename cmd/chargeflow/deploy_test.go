@@ -116,7 +116,8 @@ var startupReachesDatabase = map[string]bool{"migrate": true, "api": true, "work
 // checkArgs requires that args (a subcommand and its flags) are a real
 // subcommand with real flags: the flag package rejects an unknown flag before
 // it reaches a trailing -h, so only real ones end in flag.ErrHelp. It returns
-// the environment variables the command read while binding its flags.
+// the environment variables the command reads: those of its flags (each
+// flag's CHARGEFLOW_ name and older alias) and any read while binding them.
 func checkArgs(t *testing.T, what string, args []string, values map[string]string) map[string]bool {
 	t.Helper()
 	require.NotEmpty(t, args, "%s: no command", what)
@@ -128,6 +129,14 @@ func checkArgs(t *testing.T, what string, args []string, values map[string]strin
 	var stderr bytes.Buffer
 	err := run(ctx, append(slices.Clone(args), "-h"), rec.getenv, io.Discard, &stderr)
 	require.ErrorIs(t, err, flag.ErrHelp, "%s: `chargeflow %s` is not a subcommand with real flags:\n%s", what, strings.Join(args, " "), stderr.String())
+	fs, fromEnv := inspectFlags(t, args, rec.getenv)
+	fs.VisitAll(func(f *flag.Flag) {
+		if fromEnv(f.Name) {
+			for _, name := range envNames(f.Name) {
+				rec.asked[name] = true
+			}
+		}
+	})
 	return rec.asked
 }
 

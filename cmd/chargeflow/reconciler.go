@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"strconv"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -39,14 +40,16 @@ func runReconciler(ctx context.Context, e env, args []string) error {
 	var c common
 	var o app.Options
 	var metricsAddr string
+	var grace time.Duration
 	fs := newFlagSet("reconciler", e)
-	c.bind(fs, e)
-	bindProvider(fs, e, &o)
+	c.bind(fs)
+	bindProvider(fs, &o)
 	bindCapabilities(fs, &o)
 	bindSubmitMaxAttempts(fs, &o)
 	fs.IntVar(&o.ReconcilerPool.MaxConns, "max-conns", app.Defaults().ReconcilerPool.MaxConns, "database connections")
 	bindReconciler(fs, &o)
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve GET /metrics on this address (default: no metrics listener)")
+	bindShutdownGrace(fs, "reconciler", &grace)
 	setup, done, err := setupRole(ctx, e, "reconciler", &c, fs, args)
 	if err != nil {
 		return err
@@ -68,7 +71,9 @@ func runReconciler(ctx context.Context, e env, args []string) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveMetrics(ctx, metricsAddr, setup.tel, setup.logger) })
-	g.Go(func() error { return r.Run(ctx) })
+	work, stop := afterGrace(ctx, grace)
+	defer stop()
+	g.Go(func() error { return r.RunUntil(work, ctx.Done()) })
 	return g.Wait()
 }
 
