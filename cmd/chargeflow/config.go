@@ -217,7 +217,7 @@ func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *s
 	if o.beforeShutdown != nil {
 		o.beforeShutdown()
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(o.grace, 10*time.Second))
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(o.grace, fakepspShutdown))
 	defer cancel()
 	if err := server.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shut down %s: requests still in flight: %w", addr, err)
@@ -259,6 +259,32 @@ var shutdownGraceUsage = map[string]string{
 // `all` is a laptop's: there is no load balancer to wait for.
 var defaultShutdownGrace = map[string]time.Duration{
 	"api": 10 * time.Second, "worker": 30 * time.Second, "reconciler": 15 * time.Second, "all": time.Second,
+}
+
+// telemetryFlush bounds how long a stopping process flushes its traces.
+const telemetryFlush = 5 * time.Second
+
+// fakepspShutdown is how long the fake provider's requests in flight get
+// when it stops (serveHTTP's default).
+const fakepspShutdown = 10 * time.Second
+
+// stopWithin is the longest a role takes from SIGTERM to exit with the
+// given --shutdown-grace; a container's stop timeout (docker-compose.yml's
+// stop_grace_period) must exceed it, or the role is killed mid-drain.
+func stopWithin(role string, grace time.Duration) time.Duration {
+	switch role {
+	case "api":
+		return 2*grace + telemetryFlush // draining, then requests in flight
+	case "worker":
+		return grace + app.CancelWait + telemetryFlush
+	case "reconciler":
+		return grace + telemetryFlush // a cut batch's lookups end at once
+	case "fakepsp":
+		return fakepspShutdown
+	case "all":
+		return max(2*grace, grace+app.CancelWait, grace+fakepspShutdown) + telemetryFlush
+	}
+	return 0
 }
 
 // bindShutdownGrace registers --shutdown-grace for role.

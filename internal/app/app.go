@@ -531,9 +531,9 @@ func StopRiver(ctx context.Context, client *river.Client[pgx.Tx]) error {
 	return stopRiver(ctx, client, 30*time.Second, slog.New(slog.DiscardHandler))
 }
 
-// cancelWait bounds how long cancelled jobs take to return: their provider
-// call and queries end at once on cancellation.
-const cancelWait = 5 * time.Second
+// CancelWait bounds how long cancelled jobs take to return, after the
+// grace: their provider call and queries end at once on cancellation.
+const CancelWait = 5 * time.Second
 
 func stopRiver(ctx context.Context, client *river.Client[pgx.Tx], grace time.Duration, logger *slog.Logger) error {
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
@@ -547,7 +547,7 @@ func stopRiver(ctx context.Context, client *river.Client[pgx.Tx], grace time.Dur
 		return fmt.Errorf("stop river: %w", err)
 	}
 	logger.Warn("jobs still running after the grace; cancelling them", "grace", grace.String())
-	hardCtx, cancelHard := context.WithTimeout(context.WithoutCancel(ctx), cancelWait)
+	hardCtx, cancelHard := context.WithTimeout(context.WithoutCancel(ctx), CancelWait)
 	defer cancelHard()
 	if err := client.StopAndCancel(hardCtx); err != nil {
 		return fmt.Errorf("stop river, cancelling running jobs: %w", err)
