@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"chargeflow/internal/app"
+	"chargeflow/psp"
 )
 
 // settingsInvocations reach the flag set of every command (and action) of
@@ -259,4 +262,22 @@ func TestCommandFlagsFromEnvironment(t *testing.T) {
 	require.ErrorIs(t, err, flag.ErrHelp)
 	require.Contains(t, stderr.String(), "-stripe-api-key")
 	require.NotContains(t, stderr.String(), "sk_test_env_canary")
+}
+
+// --strong-lookup, a boolean flag that sets a consistency, from its default,
+// the command line and the environment.
+func TestStrongLookupFlag(t *testing.T) {
+	t.Parallel()
+	consistency := func(environ map[string]string, args ...string) psp.Consistency {
+		var o app.Options
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		bindCapabilities(fs, &o)
+		require.NoError(t, parseFlags(fs, env{getenv: func(k string) string { return environ[k] }}, args))
+		return o.Provider.Capabilities.Consistency
+	}
+	require.Equal(t, psp.Strong, consistency(nil))
+	require.Equal(t, psp.Eventual, consistency(nil, "--strong-lookup=false"))
+	require.Equal(t, psp.Eventual, consistency(map[string]string{"CHARGEFLOW_STRONG_LOOKUP": "false"}))
+	require.Equal(t, psp.Strong, consistency(map[string]string{"CHARGEFLOW_STRONG_LOOKUP": "false"}, "--strong-lookup"))
 }
