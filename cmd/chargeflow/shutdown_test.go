@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"syscall"
 	"testing"
@@ -187,4 +188,40 @@ func TestReconcilerStopsGracefully(t *testing.T) {
 	r.terminate()
 	r.exited()
 	require.Contains(t, r.stderr.String(), `"msg":"reconciler stopped"`)
+}
+
+// `chargeflow all` stops every role it runs on SIGTERM, each as on its own,
+// and exits 0.
+func TestAllStopsGracefully(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	all := start(t, []string{"DATABASE_URL=" + dbURL}, "all", "--addr", "127.0.0.1:0", "--psp-addr", "127.0.0.1:0", "--max-conns", "6", "--concurrency", "4",
+		"--ledger", filepath.Join(t.TempDir(), "ledger.jsonl"), "--shutdown-grace", "1s")
+	all.waitLog(`"msg":"reconciler started"`)
+	var baseURL string
+	require.Eventually(t, func() bool {
+		m := regexp.MustCompile(`chargeflow is running at (\S+) `).FindStringSubmatch(all.stdout.String())
+		if m != nil {
+			baseURL = m[1]
+		}
+		return m != nil
+	}, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		status, _, err := getStatus(baseURL+"/readyz", "")
+		return err == nil && status == http.StatusOK
+	}, 30*time.Second, 10*time.Millisecond)
+	all.terminate()
+	require.Eventually(t, func() bool {
+		status, code, err := getStatus(baseURL+"/readyz", "")
+		return err == nil && status == http.StatusServiceUnavailable && code == "draining"
+	}, 30*time.Second, 10*time.Millisecond, "readiness never went 503 draining")
+	all.exited()
+	logs := all.stderr.String()
+	for _, line := range []string{
+		`"msg":"draining: /readyz answers 503, requests are still served","role":"api"`,
+		`"msg":"stopped: every running job finished","role":"worker"`,
+		`"msg":"reconciler stopped","role":"reconciler"`,
+	} {
+		require.Contains(t, logs, line)
+	}
 }
