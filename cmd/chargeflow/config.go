@@ -217,7 +217,7 @@ func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *s
 	if o.beforeShutdown != nil {
 		o.beforeShutdown()
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(o.grace, fakepspShutdown))
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(o.grace, defaultShutdownWait))
 	defer cancel()
 	if err := server.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shut down %s: requests still in flight: %w", addr, err)
@@ -264,9 +264,9 @@ var defaultShutdownGrace = map[string]time.Duration{
 // telemetryFlush bounds how long a stopping process flushes its traces.
 const telemetryFlush = 5 * time.Second
 
-// fakepspShutdown is how long the fake provider's requests in flight get
-// when it stops (serveHTTP's default).
-const fakepspShutdown = 10 * time.Second
+// defaultShutdownWait is how long requests in flight get when a server
+// without a grace stops (the fake provider's, a metrics listener).
+const defaultShutdownWait = 10 * time.Second
 
 // stopWithin is the longest a role takes from SIGTERM to exit with the
 // given --shutdown-grace; a container's stop timeout (docker-compose.yml's
@@ -280,9 +280,9 @@ func stopWithin(role string, grace time.Duration) time.Duration {
 	case "reconciler":
 		return grace + telemetryFlush // a cut batch's lookups end at once
 	case "fakepsp":
-		return fakepspShutdown
+		return defaultShutdownWait
 	case "all":
-		return max(2*grace, grace+app.CancelWait, grace+fakepspShutdown) + telemetryFlush
+		return max(2*grace, grace+app.CancelWait, grace+defaultShutdownWait) + telemetryFlush
 	}
 	return 0
 }
