@@ -27,9 +27,12 @@ func (s *Server) healthz(c echo.Context) error {
 	return s.writeJSON(c, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz says whether this process can serve: the database answers and its
-// schema is current.
+// readyz says whether this process can serve: it is not shutting down, the
+// database answers and its schema is current.
 func (s *Server) readyz(c echo.Context) error {
+	if s.draining.Load() {
+		return problem(CodeDraining, "this process is shutting down; it still answers the requests it gets until it stops")
+	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
 	if err := s.cfg.Ready(ctx); err != nil {

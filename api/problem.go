@@ -28,6 +28,7 @@ const (
 	CodeChargeNotRefundable   Code = "charge_not_refundable"
 	CodeChargeNotUnknown      Code = "charge_not_unknown"
 	CodeDatabaseUnavailable   Code = "database_unavailable"
+	CodeDraining              Code = "draining"
 	CodeDuplicateMember       Code = "duplicate_member"
 	CodeEvidenceMismatch      Code = "evidence_mismatch"
 	CodeForbidden             Code = "forbidden"
@@ -69,6 +70,7 @@ var codeInfo = map[Code]struct {
 	CodeChargeNotRefundable:   {http.StatusConflict, "Charge cannot be refunded"},
 	CodeChargeNotUnknown:      {http.StatusConflict, "Charge is not unknown"},
 	CodeDatabaseUnavailable:   {http.StatusServiceUnavailable, "Database unavailable"},
+	CodeDraining:              {http.StatusServiceUnavailable, "Shutting down"},
 	CodeDuplicateMember:       {http.StatusBadRequest, "Duplicate JSON member"},
 	CodeEvidenceMismatch:      {http.StatusConflict, "The provider's records contradict the resolution"},
 	CodeForbidden:             {http.StatusForbidden, "Forbidden"},

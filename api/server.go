@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -150,7 +151,16 @@ type Server struct {
 
 	pages       *opsPages
 	crossOrigin *http.CrossOriginProtection
+
+	// draining is set by Drain: /readyz answers 503 draining from then on.
+	draining atomic.Bool
 }
+
+// Drain makes /readyz answer 503 draining from now on, so that a load
+// balancer stops sending requests here; every other route keeps serving.
+// The command calls it when it is told to stop (docs/operations.md,
+// "Stopping").
+func (s *Server) Drain() { s.draining.Store(true) }
 
 // Defaults is the configuration New fills zero fields from (RateBurst
 // aside: twice the rate); the command's flags show the same.

@@ -304,13 +304,25 @@ func (r *Reconciler) Totals() Result {
 
 // Run reconciles every Interval until ctx is done. A full batch is followed
 // at once by another, so a backlog drains at the speed of the lookups.
-func (r *Reconciler) Run(ctx context.Context) error {
+func (r *Reconciler) Run(ctx context.Context) error { return r.RunUntil(ctx, ctx.Done()) }
+
+// RunUntil is Run that starts no batch once stop is closed and lets the
+// batch in progress finish under ctx: a process told to stop closes stop,
+// and cancels ctx after a grace period, which cuts a batch still running
+// short (its leases then expire, as a crashed reconciler's do).
+func (r *Reconciler) RunUntil(ctx context.Context, stop <-chan struct{}) error {
 	r.cfg.Logger.InfoContext(ctx, "reconciler started", "id", r.cfg.ID, "provider", r.caps.Name,
 		"settle_window", r.settle.String(), "not_found_provable", r.provable, "lookup", string(r.caps.Lookup),
 		"consistency", string(r.caps.Consistency), "key_window", r.caps.KeyWindow.String())
 	ticker := time.NewTicker(r.cfg.Interval)
 	defer ticker.Stop()
 	for {
+		select {
+		case <-stop:
+			r.cfg.Logger.InfoContext(ctx, "reconciler stopped", "id", r.cfg.ID)
+			return nil
+		default:
+		}
 		res, err := r.RunOnce(ctx)
 		switch {
 		case ctx.Err() != nil:
@@ -321,6 +333,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			continue
 		}
 		select {
+		case <-stop:
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:

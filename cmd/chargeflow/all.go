@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -30,15 +31,17 @@ func runAll(ctx context.Context, e env, args []string) error {
 	var o app.Options
 	var addr string
 	var p fakepspFlags
+	var grace time.Duration
 	fs := newFlagSet("all", e)
-	c.bind(fs, e)
+	c.bind(fs)
 	bindAPI(fs, &o, &addr)
-	bindProvider(fs, e, &o)
+	bindProvider(fs, &o)
 	bindWorker(fs, &o)
 	p.bind(fs, e, "psp-addr")
 	bindReconciler(fs, &o)
 	bindCapabilities(fs, &o)
-	bindWebhooks(fs, e, &o, true)
+	bindWebhooks(fs, &o, true)
+	bindShutdownGrace(fs, "all", &grace)
 	r, done, err := setupRole(ctx, e, "all", &c, fs, args)
 	if err != nil {
 		return err
@@ -75,8 +78,13 @@ func runAll(ctx context.Context, e env, args []string) error {
 	// The provider listens first: the worker needs its address.
 	pspListening := make(chan string, 1)
 	g, ctx := errgroup.WithContext(ctx)
+	// What is in progress when the process is told to stop (the worker's
+	// jobs, the reconciler's batch) finishes under work, and the provider
+	// keeps answering them until then.
+	work, stop := afterGrace(ctx, grace)
+	defer stop()
 	g.Go(func() error {
-		return serveFakePSP(ctx, provider, p.addr, pspLogger, func(addr net.Addr) { pspListening <- displayURL(addr) })
+		return serveFakePSP(work, provider, p.addr, pspLogger, func(addr net.Addr) { pspListening <- displayURL(addr) })
 	})
 	select {
 	case o.Provider.BaseURL = <-pspListening:
@@ -106,7 +114,7 @@ func runAll(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	g.Go(func() error { return app.RunRiver(ctx, workerClient, workerOptions.Logger) })
+	g.Go(func() error { return app.RunRiver(ctx, workerClient, workerOptions.Logger, grace) })
 
 	reconcilerOptions := r.options(o, c, "reconciler")
 	jobs, err := app.NewQueue(workerClient, reconcilerOptions)
@@ -117,13 +125,13 @@ func runAll(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	g.Go(func() error { return reconcile.Run(ctx) })
+	g.Go(func() error { return reconcile.RunUntil(work, ctx.Done()) })
 
 	var once sync.Once
 	g.Go(func() error {
 		return serveHTTP(ctx, addr, a.Server.Handler(), r.base.With("role", "api"), serveOptions{ready: func(listening net.Addr) {
 			once.Do(func() { printQuickstart(e, displayURL(listening), o.Provider.BaseURL, demoID, apiKey, opsToken) })
-		}})
+		}, drain: a.Server.Drain, grace: grace})
 	})
 	return g.Wait()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"time"
 
 	"chargeflow/api"
 	"chargeflow/internal/app"
@@ -37,12 +38,14 @@ func runAPI(ctx context.Context, e env, args []string) error {
 	var c common
 	var o app.Options
 	var addr string
+	var grace time.Duration
 	fs := newFlagSet("api", e)
-	c.bind(fs, e)
+	c.bind(fs)
 	bindAPI(fs, &o, &addr)
-	bindProvider(fs, e, &o) // to check operators' resolutions with the provider
+	bindProvider(fs, &o) // to check operators' resolutions with the provider
 	bindCapabilities(fs, &o)
-	bindWebhooks(fs, e, &o, false)
+	bindWebhooks(fs, &o, false)
+	bindShutdownGrace(fs, "api", &grace)
 	r, done, err := setupRole(ctx, e, "api", &c, fs, args)
 	if err != nil {
 		return err
@@ -53,5 +56,5 @@ func runAPI(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	defer a.Close()
-	return serveHTTP(ctx, addr, a.Server.Handler(), r.logger, serveOptions{})
+	return serveHTTP(ctx, addr, a.Server.Handler(), r.logger, serveOptions{drain: a.Server.Drain, grace: grace})
 }

@@ -32,7 +32,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	var sustain time.Duration
 	var apiMaxConns, workerConcurrency int
 	fs := newFlagSet("bench", e)
-	c.bind(fs, e)
+	c.bind(fs)
 	fs.DurationVar(&duration, "duration", 10*time.Second, "how long each measurement runs (split in two alternated halves)")
 	fs.DurationVar(&sustain, "sustain", time.Minute, "how long the end-to-end rate found must hold with the backlog bounded")
 	fs.StringVar(&concurrency, "concurrency", "16,32", "comma-separated client concurrencies of the accept and replay measurements (settle runs at the first)")
@@ -41,7 +41,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	fs.IntVar(&workerConcurrency, "worker-concurrency", 0, "the worker's --concurrency (default: the worker's default)")
 	fs.StringVar(&dir, "dir", os.TempDir(), "where the run's folder (process logs, the provider's ledger) goes")
 	fs.BoolVar(&keep, "keep", false, "keep the database and the logs")
-	if err := fs.Parse(args); err != nil {
+	if err := parseToolFlags(fs, e, args, "database-url", "log-level"); err != nil {
 		return err
 	}
 	levels, err := parseConcurrency(concurrency)

@@ -41,12 +41,13 @@ func runCharge(ctx context.Context, e env, args []string) error {
 	action, args := args[0], args[1:]
 	var apiURL, credential string
 	fs := newFlagSet("charge "+action, e)
-	fs.StringVar(&apiURL, "api-url", cmp.Or(e.getenv("CHARGEFLOW_API_URL"), "http://127.0.0.1:8080"), "the API's base URL (env CHARGEFLOW_API_URL)")
+	fs.StringVar(&apiURL, "api-url", "http://127.0.0.1:8080", "the API's base URL")
 	operatorAction := action == "reconcile" || action == "resolve"
+	// Registered without a default, so that -h cannot print a credential.
 	if operatorAction {
-		fs.StringVar(&credential, "operator-token", e.getenv("CHARGEFLOW_OPERATOR_TOKEN"), "an admin operator's token (env CHARGEFLOW_OPERATOR_TOKEN)")
+		fs.StringVar(&credential, "operator-token", "", "an admin operator's token (set it from the environment: a flag shows in ps)")
 	} else {
-		fs.StringVar(&credential, "api-key", e.getenv("CHARGEFLOW_API_KEY"), "the tenant's API key (env CHARGEFLOW_API_KEY)")
+		fs.StringVar(&credential, "api-key", "", "the tenant's API key (set it from the environment: a flag shows in ps)")
 	}
 
 	var method, path string
@@ -60,7 +61,7 @@ func runCharge(ctx context.Context, e env, args []string) error {
 		fs.StringVar(&status, "status", "", "only charges in this state (pending, submitting, unknown, succeeded, failed, needs_review)")
 		fs.IntVar(&limit, "limit", 0, "page size, 1 to 100")
 		fs.StringVar(&startingAfter, "starting-after", "", "the last id of the previous page")
-		if err := fs.Parse(args); err != nil {
+		if err := parseToolFlags(fs, e, args, chargeSettings...); err != nil {
 			return err
 		}
 		q := url.Values{}
@@ -89,7 +90,7 @@ func runCharge(ctx context.Context, e env, args []string) error {
 			return fmt.Errorf("charge %s: the charge id comes first: chargeflow charge %s ch_… [flags]", action, action)
 		}
 		id := args[0]
-		if err := fs.Parse(args[1:]); err != nil {
+		if err := parseToolFlags(fs, e, args[1:], chargeSettings...); err != nil {
 			return err
 		}
 		method, path = http.MethodGet, "/v1/charges/"+url.PathEscape(id)
@@ -123,6 +124,11 @@ func runCharge(ctx context.Context, e env, args []string) error {
 	}
 	return callAPI(ctx, e, method, strings.TrimRight(apiURL, "/")+path, credential, body)
 }
+
+// chargeSettings are the flags of `chargeflow charge` that come from the
+// environment too (CHARGEFLOW_API_URL, CHARGEFLOW_API_KEY,
+// CHARGEFLOW_OPERATOR_TOKEN); the others say what one call does.
+var chargeSettings = []string{"api-url", "api-key", "operator-token"}
 
 // callAPI makes one call and prints the answer, indented. A problem answer
 // goes to stderr and becomes the command's error.
@@ -181,7 +187,7 @@ func createWithClient(ctx context.Context, e env, fs *flag.FlagSet, action strin
 		chargeID, args = args[0], args[1:]
 		fs.StringVar(&reason, "reason", "", "requested_by_customer, duplicate or fraudulent")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseToolFlags(fs, e, args, chargeSettings...); err != nil {
 		return err
 	}
 	if *credential == "" {

@@ -29,10 +29,15 @@ type common struct {
 	logLevel    string
 }
 
-// bind registers the common flags, defaulting from the environment.
-func (c *common) bind(fs *flag.FlagSet, e env) {
-	fs.StringVar(&c.databaseURL, "database-url", cmp.Or(e.getenv("DATABASE_URL"), defaultDatabaseURL), "Postgres URL (env DATABASE_URL)")
-	fs.StringVar(&c.logLevel, "log-level", cmp.Or(e.getenv("LOG_LEVEL"), "info"), "debug, info, warn or error (env LOG_LEVEL)")
+// bind registers the common flags.
+func (c *common) bind(fs *flag.FlagSet) {
+	fs.StringVar(&c.databaseURL, "database-url", defaultDatabaseURL, "the Postgres URL (the database is created if missing)")
+	c.bindLogLevel(fs)
+}
+
+// bindLogLevel registers --log-level alone, for the fake provider.
+func (c *common) bindLogLevel(fs *flag.FlagSet) {
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 }
 
 // newFlagSet makes a subcommand's flag set that reports to stderr.
@@ -86,7 +91,7 @@ type roleSetup struct {
 // setupRole parses a role's flags and builds its loggers, crash points and
 // telemetry. The returned function flushes the telemetry; defer it.
 func setupRole(ctx context.Context, e env, role string, c *common, fs *flag.FlagSet, args []string) (roleSetup, func(), error) {
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, e, args); err != nil {
 		return roleSetup{}, nil, err
 	}
 	base, err := c.logger(e)
@@ -122,12 +127,11 @@ func (r roleSetup) options(o app.Options, c common, component string) app.Option
 // bindProvider registers the provider client's flags, shared by every
 // process that calls the provider: which adapter, its URL and key, and the
 // one call timeout. An empty URL is the adapter's default.
-func bindProvider(fs *flag.FlagSet, e env, o *app.Options) {
-	fs.StringVar(&o.ProviderKind, "psp", cmp.Or(e.getenv("PSP_KIND"), app.ProviderFake), "the provider adapter: fake (chargeflow's protocol, as fakepsp serves it) or stripe (env PSP_KIND)")
-	fs.StringVar(&o.Provider.BaseURL, "psp-url", e.getenv("PSP_URL"), "the provider's base URL (env PSP_URL; default "+psp.DefaultBaseURL+" for fake, "+pspstripe.DefaultBaseURL+" for stripe)")
+func bindProvider(fs *flag.FlagSet, o *app.Options) {
+	fs.StringVar(&o.ProviderKind, "psp", app.ProviderFake, "the provider adapter: fake (chargeflow's protocol, as fakepsp serves it) or stripe")
+	fs.StringVar(&o.Provider.BaseURL, "psp-url", "", "the provider's base URL (default "+psp.DefaultBaseURL+" for fake, "+pspstripe.DefaultBaseURL+" for stripe)")
 	// Registered without a default, so that -h cannot print the key.
-	fs.StringVar(&o.StripeAPIKey, "stripe-api-key", "", "the Stripe secret key, required with --psp stripe (env STRIPE_API_KEY, better: a flag shows in ps)")
-	o.StripeAPIKey = e.getenv("STRIPE_API_KEY")
+	fs.StringVar(&o.StripeAPIKey, "stripe-api-key", "", "the Stripe secret key, required with --psp stripe (set it from the environment: a flag shows in ps)")
 	fs.DurationVar(&o.StripeClockSkew, "stripe-clock-skew", pspstripe.DefaultClockSkew, "how far Stripe's clock may be from the database's; widens a lookup by reference's created-time window on both sides (docs/provider.md)")
 	fs.DurationVar(&o.Provider.Timeout, "call-timeout", psp.DefaultTimeout, "how long one provider call (or lookup) may take before its outcome is unknown; the worker's job timeout and the reconciler's settle window follow from it")
 }
@@ -135,21 +139,17 @@ func bindProvider(fs *flag.FlagSet, e env, o *app.Options) {
 // bindWebhooks registers the webhook flags of the api (which endpoint URLs
 // it takes) and the worker (which addresses deliveries may reach).
 // allowPrivate is the default: true only for `all`, the laptop's system.
-func bindWebhooks(fs *flag.FlagSet, e env, o *app.Options, allowPrivate bool) {
+func bindWebhooks(fs *flag.FlagSet, o *app.Options, allowPrivate bool) {
 	d := app.Defaults().Webhooks
-	if v := e.getenv("WEBHOOKS_ALLOW_PRIVATE"); v != "" {
-		allowPrivate = v == "1" || v == "true"
-	}
 	fs.BoolVar(&o.Webhooks.AllowPrivate, "webhooks-allow-private", allowPrivate,
-		"accept webhook endpoints on loopback, private and link-local addresses, and deliver to them (env WEBHOOKS_ALLOW_PRIVATE=1): tests and a laptop only")
+		"accept webhook endpoints on loopback, private and link-local addresses, and deliver to them: tests and a laptop only")
 	fs.IntVar(&o.Webhooks.Concurrency, "webhook-concurrency", d.Concurrency, "webhook deliveries made at once, in their own queue")
 	fs.DurationVar(&o.Webhooks.Timeout, "webhook-timeout", delivery.DefaultTimeout, "how long one webhook delivery may take")
 	fs.DurationVar(&o.Webhooks.RetryBase, "webhook-retry-base", delivery.DefaultBackoffBase, "first wait before retrying a failed webhook delivery, doubled each time")
 	fs.DurationVar(&o.Webhooks.RetryCap, "webhook-retry-cap", delivery.DefaultBackoffCap, "longest wait between webhook delivery attempts")
 	// Registered without a default, so that -h cannot print the secret.
 	fs.StringVar(&o.ProviderWebhookSecret, "psp-webhook-secret", "",
-		"the secret the provider signs its notifications with; turns POST /v1/provider_webhooks/{fake|stripe} on (better: env PSP_WEBHOOK_SECRET)")
-	o.ProviderWebhookSecret = e.getenv("PSP_WEBHOOK_SECRET")
+		"the secret the provider signs its notifications with; turns POST /v1/provider_webhooks/{fake,stripe} on (set it from the environment: a flag shows in ps)")
 }
 
 // serveOptions adjust serveHTTP.
@@ -159,12 +159,20 @@ type serveOptions struct {
 	// holdsConnections turns off the read and write timeouts: the fake
 	// provider holds connections open on purpose for as long as a fault says.
 	holdsConnections bool
-	// beforeShutdown runs when ctx is done, before in-flight requests drain.
+	// drain, if set, is called as soon as ctx is done (the API's: /readyz
+	// answers 503 draining); the server then keeps serving for grace, with
+	// keep-alives off so that clients move their next request elsewhere.
+	drain func()
+	// grace is how long the server drains, and then how long requests in
+	// flight get to finish once the listener is closed; default 10 s (the
+	// latter only).
+	grace time.Duration
+	// beforeShutdown runs when the drain is over, before the listener closes.
 	beforeShutdown func()
 }
 
-// serveHTTP serves handler on addr until ctx is done, then drains in-flight
-// requests for up to ten seconds.
+// serveHTTP serves handler on addr until ctx is done, drains (o.drain), then
+// closes the listener and waits for the requests in flight to finish.
 func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *slog.Logger, o serveOptions) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -196,18 +204,92 @@ func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *s
 		return fmt.Errorf("serve %s: %w", addr, err)
 	case <-ctx.Done():
 	}
+	if o.drain != nil {
+		o.drain()
+		server.SetKeepAlivesEnabled(false)
+		logger.Info("draining: /readyz answers 503, requests are still served", "grace", o.grace.String())
+		select {
+		case err := <-errc:
+			return fmt.Errorf("serve %s: %w", addr, err)
+		case <-time.After(o.grace):
+		}
+	}
 	if o.beforeShutdown != nil {
 		o.beforeShutdown()
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(o.grace, defaultShutdownWait))
 	defer cancel()
 	if err := server.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shut down %s: %w", addr, err)
+		return fmt.Errorf("shut down %s: requests still in flight: %w", addr, err)
 	}
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	logger.Info("stopped serving", "addr", ln.Addr().String())
 	return nil
+}
+
+// afterGrace returns a context that is done grace after ctx is: the work a
+// role has in progress when it is told to stop runs under it, so that it
+// can finish, and is cancelled if it takes longer.
+func afterGrace(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return work, func() {
+		stop()
+		cancel()
+	}
+}
+
+// shutdownGraceUsage explains --shutdown-grace, for each role.
+var shutdownGraceUsage = map[string]string{
+	"api": "after SIGTERM or SIGINT: how long /readyz answers 503 draining while requests are still served (a load balancer's time to notice), " +
+		"then how long requests in flight may take to finish",
+	"worker": "after SIGTERM or SIGINT: how long running jobs may take to finish (none start); then they are cancelled, " +
+		"and a charge cut off mid-call stays submitting for the reconciler",
+	"reconciler": "after SIGTERM or SIGINT: how long the batch in progress may take to finish (none starts); then its lookups are cancelled " +
+		"and its leases left to expire",
+	"all": "after SIGTERM or SIGINT: the API drains for this long while the worker and the reconciler finish what they are doing, as each role does on its own",
+}
+
+// defaultShutdownGrace is each role's --shutdown-grace: the API's covers a
+// load balancer's readiness probes (two failures 5 s apart); the worker's
+// covers a provider call at the default call timeout and the transactions
+// around it; the reconciler's, a lookup at the call timeout and its write.
+// `all` is a laptop's: there is no load balancer to wait for.
+var defaultShutdownGrace = map[string]time.Duration{
+	"api": 10 * time.Second, "worker": 30 * time.Second, "reconciler": 15 * time.Second, "all": time.Second,
+}
+
+// telemetryFlush bounds how long a stopping process flushes its traces.
+const telemetryFlush = 5 * time.Second
+
+// defaultShutdownWait is how long requests in flight get when a server
+// without a grace stops (the fake provider's, a metrics listener).
+const defaultShutdownWait = 10 * time.Second
+
+// stopWithin is the longest a role takes from SIGTERM to exit with the
+// given --shutdown-grace; a container's stop timeout (docker-compose.yml's
+// stop_grace_period) must exceed it, or the role is killed mid-drain.
+func stopWithin(role string, grace time.Duration) time.Duration {
+	switch role {
+	case "api":
+		return 2*grace + telemetryFlush // draining, then requests in flight
+	case "worker":
+		return grace + app.CancelWait + telemetryFlush
+	case "reconciler":
+		return grace + telemetryFlush // a cut batch's lookups end at once
+	case "fakepsp":
+		return defaultShutdownWait
+	case "all":
+		return max(2*grace, grace+app.CancelWait, grace+defaultShutdownWait) + telemetryFlush
+	}
+	return 0
+}
+
+// bindShutdownGrace registers --shutdown-grace for role.
+func bindShutdownGrace(fs *flag.FlagSet, role string, grace *time.Duration) {
+	fs.DurationVar(grace, "shutdown-grace", defaultShutdownGrace[role], shutdownGraceUsage[role])
 }
 
 // displayURL turns a listen address into a URL a person can paste.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"flag"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
@@ -37,6 +39,32 @@ type composeService struct {
 		Test    []string `yaml:"test"`
 		Disable bool     `yaml:"disable"`
 	} `yaml:"healthcheck"`
+	StopGracePeriod string `yaml:"stop_grace_period"`
+	MemLimit        string `yaml:"mem_limit"`
+	CPUs            string `yaml:"cpus"`
+}
+
+// goRuntimeEnv are variables the Go runtime reads, not the binary's code.
+var goRuntimeEnv = map[string]bool{"GOMEMLIMIT": true}
+
+// bytesOf reads a size as Compose ("256m") or the Go runtime ("200MiB")
+// writes it.
+func bytesOf(t *testing.T, what, size string) int64 {
+	t.Helper()
+	units := []struct {
+		suffix string
+		n      int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"g", 1 << 30}, {"m", 1 << 20}, {"k", 1 << 10}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(size, u.suffix); ok {
+			n, err := strconv.ParseInt(num, 10, 64)
+			require.NoError(t, err, "%s: %q", what, size)
+			return n * u.n
+		}
+	}
+	n, err := strconv.ParseInt(size, 10, 64)
+	require.NoError(t, err, "%s: %q", what, size)
+	return n
 }
 
 // env returns the service's environment as plain strings.
@@ -116,7 +144,8 @@ var startupReachesDatabase = map[string]bool{"migrate": true, "api": true, "work
 // checkArgs requires that args (a subcommand and its flags) are a real
 // subcommand with real flags: the flag package rejects an unknown flag before
 // it reaches a trailing -h, so only real ones end in flag.ErrHelp. It returns
-// the environment variables the command read while binding its flags.
+// the environment variables the command reads: those of its flags (each
+// flag's CHARGEFLOW_ name and older alias) and any read while binding them.
 func checkArgs(t *testing.T, what string, args []string, values map[string]string) map[string]bool {
 	t.Helper()
 	require.NotEmpty(t, args, "%s: no command", what)
@@ -128,6 +157,14 @@ func checkArgs(t *testing.T, what string, args []string, values map[string]strin
 	var stderr bytes.Buffer
 	err := run(ctx, append(slices.Clone(args), "-h"), rec.getenv, io.Discard, &stderr)
 	require.ErrorIs(t, err, flag.ErrHelp, "%s: `chargeflow %s` is not a subcommand with real flags:\n%s", what, strings.Join(args, " "), stderr.String())
+	fs, fromEnv := inspectFlags(t, args, rec.getenv)
+	fs.VisitAll(func(f *flag.Flag) {
+		if fromEnv(f.Name) {
+			for _, name := range envNames(f.Name) {
+				rec.asked[name] = true
+			}
+		}
+	})
 	return rec.asked
 }
 
@@ -218,8 +255,10 @@ func TestDockerCompose(t *testing.T) {
 		require.Nil(t, s.Entrypoint, "%s: the entrypoint is the image's (the binary); put the subcommand in command:", name)
 		command := stringList(t, name+" command", s.Command)
 		values := s.env()
+		ours := maps.Clone(values)
+		maps.DeleteFunc(ours, func(k, _ string) bool { return goRuntimeEnv[k] })
 
-		unread := unreadEnv(t, name, command, values)
+		unread := unreadEnv(t, name, command, ours)
 		require.Empty(t, unread, "%s: `chargeflow %s` never reads these variables; remove them or fix their names", name, command[0])
 
 		// A probe runs the binary by its path (there is no shell); the
@@ -230,6 +269,30 @@ func TestDockerCompose(t *testing.T) {
 			require.Equal(t, "healthcheck", hc.Test[2], "%s: health check %q", name, hc.Test)
 			checkArgs(t, name+" healthcheck", hc.Test[2:], values)
 		}
+
+		// Every role has limits, and its Go heap limit is under its
+		// container's (docs/deployment.md, "Resources").
+		require.NotEmpty(t, s.MemLimit, "%s: no mem_limit", name)
+		require.NotEmpty(t, s.CPUs, "%s: no cpus", name)
+		limit := bytesOf(t, name+" mem_limit", s.MemLimit)
+		if v, ok := values["GOMEMLIMIT"]; ok {
+			require.Less(t, bytesOf(t, name+" GOMEMLIMIT", v), limit, "%s: GOMEMLIMIT must be under mem_limit", name)
+		}
+
+		// Docker's stop timeout outlasts the role's own stop on SIGTERM.
+		if want := stopWithin(command[0], shutdownGraceOf(t, command, values)); want > 0 {
+			require.NotEmpty(t, s.StopGracePeriod, "%s: no stop_grace_period: Docker's 10s would kill it mid-stop (it takes up to %s)", name, want)
+			got, err := time.ParseDuration(s.StopGracePeriod)
+			require.NoError(t, err, "%s: stop_grace_period", name)
+			require.Greater(t, got, want, "%s: stop_grace_period %s does not outlast its stop on SIGTERM (up to %s)", name, got, want)
+		}
+	}
+
+	// Readiness, not liveness, gates the API: /readyz, which goes 503 when
+	// it drains.
+	api := services["api"]
+	if api.Healthcheck != nil {
+		require.Contains(t, api.Healthcheck.Test, "http://127.0.0.1:8080/readyz", "api: its health check is readiness")
 	}
 
 	// The trace of a charge goes from the API request to the provider call,
@@ -415,4 +478,19 @@ func TestDockerfile(t *testing.T) {
 	for _, want := range []string{".data", ".git"} {
 		require.Contains(t, lines, want, ".dockerignore leaves %s in the build context", want)
 	}
+}
+
+// shutdownGraceOf is --shutdown-grace as `chargeflow command…` would have it
+// in an environment of values: the command line, the environment, or the
+// role's default; 0 for a command without one.
+func shutdownGraceOf(t *testing.T, command []string, values map[string]string) time.Duration {
+	t.Helper()
+	fs, _ := inspectFlags(t, command, func(string) string { return "" })
+	if fs.Lookup("shutdown-grace") == nil {
+		return 0
+	}
+	require.NoError(t, parseFlags(fs, env{getenv: func(k string) string { return values[k] }}, command[1:]))
+	grace, err := time.ParseDuration(fs.Lookup("shutdown-grace").Value.String())
+	require.NoError(t, err)
+	return grace
 }

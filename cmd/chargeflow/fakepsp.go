@@ -35,7 +35,7 @@ func (f *fakepspFlags) bind(fs *flag.FlagSet, e env, addrFlag string) {
 	fs.BoolVar(&f.noDedupe, "no-dedupe", false, "turn the provider's own idempotency-key de-duplication off: every POST applies a new charge")
 	fs.StringVar(&f.faults, "faults", "", `fault schedule at start, e.g. {"seed": 1, "rules": [{"on": "charge", "fault": "apply_then_timeout", "p": 0.3, "ms": 2000}]}`)
 	fs.StringVar(&f.ledger, "ledger", filepath.Join(cmp.Or(e.getenv("CHARGEFLOW_DATA"), ".data"), "fakepsp-ledger.jsonl"),
-		"the durable ledger file (created if missing; replayed on start)")
+		"the durable ledger file (created if missing; replayed on start); the default is under CHARGEFLOW_DATA when that is set")
 }
 
 // bindProtocol binds --protocol, the wire protocol the provider serves.
@@ -44,19 +44,14 @@ func (f *fakepspFlags) bindProtocol(fs *flag.FlagSet) {
 		`wire protocol: "fake" (chargeflow's own, docs/provider.md) or "stripe" (Stripe's PaymentIntents, for stripe-go); same ledger, faults and admin endpoints`)
 }
 
-// bindWebhook binds --webhook-url and --webhook-secret. The secret's
-// default is read from PSP_WEBHOOK_SECRET after parsing (webhookSecretOf),
-// never made the flag's default, which -h would print.
+// bindWebhook binds --webhook-url and --webhook-secret. The secret has no
+// default, which -h would print; it comes from the environment
+// (CHARGEFLOW_WEBHOOK_SECRET or PSP_WEBHOOK_SECRET) after parsing.
 func (f *fakepspFlags) bindWebhook(fs *flag.FlagSet) {
 	fs.StringVar(&f.webhookURL, "webhook-url", "",
 		"send a signed notification of every charge and refund applied to this URL (docs/notifications.md); none when empty")
 	fs.StringVar(&f.webhookSecret, "webhook-secret", "",
-		"the secret notifications are signed with, required with --webhook-url (better: env PSP_WEBHOOK_SECRET; a flag shows in ps)")
-}
-
-// webhookSecretOf is --webhook-secret, else PSP_WEBHOOK_SECRET.
-func (f *fakepspFlags) webhookSecretOf(e env) {
-	f.webhookSecret = cmp.Or(f.webhookSecret, e.getenv("PSP_WEBHOOK_SECRET"))
+		"the secret notifications are signed with, required with --webhook-url (set it from the environment: a flag shows in ps)")
 }
 
 // newFakePSP opens the fake provider's ledger and applies the flags.
@@ -65,7 +60,7 @@ func newFakePSP(f fakepspFlags, logger *slog.Logger) (*fakepsp.Server, error) {
 		return nil, fmt.Errorf("--protocol is %q, want %q or %q", f.protocol, fakepsp.ProtocolFake, fakepsp.ProtocolStripe)
 	}
 	if f.webhookURL != "" && f.webhookSecret == "" {
-		return nil, fmt.Errorf("--webhook-url needs a secret to sign with: --webhook-secret or PSP_WEBHOOK_SECRET")
+		return nil, fmt.Errorf("--webhook-url needs a secret to sign with: PSP_WEBHOOK_SECRET, CHARGEFLOW_WEBHOOK_SECRET or --webhook-secret")
 	}
 	cfg := fakepsp.Config{LedgerPath: f.ledger, Protocol: f.protocol, Logger: logger,
 		Notifications: fakepsp.Notifications{URL: f.webhookURL, Secret: f.webhookSecret}}
@@ -105,14 +100,13 @@ func runFakePSP(ctx context.Context, e env, args []string) error {
 	var c common
 	var f fakepspFlags
 	fs := newFlagSet("fakepsp", e)
-	fs.StringVar(&c.logLevel, "log-level", cmp.Or(e.getenv("LOG_LEVEL"), "info"), "debug, info, warn or error (env LOG_LEVEL)")
+	c.bindLogLevel(fs)
 	f.bind(fs, e, "addr")
 	f.bindProtocol(fs)
 	f.bindWebhook(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, e, args); err != nil {
 		return err
 	}
-	f.webhookSecretOf(e)
 	logger, err := c.logger(e)
 	if err != nil {
 		return err

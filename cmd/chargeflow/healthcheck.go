@@ -22,7 +22,9 @@ func runHealthcheck(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet("healthcheck", e)
 	fs.StringVar(&rawURL, "url", "http://127.0.0.1:8080/readyz", "the URL to GET; any 2xx answer is healthy")
 	fs.DurationVar(&timeout, "timeout", 2*time.Second, "how long the whole request may take (keep it under the container's health check timeout, so this reports why)")
-	if err := fs.Parse(args); err != nil {
+	// A probe's flags are all on its command line: it runs in a container
+	// whose environment configures the role it probes.
+	if err := parseToolFlags(fs, e, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

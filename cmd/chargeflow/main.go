@@ -14,8 +14,9 @@
 //	chargeflow bench                    the performance targets, as ratios against baselines
 //	chargeflow all                      every role in one process, with a demo tenant
 //
-// Every command reads DATABASE_URL (default: the local Postgres,
-// database chargeflow, created if missing). Flags override the environment.
+// Every flag of a long-running command can also be set from the environment
+// as CHARGEFLOW_ and its name (--call-timeout ↔ CHARGEFLOW_CALL_TIMEOUT); a
+// flag on the command line wins. docs/operations.md lists every setting.
 package main
 
 import (
@@ -32,6 +33,12 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first SIGTERM or SIGINT starts a graceful shutdown; a second one
+	// kills the process at once, as if no handler were installed.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "chargeflow:", err)
@@ -45,6 +52,11 @@ type env struct {
 	getenv func(string) string
 	stdout io.Writer
 	stderr io.Writer
+	// inspect, when set, receives every flag set in place of parsing it,
+	// with which of its flags come from the environment; the command then
+	// ends with errInspected. The reference table's test reads the flags
+	// this way.
+	inspect func(fs *flag.FlagSet, fromEnv func(name string) bool)
 }
 
 // command is one subcommand.
@@ -95,6 +107,6 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nenvironment: DATABASE_URL (default "+defaultDatabaseURL+"), PSP_KIND (fake|stripe), PSP_URL (default http://127.0.0.1:9090, or https://api.stripe.com for stripe), STRIPE_API_KEY, LOG_LEVEL (debug|info|warn|error)")
+	fmt.Fprintln(w, "\nenvironment: every flag of api, worker, reconciler, fakepsp, migrate and all is also CHARGEFLOW_<FLAG> (--call-timeout: CHARGEFLOW_CALL_TIMEOUT);\nDATABASE_URL, LOG_LEVEL, PSP_KIND, PSP_URL, STRIPE_API_KEY, PSP_WEBHOOK_SECRET, WEBHOOKS_ALLOW_PRIVATE still work (docs/operations.md)")
 	fmt.Fprintln(w, "run 'chargeflow COMMAND -h' for a command's flags")
 }

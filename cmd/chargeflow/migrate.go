@@ -16,8 +16,8 @@ import (
 func runMigrate(ctx context.Context, e env, args []string) error {
 	var c common
 	fs := newFlagSet("migrate", e)
-	c.bind(fs, e)
-	if err := fs.Parse(args); err != nil {
+	c.bind(fs)
+	if err := parseFlags(fs, e, args); err != nil {
 		return err
 	}
 	logger, err := c.logger(e)
@@ -45,9 +45,9 @@ func runTenant(ctx context.Context, e env, args []string) error {
 	var c common
 	var name string
 	fs := newFlagSet("tenant create", e)
-	c.bind(fs, e)
+	c.bind(fs)
 	fs.StringVar(&name, "name", "", "the tenant's name (unique)")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseToolFlags(fs, e, args[1:], "database-url", "log-level"); err != nil {
 		return err
 	}
 	if name == "" {
@@ -80,10 +80,10 @@ func runOperator(ctx context.Context, e env, args []string) error {
 	var c common
 	var name, role string
 	fs := newFlagSet("operator create", e)
-	c.bind(fs, e)
+	c.bind(fs)
 	fs.StringVar(&name, "name", "", "the operator's name (unique; signs their actions in the audit trail)")
 	fs.StringVar(&role, "role", "", "admin (reads, forces lookups, resolves) or viewer (reads)")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseToolFlags(fs, e, args[1:], "database-url", "log-level"); err != nil {
 		return err
 	}
 	if name == "" || role == "" {

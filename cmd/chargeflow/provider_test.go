@@ -20,8 +20,8 @@ import (
 	"chargeflow/internal/dbtest"
 )
 
-// The provider's flags default from the environment; the Stripe key is
-// read from it but never printed by -h.
+// The provider's flags come from the environment too (by their well-known
+// names here); the Stripe key is read from it but never printed by -h.
 func TestBindProvider(t *testing.T) {
 	t.Parallel()
 
@@ -30,8 +30,8 @@ func TestBindProvider(t *testing.T) {
 		var help bytes.Buffer
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
 		fs.SetOutput(&help)
-		bindProvider(fs, env{getenv: func(k string) string { return environ[k] }}, &o)
-		require.NoError(t, fs.Parse(args))
+		bindProvider(fs, &o)
+		require.NoError(t, parseFlags(fs, env{getenv: func(k string) string { return environ[k] }}, args))
 		fs.PrintDefaults()
 		return o, help.String()
 	}

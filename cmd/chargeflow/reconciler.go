@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"strconv"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -39,14 +40,16 @@ func runReconciler(ctx context.Context, e env, args []string) error {
 	var c common
 	var o app.Options
 	var metricsAddr string
+	var grace time.Duration
 	fs := newFlagSet("reconciler", e)
-	c.bind(fs, e)
-	bindProvider(fs, e, &o)
+	c.bind(fs)
+	bindProvider(fs, &o)
 	bindCapabilities(fs, &o)
 	bindSubmitMaxAttempts(fs, &o)
 	fs.IntVar(&o.ReconcilerPool.MaxConns, "max-conns", app.Defaults().ReconcilerPool.MaxConns, "database connections")
 	bindReconciler(fs, &o)
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve GET /metrics on this address (default: no metrics listener)")
+	bindShutdownGrace(fs, "reconciler", &grace)
 	setup, done, err := setupRole(ctx, e, "reconciler", &c, fs, args)
 	if err != nil {
 		return err
@@ -68,7 +71,9 @@ func runReconciler(ctx context.Context, e env, args []string) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveMetrics(ctx, metricsAddr, setup.tel, setup.logger) })
-	g.Go(func() error { return r.Run(ctx) })
+	work, stop := afterGrace(ctx, grace)
+	defer stop()
+	g.Go(func() error { return r.RunUntil(work, ctx.Done()) })
 	return g.Wait()
 }
 
@@ -82,11 +87,24 @@ func bindCapabilities(fs *flag.FlagSet, o *app.Options) {
 	fs.DurationVar(&caps.KeyWindow, "key-window", psp.DefaultKeyWindow, "how long the provider de-duplicates an idempotency key")
 	fs.DurationVar(&o.Reconciler.Provider.KeyWindowMargin, "key-window-margin", reconciler.Defaults().Provider.KeyWindowMargin, "how long before the key window ends to stop trusting not-found or re-sending")
 	caps.Consistency = psp.Strong
-	fs.BoolFunc("strong-lookup", "the provider's lookup is strongly consistent, so a not-found after the settle window proves no charge exists (default true)",
-		func(value string) error {
-			strong, err := strconv.ParseBool(value)
-			caps.Consistency = map[bool]psp.Consistency{true: psp.Strong, false: psp.Eventual}[strong]
-			return err
-		})
+	fs.Var(strongLookup{&caps.Consistency}, "strong-lookup", "the provider's lookup is strongly consistent, so a not-found after the settle window proves no charge exists")
 	fs.DurationVar(&caps.LagBound, "lookup-lag-bound", 0, "with --strong-lookup=false: the longest the lookup may lag behind the provider (0: unbounded, so a not-found never proves anything)")
 }
+
+// strongLookup is --strong-lookup: a boolean flag that sets a consistency.
+type strongLookup struct{ c *psp.Consistency }
+
+func (f strongLookup) String() string {
+	return strconv.FormatBool(f.c != nil && *f.c != psp.Eventual)
+}
+
+func (f strongLookup) Set(value string) error {
+	strong, err := strconv.ParseBool(value)
+	if err != nil {
+		return err
+	}
+	*f.c = map[bool]psp.Consistency{true: psp.Strong, false: psp.Eventual}[strong]
+	return nil
+}
+
+func (f strongLookup) IsBoolFlag() bool { return true }

@@ -43,7 +43,7 @@ func runScenario(ctx context.Context, e env, args []string) error {
 	var duration time.Duration
 	var dir, script, pspKind string
 	fs := newFlagSet("scenario run", e)
-	c.bind(fs, e)
+	c.bind(fs)
 	fs.Uint64Var(&seed, "seed", 0, "replay a run: the seed it printed (default: a new random seed)")
 	fs.BoolVar(&short, "short", false, "short timings and fewer charges (what make test runs)")
 	fs.IntVar(&charges, "charges", 0, "charges in the soak (default 10000, or 2000 with --short)")
@@ -53,7 +53,7 @@ func runScenario(ctx context.Context, e env, args []string) error {
 	fs.StringVar(&dir, "dir", os.TempDir(), "where each run's folder (logs, private PostgreSQL) goes")
 	fs.StringVar(&script, "pg-script", "scripts/ensure-postgres", "the script that starts a private PostgreSQL (for the scenarios that crash it)")
 	fs.StringVar(&pspKind, "psp", "fake", "the provider protocol of the run: fake, or stripe (the fake serves Stripe's API, every process uses the Stripe adapter)")
-	if err := fs.Parse(args[2:]); err != nil {
+	if err := parseToolFlags(fs, e, args[2:], "database-url", "log-level"); err != nil {
 		return err
 	}
 	if pspKind != "fake" && pspKind != "stripe" {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -137,7 +136,7 @@ func newMetrics(res *resource.Resource) (*sdkmetric.MeterProvider, http.Handler,
 // shutdownTelemetry flushes what the process traced, for at most five
 // seconds, when it stops.
 func shutdownTelemetry(ctx context.Context, tel *telemetry, logger *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), telemetryFlush)
 	defer cancel()
 	if err := tel.shutdown(ctx); err != nil {
 		logger.Warn("shut down telemetry", "err", err.Error())

@@ -73,9 +73,9 @@ func startObservedSystem(t *testing.T) *observedSystem {
 	// The flags of `all`, with the commands' own defaults.
 	var o app.Options
 	var addr string
-	parseFlags(t, e, func(fs *flag.FlagSet) {
+	parseTestFlags(t, e, func(fs *flag.FlagSet) {
 		bindAPI(fs, &o, &addr)
-		bindProvider(fs, e, &o)
+		bindProvider(fs, &o)
 		bindWorker(fs, &o)
 		bindReconciler(fs, &o)
 	}, "--lock-timeout", "100ms", "--psp-url", s.pspURL, "--call-timeout", "300ms", "--unknown-check-after", "1ms", "--concurrency", "4")
@@ -103,9 +103,9 @@ func startObservedSystem(t *testing.T) *observedSystem {
 	return s
 }
 
-// parseFlags binds a command's flags and parses args, so tests get the
+// parseTestFlags binds a command's flags and parses args, so tests get the
 // commands' own defaults.
-func parseFlags(t *testing.T, e env, bind func(*flag.FlagSet), args ...string) {
+func parseTestFlags(t *testing.T, e env, bind func(*flag.FlagSet), args ...string) {
 	t.Helper()
 	fs := newFlagSet("test", e)
 	bind(fs)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -29,12 +30,14 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	var c common
 	var o app.Options
 	var metricsAddr string
+	var grace time.Duration
 	fs := newFlagSet("worker", e)
-	c.bind(fs, e)
-	bindProvider(fs, e, &o)
+	c.bind(fs)
+	bindProvider(fs, &o)
 	bindWorker(fs, &o)
-	bindWebhooks(fs, e, &o, false)
+	bindWebhooks(fs, &o, false)
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve GET /metrics on this address (default: no metrics listener)")
+	bindShutdownGrace(fs, "worker", &grace)
 	r, done, err := setupRole(ctx, e, "worker", &c, fs, args)
 	if err != nil {
 		return err
@@ -55,7 +58,7 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveMetrics(ctx, metricsAddr, r.tel, r.logger) })
-	g.Go(func() error { return app.RunRiver(ctx, client, r.logger) })
+	g.Go(func() error { return app.RunRiver(ctx, client, r.logger, grace) })
 	return g.Wait()
 }
 

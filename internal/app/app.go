@@ -527,25 +527,50 @@ func NewReconciler(pool *pgxpool.Pool, jobs *submit.Queue, o Options) (*reconcil
 	return reconciler.New(cfg)
 }
 
-// RunRiver starts a River client and stops it when ctx is done, letting
-// running jobs finish for up to thirty seconds.
-func RunRiver(ctx context.Context, client *river.Client[pgx.Tx], logger *slog.Logger) error {
+// RunRiver starts a River client and stops it when ctx is done: no job
+// starts from then on, running jobs get grace to finish, and then their
+// contexts are cancelled (a charge.submit run cut off mid-call leaves its
+// charge submitting, which the reconciler resolves; docs/operations.md,
+// "Stopping").
+func RunRiver(ctx context.Context, client *river.Client[pgx.Tx], logger *slog.Logger, grace time.Duration) error {
 	// Cancelling Start's context would cancel running jobs mid-call; the
-	// stop below is a soft one instead.
+	// stop below is a soft one first.
 	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}
 	logger.Info("worker started")
 	<-ctx.Done()
-	return StopRiver(ctx, client)
+	logger.Info("stopping: no new jobs; running ones get the grace to finish", "grace", grace.String())
+	return stopRiver(ctx, client, grace, logger)
 }
 
-// StopRiver stops a started River client softly, for up to thirty seconds.
+// StopRiver stops a started River client softly, for up to thirty seconds,
+// then cancels the jobs still running.
 func StopRiver(ctx context.Context, client *river.Client[pgx.Tx]) error {
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	return stopRiver(ctx, client, 30*time.Second, slog.New(slog.DiscardHandler))
+}
+
+// CancelWait bounds how long cancelled jobs take to return, after the
+// grace: their provider call and queries end at once on cancellation.
+const CancelWait = 5 * time.Second
+
+func stopRiver(ctx context.Context, client *river.Client[pgx.Tx], grace time.Duration, logger *slog.Logger) error {
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()
-	if err := client.Stop(stopCtx); err != nil {
+	err := client.Stop(stopCtx)
+	if err == nil {
+		logger.Info("stopped: every running job finished")
+		return nil
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("stop river: %w", err)
 	}
+	logger.Warn("jobs still running after the grace; cancelling them", "grace", grace.String())
+	hardCtx, cancelHard := context.WithTimeout(context.WithoutCancel(ctx), CancelWait)
+	defer cancelHard()
+	if err := client.StopAndCancel(hardCtx); err != nil {
+		return fmt.Errorf("stop river, cancelling running jobs: %w", err)
+	}
+	logger.Info("stopped: running jobs were cancelled")
 	return nil
 }
