@@ -118,7 +118,10 @@ func StartProcesses(ctx context.Context, cfg ProcessConfig) (_ *System, err erro
 	}
 	sys.PSPPID = psp.cmd.Process.Pid
 	apiProc, err := start("api", "api", "--addr", "127.0.0.1:0",
-		"--max-conns", strconv.Itoa(sys.APIMaxConns), "--rate-limit", strconv.Itoa(benchRateLimit))
+		"--max-conns", strconv.Itoa(sys.APIMaxConns), "--rate-limit", strconv.Itoa(benchRateLimit),
+		// No load balancer waits on its readiness: a long drain would only
+		// make every run longer.
+		"--shutdown-grace", "1s")
 	if err != nil {
 		return nil, err
 	}

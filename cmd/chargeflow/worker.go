@@ -17,7 +17,6 @@ import (
 func bindWorker(fs *flag.FlagSet, o *app.Options) {
 	d := app.Defaults().Worker
 	fs.IntVar(&o.Worker.Concurrency, "concurrency", d.Concurrency, "charge.submit jobs worked at once: calls that may wait on the provider at the same time (a job holds no database connection during its call)")
-	fs.IntVar(&o.Worker.MaxConns, "max-conns", d.MaxConns, "database connections, shared by every job (default: 4 per CPU + 8)")
 	fs.DurationVar(&o.Worker.RescueAfter, "rescue-after", 0, "how long a job may run before River reruns it, as after a crash; more than the call timeout + 5s (default: that + 2m)")
 	fs.DurationVar(&o.Worker.UnknownCheckAfter, "unknown-check-after", d.UnknownCheckAfter, "how soon the reconciler first looks up a charge whose outcome is unknown")
 	fs.DurationVar(&o.Worker.Retry.Base, "retry-base", d.Retry.Base, "first backoff after the provider provably did not apply a charge")
@@ -35,6 +34,7 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	c.bind(fs)
 	bindProvider(fs, &o)
 	bindWorker(fs, &o)
+	fs.IntVar(&o.Worker.MaxConns, "max-conns", 0, "database connections, shared by every job: a job holds one only for a statement (0: 4 per CPU + 8)")
 	bindWebhooks(fs, &o, false)
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve GET /metrics on this address (default: no metrics listener)")
 	bindShutdownGrace(fs, "worker", &grace)
