@@ -531,3 +531,34 @@ func TestSQLIdsAreIds(t *testing.T) {
 		require.LessOrEqual(t, id[:14], after[:14], id)
 	}
 }
+
+// TestClaimPendingTakesOnlyWhatItNames checks that a claim moves a charge
+// only under its own tenant, and only if pending.
+func TestClaimPendingTakesOnlyWhatItNames(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+
+	mine := b.accept(ctx, t, "claim-mine-000000001")
+	other := dbtest.Tenant(t, b.pool, "another tenant")
+	moved, err := intent.ClaimPending(ctx, b.pool, []intent.Ref{
+		{TenantID: other, ChargeID: mine.ID},                        // someone else's name for it
+		{TenantID: b.tenantID, ChargeID: ids.New("ch", time.Now())}, // no such charge
+	}, "worker", "submit")
+	require.NoError(t, err)
+	require.Empty(t, moved)
+	got, err := intent.Get(ctx, b.pool, b.tenantID, mine.ID)
+	require.NoError(t, err)
+	require.Equal(t, intent.StatePending, got.State)
+
+	moved, err = intent.ClaimPending(ctx, b.pool, []intent.Ref{{TenantID: b.tenantID, ChargeID: mine.ID}}, "worker", "submit")
+	require.NoError(t, err)
+	require.Len(t, moved, 1)
+	c := moved[intent.Ref{TenantID: b.tenantID, ChargeID: mine.ID}]
+	require.Equal(t, intent.StateSubmitting, c.State)
+	require.Equal(t, 1, c.Attempts)
+	require.NotNil(t, c.FirstAttemptAt)
+	events, err := intent.Events(ctx, b.pool, b.tenantID, mine.ID)
+	require.NoError(t, err)
+	require.Equal(t, intent.StateSubmitting, events[len(events)-1].To)
+	require.Equal(t, "worker", events[len(events)-1].Actor)
+}

@@ -3,7 +3,7 @@
 //
 // A run of the job never holds a transaction across the network. First it
 // compare-and-sets pending → submitting (attempts + 1) and commits, BEFORE the
-// call; a run that finds submitting instead knows an earlier run died (or is
+// call — in one statement with the runs asking at the same time (claims); a run that finds submitting instead knows an earlier run died (or is
 // still running) mid-call, moves the charge to unknown and stops, so a rerun
 // never sends blindly. Then it makes one provider call with the charge's fixed
 // provider key. Last, in one transaction, it applies the move the answer
@@ -83,6 +83,7 @@ type Worker struct {
 	river.WorkerDefaults[submit.ChargeArgs]
 	cfg       Config
 	telemetry telemetry
+	claims    *claims
 }
 
 // NewWorker checks cfg and fills its defaults.
@@ -96,7 +97,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{cfg: cfg, telemetry: tel}, nil
+	return &Worker{cfg: cfg, telemetry: tel, claims: &claims{db: cfg.DB}}, nil
 }
 
 // Timeout bounds one run: the provider client's call timeout, plus room
@@ -132,11 +133,17 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[submit.ChargeArgs]) er
 func (w *Worker) work(ctx context.Context, job *river.Job[submit.ChargeArgs], log *slog.Logger) error {
 	args := job.Args
 
-	charge, err := intent.MoveCharge(ctx, w.cfg.DB, intent.Move{
-		TenantID: args.TenantID, ChargeID: args.ChargeID,
-		From: intent.StatePending, To: intent.StateSubmitting,
-		Actor: actor, Reason: "submit", CountAttempt: true,
-	})
+	// Claimed with the other jobs asking at the same time (claims); a
+	// charge the claim did not move is asked about alone, which says why
+	// (or moves it, if it became pending meanwhile).
+	charge, moved, err := w.claims.claim(ctx, intent.Ref{TenantID: args.TenantID, ChargeID: args.ChargeID})
+	if err == nil && !moved {
+		charge, err = intent.MoveCharge(ctx, w.cfg.DB, intent.Move{
+			TenantID: args.TenantID, ChargeID: args.ChargeID,
+			From: intent.StatePending, To: intent.StateSubmitting,
+			Actor: actor, Reason: "submit", CountAttempt: true,
+		})
+	}
 	var conflict *intent.ConflictError
 	switch {
 	case errors.As(err, &conflict) && conflict.Current == intent.StateSubmitting && w.cfg.ResendOnRerun:
