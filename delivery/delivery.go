@@ -157,7 +157,13 @@ func (w *Worker) post(ctx context.Context, d webhook.Delivery) webhook.Outcome {
 	start := time.Now()
 	o := webhook.Outcome{}
 	e := d.Event
-	body, err := json.Marshal(object.EventOf(e.ID, e.Type, e.CreatedAt, e.Object))
+	var rendered object.Event
+	if ep := e.Endpoint; ep != nil { // webhook_endpoint.disabled, rendered as the API renders it
+		rendered = object.EndpointEventOf(e.ID, e.Type, e.CreatedAt, object.EndpointOf(ep.ID, ep.URL, ep.Events, ep.DisabledAt, ep.DisabledReason, ep.CreatedAt))
+	} else {
+		rendered = object.EventOf(e.ID, e.Type, e.CreatedAt, e.Object)
+	}
+	body, err := json.Marshal(rendered)
 	if err != nil {
 		o.Error = "encode_failed"
 		return o
