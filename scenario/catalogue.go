@@ -41,6 +41,10 @@ type Scenario struct {
 	// ExpectViolation marks the negative control: it passes only if the
 	// checker finds a violation.
 	ExpectViolation bool
+	// Webhooks, when set, makes the run a merchant's webhooks too: an
+	// endpoint for every event on a receiver the runner serves, and
+	// InvariantWebhooks checked (scenario/webhooks.go).
+	Webhooks *WebhookPlan
 	// Slow marks a scenario that takes a minute or more mostly waiting
 	// (for River's rescue of a job): `run --parallel` starts it first and
 	// outside its slots, so the rest run alongside it instead of after it.
@@ -227,6 +231,9 @@ func Catalogue() []Scenario {
 			Run:      retryLongAfter,
 			MustFire: []string{"crashpoint:api.after_commit_before_response", "late_retries"},
 		},
+		webhooksReceiverDown(),
+		webhooksReceiverErrors(),
+		webhooksCrash(),
 		{
 			Name:    "lookup-unavailable-then-back",
 			Summary: "the provider's lookups fail for a while; unknown charges wait (no re-send, no failure), then resolve",
