@@ -396,7 +396,7 @@ func (s *system) boot(ctx context.Context) error {
 		}
 		s.reconcilers = append(s.reconcilers, rec)
 	}
-	s.client = newClient(s.api.url, s.apiKey, t.clientTimeout, t.clientGiveUp)
+	s.client = newClient(s.api.url, s.apiKey, t.clientTimeout, t.clientGiveUp, s.refunds.slots)
 	return childproc.WaitReady(ctx, s.api.url())
 }
 
