@@ -45,7 +45,7 @@ const (
 // Invariants lists every invariant in report order.
 func Invariants() []string {
 	return append(LedgerInvariants(), InvariantAckedHasRow, InvariantRowAcked, InvariantReplayIdentical, InvariantFencedWrites,
-		InvariantConverged, InvariantLogsClean, InvariantFaultsFired, InvariantClientAnswers)
+		InvariantConverged, InvariantLogsClean, InvariantFaultsFired, InvariantClientAnswers, InvariantWebhooks)
 }
 
 // Report is the outcome of one scenario run.
@@ -196,6 +196,10 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 	// The log audit.
 	for _, v := range s.auditLogs() {
 		add(v)
+	}
+
+	if err := s.checkWebhooks(ctx, rep, bound); err != nil {
+		return err
 	}
 
 	// What fired.
@@ -371,6 +375,7 @@ func short(invariant string) string {
 		InvariantLogsClean:        "logs",
 		InvariantFaultsFired:      "fired",
 		InvariantClientAnswers:    "answers",
+		InvariantWebhooks:         "webhooks",
 	}[invariant]
 }
 

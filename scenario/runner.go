@@ -163,6 +163,11 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
 	if err := s.boot(ctx); err != nil {
 		return rep, err
 	}
+	if sc.Webhooks != nil {
+		if err := s.startReceiver(ctx); err != nil {
+			return rep, err
+		}
+	}
 	supervise, stopSupervising := context.WithCancel(ctx)
 	var supervised sync.WaitGroup
 	supervised.Go(func() { s.supervise(supervise) })
@@ -230,6 +235,8 @@ type system struct {
 	apiKey  string
 	client  *client
 	refunds *refunder
+	// receiver is the merchant's webhook receiver, when sc.Webhooks.
+	receiver *Receiver
 
 	mu         sync.Mutex
 	kills      map[string]int
@@ -349,15 +356,21 @@ func (s *system) boot(ctx context.Context) error {
 	t := s.t
 	// Small pools: several scenarios may share one server's max_connections.
 	s.api = s.newProc("api", "api", "--addr", "127.0.0.1:0", "--lock-timeout", "500ms", "--max-conns", "8")
-	s.api.env = s.env(s.sc.APIEnv...)
+	apiEnv, workerEnv, workerFlags := s.sc.APIEnv, s.sc.WorkerEnv, []string(nil)
+	if s.sc.Webhooks != nil {
+		apiEnv, workerEnv = append(slices.Clone(apiEnv), webhookEnv), append(slices.Clone(workerEnv), webhookEnv)
+		workerFlags = webhookWorkerFlags
+	}
+	s.api.env = s.env(apiEnv...)
 	if err := s.api.start(ctx, true); err != nil {
 		return err
 	}
 	for i := range cmp.Or(s.sc.Workers, 1) {
-		w := s.newProc(fmt.Sprintf("worker-%d", i), "worker",
+		w := s.newProc(fmt.Sprintf("worker-%d", i), append([]string{"worker",
 			"--call-timeout", t.callTimeout.String(), "--rescue-after", t.rescueAfter.String(),
-			"--retry-base", "50ms", "--retry-cap", t.retryCap.String(), "--unknown-check-after", "200ms", "--concurrency", "8")
-		w.env = s.env(s.sc.WorkerEnv...)
+			"--retry-base", "50ms", "--retry-cap", t.retryCap.String(), "--unknown-check-after", "200ms", "--concurrency", "8"},
+			workerFlags...)...)
+		w.env = s.env(workerEnv...)
 		if err := w.start(ctx, false); err != nil {
 			return err
 		}
@@ -383,7 +396,7 @@ func (s *system) boot(ctx context.Context) error {
 		}
 		s.reconcilers = append(s.reconcilers, rec)
 	}
-	s.client = newClient(s.api.url, s.apiKey, t.clientTimeout, t.clientGiveUp)
+	s.client = newClient(s.api.url, s.apiKey, t.clientTimeout, t.clientGiveUp, s.refunds.slots)
 	return childproc.WaitReady(ctx, s.api.url())
 }
 
