@@ -25,6 +25,9 @@ type Scenario struct {
 	// APIs is how many API processes run behind the client's round robin
 	// (default 1).
 	APIs int
+	// FullOnly leaves the scenario out of `run all --short` (what make test
+	// runs): it is run by name, or in the full catalogue.
+	FullOnly bool
 	// Faults is the fake provider's schedule at start (JSON).
 	Faults string
 	// Workers and Reconcilers are how many of each run (default 1).
@@ -316,7 +319,7 @@ func Catalogue() []Scenario {
 			Reconcilers: 2,
 			Faults:      `{"seed": 29, "rules": [{"on": "charge", "fault": "apply_then_timeout", "p": 0.1, "ms": 1500}]}`,
 			Run:         failoverRun(300, 3000),
-			MustFire:    []string{"failover:primary_killed", "failover:promoted"},
+			MustFire:    []string{"failover:primary_killed", "failover:promoted", "failover:river_leader"},
 		},
 		{
 			Name:        "soak-replicas",
@@ -328,6 +331,7 @@ func Catalogue() []Scenario {
 			Faults:      soakFaults(),
 			Run:         soak,
 			MustFire:    replicasMustFire(),
+			FullOnly:    true,
 		},
 		{
 			Name:      "negative-control",

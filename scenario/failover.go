@@ -243,10 +243,37 @@ func failoverRun(short, full int) func(ctx context.Context, s *system) error {
 		if got := s.client.ackedCount(); got < n {
 			return fmt.Errorf("only %d of %d charges were acknowledged; the clients gave up on the rest", got, n)
 		}
+		if err := s.waitLeader(ctx); err != nil {
+			return err
+		}
 		s.rejoin(ctx)
 		s.settleUnderFaults(ctx)
 		return nil
 	}
+}
+
+// waitLeader waits until a worker holds River's leadership on the new
+// primary (the leader runs the rescuer of jobs left running by a dead
+// worker, the scheduler of retries, the cleaners): a leader row whose lease
+// has not expired by the database's clock.
+func (s *system) waitLeader(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		var leaders int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM river_leader WHERE expires_at > now()`).Scan(&leaders)
+		if err == nil && leaders > 0 {
+			s.mu.Lock()
+			s.fired["failover:river_leader"]++
+			s.mu.Unlock()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return errors.New("no River leader on the new primary a minute after the failover")
 }
 
 // roundRobin spreads the client's requests over the APIs, as a load
