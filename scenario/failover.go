@@ -52,10 +52,13 @@ func startHACluster(ctx context.Context, script, root string) (*haCluster, error
 }
 
 // freePorts finds n consecutive free ports on the loopback address and
-// returns the first.
+// returns the first. They are drawn below Linux's default range of
+// ephemeral ports (32768–60999): a port free now but in that range may be
+// taken as the local end of an outgoing connection before PostgreSQL binds
+// it, which a busy machine's loopback traffic does often enough.
 func freePorts(n int) (int, error) {
 	for range 100 {
-		base := 20000 + rand.IntN(30000)
+		base := 20000 + rand.IntN(12000)
 		free := true
 		for p := base; p < base+n && free; p++ {
 			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
