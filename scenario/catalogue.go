@@ -18,6 +18,16 @@ type Scenario struct {
 	// PrivatePostgres runs the scenario on a PostgreSQL of its own, which
 	// it may crash.
 	PrivatePostgres bool
+	// HAPostgres runs the scenario on a primary and a synchronous standby
+	// under pg_auto_failover (scripts/ha-postgres), reached through a
+	// multi-host URL; the scenario may kill the primary.
+	HAPostgres bool
+	// APIs is how many API processes run behind the client's round robin
+	// (default 1).
+	APIs int
+	// FullOnly leaves the scenario out of `run all --short` (what make test
+	// runs): it is run by name, or in the full catalogue.
+	FullOnly bool
 	// Faults is the fake provider's schedule at start (JSON).
 	Faults string
 	// Workers and Reconcilers are how many of each run (default 1).
@@ -300,6 +310,28 @@ func Catalogue() []Scenario {
 			Faults:          soakFaults(),
 			Run:             soak,
 			MustFire:        soakMustFire(),
+		},
+		{
+			Name:        "failover",
+			Summary:     "a primary and a synchronous standby under pg_auto_failover; the primary node SIGKILLed mid-load, the standby promoted, traffic goes on",
+			HAPostgres:  true,
+			Workers:     2,
+			Reconcilers: 2,
+			Faults:      `{"seed": 29, "rules": [{"on": "charge", "fault": "apply_then_timeout", "p": 0.1, "ms": 1500}]}`,
+			Run:         failoverRun(300, 3000),
+			MustFire:    []string{"failover:primary_killed", "failover:promoted", "failover:river_leader"},
+		},
+		{
+			Name:        "soak-replicas",
+			Summary:     "the soak with two APIs behind a round-robin client, three workers and two reconcilers, each killed at random, and a failover of PostgreSQL instead of its restart",
+			HAPostgres:  true,
+			APIs:        2,
+			Workers:     3,
+			Reconcilers: 2,
+			Faults:      soakFaults(),
+			Run:         soak,
+			MustFire:    replicasMustFire(),
+			FullOnly:    true,
 		},
 		{
 			Name:      "negative-control",

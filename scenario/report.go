@@ -62,6 +62,10 @@ type Report struct {
 	// Fired counts what happened: "crashpoint:<point>", "fault:<name>",
 	// "kill:<role>", "postgres:restart", "fenced_refusals".
 	Fired map[string]int
+	// Measured holds what a scenario timed, e.g. the failover's "kill→first
+	// 201": from the SIGKILL of the primary to the first charge accepted on
+	// the new one. Shown after what fired.
+	Measured map[string]time.Duration
 	// Counts is the number of violations per invariant.
 	Counts     map[string]int
 	Violations []Violation
@@ -210,6 +214,7 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 	for role, n := range s.kills {
 		rep.Fired["kill:"+role] += n
 	}
+	rep.Measured = maps.Clone(s.measured)
 	s.mu.Unlock()
 	for _, point := range crashPointNames(s.sc.MustFire) {
 		n, err := countInLogs(s.dir, `"msg":"crashpoint fired"`, `"point":"`+point+`"`)
@@ -352,7 +357,7 @@ func PrintTable(w io.Writer, reports []Report) {
 		case len(r.Violations) > 0:
 			result = "caught (negative control)"
 		}
-		row = append(row, fmt.Sprintf("%d/%d/%d", r.Found, r.Reattempted, r.NeedsReview), r.Converge.Round(100*time.Millisecond).String(), result, firedSummary(r.Fired))
+		row = append(row, fmt.Sprintf("%d/%d/%d", r.Found, r.Reattempted, r.NeedsReview), r.Converge.Round(100*time.Millisecond).String(), result, firedSummary(r.Fired)+measuredSummary(r.Measured))
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	tw.Flush()
@@ -394,6 +399,15 @@ func firedSummary(fired map[string]int) string {
 		return "-"
 	}
 	return strings.Join(parts, " ")
+}
+
+// measuredSummary lists what a run timed, after what fired.
+func measuredSummary(measured map[string]time.Duration) string {
+	var out string
+	for _, k := range slices.Sorted(maps.Keys(measured)) {
+		out += fmt.Sprintf(" %s=%s", k, measured[k].Round(10*time.Millisecond))
+	}
+	return out
 }
 
 // PrintViolations lists every violation of every failed report.
