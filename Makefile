@@ -24,8 +24,8 @@ run: db
 	exec bin/chargeflow all
 
 ## test: formatting, vet, every test with -race (a headless Chromium drives the operator's page),
-## short fuzz runs, the bootstrap script's own test, and the crash-scenario catalogue with short
-## timings (a 2,000-charge soak included)
+## short fuzz runs, the bootstrap scripts' own tests, and the crash-scenario catalogue with short
+## timings (a 2,000-charge soak and a failover of PostgreSQL under pg_auto_failover included)
 test: db
 	@scripts/ensure-docker-compose
 	@scripts/ensure-chromium
@@ -36,6 +36,7 @@ test: db
 	$(GO) test -run='^$$' -fuzz=FuzzCanonical -fuzztime=$(FUZZTIME) ./api/jsoncanon/
 	$(GO) test -run='^$$' -fuzz='^FuzzCreateCharge$$' -fuzztime=$(FUZZTIME_HTTP) ./api/
 	scripts/ensure-postgres_test.sh
+	scripts/ha-postgres_test.sh
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow scenario run all --short --parallel 3
 	bin/chargeflow scenario run all --short --parallel 3 --psp stripe
@@ -46,7 +47,7 @@ bench: db
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow bench $(BENCHFLAGS)
 
-## scenarios: the full catalogue, with the 10,000-charge soak
+## scenarios: the full catalogue, with the 10,000-charge soaks (one with two APIs and a failover)
 scenarios: db
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow scenario run all --parallel 3

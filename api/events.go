@@ -27,7 +27,7 @@ func (s *Server) getNotification(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(c, http.StatusOK, object.EventOf(e.ID, e.Type, e.CreatedAt, e.Object))
+	return s.writeJSON(c, http.StatusOK, eventObject(e))
 }
 
 // listNotifications answers a page of the tenant's events, newest first:
@@ -69,7 +69,21 @@ func (s *Server) listNotifications(c echo.Context) error {
 		HasMore bool           `json:"has_more"`
 	}{Data: make([]object.Event, 0, len(events)), HasMore: more}
 	for _, e := range events {
-		page.Data = append(page.Data, object.EventOf(e.ID, e.Type, e.CreatedAt, e.Object))
+		page.Data = append(page.Data, eventObject(e))
 	}
 	return s.writeJSON(c, http.StatusOK, page)
+}
+
+// eventObject renders an event: about a charge or a refund, or about a
+// webhook endpoint (webhook_endpoint.disabled), without its secret.
+func eventObject(e webhook.Event) object.Event {
+	if e.Endpoint != nil {
+		return object.EndpointEventOf(e.ID, e.Type, e.CreatedAt, endpointObject(*e.Endpoint))
+	}
+	return object.EventOf(e.ID, e.Type, e.CreatedAt, e.Object)
+}
+
+// endpointObject renders an endpoint without its secret.
+func endpointObject(e webhook.Endpoint) object.Endpoint {
+	return object.EndpointOf(e.ID, e.URL, e.Events, e.DisabledAt, e.DisabledReason, e.CreatedAt)
 }

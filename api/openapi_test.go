@@ -15,11 +15,13 @@ import (
 	"chargeflow/api"
 	"chargeflow/psp"
 	"chargeflow/submit"
+	"chargeflow/webhook"
 )
 
 // The OpenAPI document describes exactly the routes that are served to
 // programs, and every problem code the API can send. The operator's page
-// (/ops/ but not /ops/v1/) is HTML for people, and is not in it.
+// (/ops/ but not /ops/v1/) is HTML for people, and is not in it. Its event
+// types are the ones the API accepts and Postgres writes.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	t.Parallel()
 
@@ -34,6 +36,9 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 						} `yaml:"code"`
 					} `yaml:"properties"`
 				} `yaml:"Problem"`
+				EventType struct {
+					Enum []string `yaml:"enum"`
+				} `yaml:"EventType"`
 			} `yaml:"schemas"`
 		} `yaml:"components"`
 	}
@@ -73,4 +78,5 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	}
 	slices.Sort(codes)
 	require.Equal(t, codes, doc.Components.Schemas.Problem.Properties.Code.Enum)
+	require.Equal(t, webhook.Types, doc.Components.Schemas.EventType.Enum, "the event types are the ones the API accepts and writes")
 }

@@ -102,6 +102,12 @@ func (s *Server) createRefund(c echo.Context) error {
 	if req.Amount == 0 {
 		req.Amount = charge.Amount - charge.AmountReserved
 		if req.Amount <= 0 {
+			// What took the rest may be this very request, sent before with
+			// the key and committed between the replay check and the read of
+			// the charge: then its answer is the answer, not a refusal.
+			if rec, err := intent.Idempotency(ctx, s.cfg.DB, t.ID, keyHash[:]); err == nil {
+				return s.replay(c, rec, fp)
+			}
 			return fieldProblem(CodeRefundExceedsCharge, "amount", "nothing is left to refund on this charge")
 		}
 	}

@@ -7,8 +7,11 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"chargeflow/api"
@@ -235,4 +238,62 @@ func TestOpsResolveRefund(t *testing.T) {
 	refund := decode(t, b.get(t, b.tenantA, "/v1/refunds/"+refundID))
 	require.Equal(t, []any{"succeeded", applied.ID}, []any{refund["status"], refund["provider_refund_id"]})
 	require.EqualValues(t, 250, decode(t, b.get(t, b.tenantA, "/v1/charges/"+chargeID))["amount_refunded"])
+}
+
+// raceTracer runs hook once, right after the first read of an idempotency
+// record through its pool: the moment between a request's replay check and
+// the rest of its work.
+type raceTracer struct {
+	armed atomic.Bool
+	hook  func()
+}
+
+type tracedSQL struct{}
+
+func (r *raceTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, tracedSQL{}, data.SQL)
+}
+
+func (r *raceTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	sql, _ := ctx.Value(tracedSQL{}).(string)
+	if strings.Contains(sql, "FROM idempotency_keys WHERE") && r.armed.CompareAndSwap(true, false) {
+		r.hook()
+	}
+}
+
+// A retry of a refund of all that is left, whose first attempt commits
+// between the retry's replay check and its read of the charge, sees
+// nothing left: it must answer the first attempt's refund, not
+// refund_exceeds_charge — a merchant told that would think the refund
+// was never made.
+func TestRefundRetryRacingItsFirstAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	charge := b.succeededCharge(t, b.tenantA, 1000)
+	body := `{"charge": "` + charge + `"}`
+	const key = "refund-race-key-0001"
+
+	var first response
+	tracer := &raceTracer{}
+	tracer.hook = func() { first = b.refund(t, b.url, b.tenantA, key, body) }
+	poolCfg, err := pgxpool.ParseConfig(b.dbURL)
+	require.NoError(t, err)
+	poolCfg.ConnConfig.Tracer = tracer
+	traced, err := pgxpool.NewWithConfig(t.Context(), poolCfg)
+	require.NoError(t, err)
+	t.Cleanup(traced.Close)
+	cfg := b.cfg
+	cfg.DB = traced
+	racing := b.serve(t, cfg)
+
+	tracer.armed.Store(true)
+	retry := b.refund(t, racing, b.tenantA, key, body)
+	require.False(t, tracer.armed.Load(), "the first attempt ran inside the retry")
+	require.Equal(t, http.StatusCreated, first.status, "body: %s", first.body)
+	require.Equal(t, http.StatusCreated, retry.status, "body: %s", retry.body)
+	require.Equal(t, "true", retry.header.Get("Idempotent-Replayed"))
+	require.Equal(t, first.body, retry.body, "the retry is answered the first attempt's refund, byte for byte")
+	var refunds int
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM charges WHERE parent_id = $1`, charge).Scan(&refunds))
+	require.Equal(t, 1, refunds)
 }

@@ -10,27 +10,14 @@ import (
 
 	"chargeflow/api/jsoncanon"
 	"chargeflow/internal/ids"
+	"chargeflow/object"
 	"chargeflow/webhook"
 )
 
-// endpointView is a webhook endpoint as the API shows it. The secret is
-// there only in the answer to its creation.
-type endpointView struct {
-	ID             string    `json:"id"`
-	URL            string    `json:"url"`
-	Events         []string  `json:"events"`
-	Secret         *string   `json:"secret,omitempty"`
-	Status         string    `json:"status"`
-	DisabledReason *string   `json:"disabled_reason"`
-	CreatedAt      time.Time `json:"created_at"`
-}
-
-func endpointViewOf(e webhook.Endpoint, withSecret bool) endpointView {
-	v := endpointView{ID: e.ID, URL: e.URL, Events: e.Events, Status: "enabled", DisabledReason: nonEmpty(e.DisabledReason),
-		CreatedAt: e.CreatedAt.UTC()}
-	if e.DisabledAt != nil {
-		v.Status = "disabled"
-	}
+// endpointViewOf renders a webhook endpoint (package object). The secret
+// is there only in the answer to its creation.
+func endpointViewOf(e webhook.Endpoint, withSecret bool) object.Endpoint {
+	v := endpointObject(e)
 	if withSecret {
 		v.Secret = &e.Secret
 	}
@@ -113,12 +100,12 @@ func (s *Server) listEndpoints(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	views := make([]endpointView, 0, len(endpoints))
+	views := make([]object.Endpoint, 0, len(endpoints))
 	for _, e := range endpoints {
 		views = append(views, endpointViewOf(e, false))
 	}
 	return s.writeJSON(c, http.StatusOK, struct {
-		Data []endpointView `json:"data"`
+		Data []object.Endpoint `json:"data"`
 	}{views})
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"chargeflow/api"
 	"chargeflow/intent"
+	"chargeflow/webhook"
 )
 
 func (b *testBundle) endpoints(t *testing.T, tt testTenant, method, path, body string) response {
@@ -92,4 +93,62 @@ func (b *testBundle) jobsOfKind(t *testing.T, kind string) int {
 	var n int
 	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE kind = $1`, kind).Scan(&n))
 	return n
+}
+
+// An endpoint disabled after a delivery failed every attempt is an event,
+// written in the transaction that disables it (a rolled-back disabling
+// writes none): listed by GET /v1/events and ?type=, its data the endpoint
+// exactly as GET /v1/webhook_endpoints shows it (no secret), and delivered
+// to the tenant's other endpoints subscribed to it — never to the disabled
+// one, nor to one not subscribed.
+func TestEndpointDisabledEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.config = func(cfg *api.Config) { cfg.WebhooksAllowPrivate = true } })
+	create := func(events string) map[string]any {
+		created := b.endpoints(t, b.tenantA, http.MethodPost, "", `{"url": "http://127.0.0.1:9/hooks", "events": `+events+`}`)
+		require.Equal(t, http.StatusCreated, created.status, "body: %s", created.body)
+		return decode(t, created)
+	}
+	failing, told, notTold := create(`["*"]`), create(`["webhook_endpoint.disabled"]`), create(`["charge.succeeded"]`)
+	b.succeededCharge(t, b.tenantA, 1000)
+	chargeEvent := decode(t, b.get(t, b.tenantA, "/v1/events"))["data"].([]any)[0].(map[string]any)["id"].(string)
+	final := webhook.Outcome{Attempt: webhook.MaxAttempts, Status: 500, Final: true}
+	args := webhook.DeliverArgs{TenantID: b.tenantA.ID, EventID: chargeEvent, EndpointID: failing["id"].(string)}
+
+	// Rolled back, the disabling leaves no event.
+	tx, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, webhook.Record(t.Context(), tx, args, final))
+	require.NoError(t, tx.Rollback(t.Context()))
+	require.Empty(t, decode(t, b.get(t, b.tenantA, "/v1/events?type=webhook_endpoint.disabled"))["data"])
+
+	require.NoError(t, webhook.Record(t.Context(), b.pool, args, final))
+	listed := b.get(t, b.tenantA, "/v1/events?type=webhook_endpoint.disabled")
+	require.NotContains(t, string(listed.body), failing["secret"].(string), "an event never carries a secret")
+	events := decode(t, listed)["data"].([]any)
+	require.Len(t, events, 1)
+	event := events[0].(map[string]any)
+	require.Equal(t, "webhook_endpoint.disabled", event["type"])
+	var shown map[string]any
+	for _, e := range decode(t, b.endpoints(t, b.tenantA, http.MethodGet, "", ""))["data"].([]any) {
+		if e.(map[string]any)["id"] == failing["id"] {
+			shown = e.(map[string]any)
+		}
+	}
+	require.Equal(t, "disabled", shown["status"])
+	require.Equal(t, shown, event["data"], "the event's object is the endpoint as GET /v1/webhook_endpoints shows it")
+	require.Equal(t, event["id"], decode(t, b.get(t, b.tenantA, "/v1/events"))["data"].([]any)[0].(map[string]any)["id"], "newest first")
+	require.Equal(t, event, decode(t, b.get(t, b.tenantA, "/v1/events/"+event["id"].(string))))
+	requireProblem(t, b.get(t, b.tenantB, "/v1/events/"+event["id"].(string)), http.StatusNotFound, api.CodeNotFound)
+	require.Empty(t, decode(t, b.get(t, b.tenantB, "/v1/events?type=webhook_endpoint.disabled"))["data"])
+
+	log := decode(t, b.get(t, b.tenantA, "/v1/events/"+event["id"].(string)+"/deliveries"))["data"].([]any)
+	require.Equal(t, []any{map[string]any{"endpoint": told["id"], "state": "pending", "attempts": []any{}}}, log,
+		"delivered to the subscribed endpoint only: not the disabled one, not one subscribed to charges")
+	_ = notTold
+
+	// A second final failure of the endpoint, now disabled, writes no
+	// second event.
+	require.NoError(t, webhook.Record(t.Context(), b.pool, args, final))
+	require.Len(t, decode(t, b.get(t, b.tenantA, "/v1/events?type=webhook_endpoint.disabled"))["data"], 1)
 }

@@ -180,7 +180,7 @@ func (c *Client) do(ctx context.Context, req request, out any) (bool, error) {
 	// was lost, or was a failure that does not say nothing was stored.
 	mayHaveApplied := false
 	for attempt := 1; ; attempt++ {
-		replayed, err := c.send(ctx, req, out)
+		replayed, err := c.send(ctx, req, attempt, out)
 		if err == nil {
 			return replayed, nil
 		}
@@ -246,9 +246,10 @@ func (c *Client) backoff(attempt int) time.Duration {
 	return rand.N(ceiling + 1)
 }
 
-// send is one attempt. A network error, including one while the answer was
-// read, is returned as is; an answer other than 2xx as an *Error.
-func (c *Client) send(ctx context.Context, req request, out any) (bool, error) {
+// send is one attempt, reported to the context's observer
+// (WithExchangeObserver). A network error, including one while the answer
+// was read, is returned as is; an answer other than 2xx as an *Error.
+func (c *Client) send(ctx context.Context, req request, attempt int, out any) (bool, error) {
 	u := *c.base
 	u.Path += req.path
 	u.RawQuery = req.query.Encode()
@@ -269,22 +270,30 @@ func (c *Client) send(ctx context.Context, req request, out any) (bool, error) {
 	if req.key != "" {
 		httpReq.Header.Set("Idempotency-Key", req.key)
 	}
+	exchange := Exchange{Method: req.method, Path: req.path, Attempt: attempt}
 	httpResp, err := c.http.Do(httpReq)
 	if err != nil {
+		exchange.Err = err
+		observe(ctx, exchange)
 		return false, err
 	}
 	defer httpResp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(httpResp.Body, maxResponseBytes))
 	if err != nil {
+		exchange.Err = err
+		observe(ctx, exchange)
 		return false, fmt.Errorf("chargeflow: read the answer to %s %s: %w", req.method, req.path, err)
 	}
+	exchange.Status, exchange.Body = httpResp.StatusCode, data
+	exchange.Replayed = httpResp.Header.Get("Idempotent-Replayed") == "true"
+	observe(ctx, exchange)
 	if httpResp.StatusCode < 200 || httpResp.StatusCode > 299 {
 		return false, c.problemOf(httpResp, data)
 	}
 	if err := json.Unmarshal(data, out); err != nil {
 		return false, &decodeError{fmt.Errorf("chargeflow: decode the answer to %s %s: %w", req.method, req.path, err)}
 	}
-	return httpResp.Header.Get("Idempotent-Replayed") == "true", nil
+	return exchange.Replayed, nil
 }
 
 // decodeError is a 2xx answer that is not what the client expects: a

@@ -597,3 +597,71 @@ func TestWaitForOutcomeHonoursTheContext(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Jobs: 1}, s.stored(t))
 }
+
+// An exchange observer sees every attempt of the calls made with its
+// context — no answer (Status 0, Err), an answer lost after the API
+// committed, the replay that ends the call — with each answer's body
+// exactly as received, so a merchant can keep the first answer and find a
+// later replay byte-identical. Calls made with another context are not
+// observed, and a refusal is seen with its problem document.
+func TestExchangeObserver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := start(t)
+	p := newProxy(t, s.url)
+	clock := &testClock{}
+	c, _ := s.newClient(t, p.url(), client.WithClock(clock))
+	var seen []client.Exchange
+	observed := client.WithExchangeObserver(ctx, func(e client.Exchange) {
+		e.Body = append([]byte(nil), e.Body...)
+		seen = append(seen, e)
+	})
+
+	p.down()
+	clock.onSleep = func(n int) {
+		if n == 1 {
+			p.up(func(conn int) fate {
+				if conn == 1 {
+					return resetAfterAnswer
+				}
+				return pass
+			})
+		}
+	}
+	key := client.NewIdempotencyKey()
+	charge, err := c.CreateCharge(observed, visa(key))
+	require.NoError(t, err)
+	require.Len(t, seen, 3, "refused, answer lost, replay")
+	for i, e := range seen {
+		require.Equal(t, http.MethodPost, e.Method)
+		require.Equal(t, "/v1/charges", e.Path)
+		require.Equal(t, i+1, e.Attempt)
+	}
+	require.Zero(t, seen[0].Status)
+	require.Error(t, seen[0].Err)
+	require.Nil(t, seen[0].Body)
+	require.Zero(t, seen[1].Status, "the answer was cut short")
+	require.Error(t, seen[1].Err)
+	require.Equal(t, http.StatusCreated, seen[2].Status)
+	require.True(t, seen[2].Replayed)
+	require.NoError(t, seen[2].Err)
+	require.Contains(t, string(seen[2].Body), `"id":"`+charge.ID+`"`)
+
+	_, err = c.CreateCharge(ctx, visa(key))
+	require.NoError(t, err)
+	require.Len(t, seen, 3, "a call with another context is not observed")
+
+	again, err := c.CreateCharge(observed, visa(key))
+	require.NoError(t, err)
+	require.True(t, again.Replayed)
+	require.Len(t, seen, 4)
+	require.Equal(t, seen[2].Body, seen[3].Body, "a replay is the stored answer, byte for byte")
+
+	other := visa(key)
+	other.Amount = 999
+	_, err = c.CreateCharge(observed, other)
+	require.ErrorIs(t, err, client.CodeIdempotencyKeyReused)
+	require.Len(t, seen, 5)
+	require.Equal(t, http.StatusUnprocessableEntity, seen[4].Status)
+	require.Contains(t, string(seen[4].Body), `"code":"idempotency_key_reused"`)
+}

@@ -96,7 +96,9 @@
 //
 // The client never logs. Its errors carry statuses, codes, the API's
 // details (which never quote a request's values) and paths, never the API
-// key, an idempotency key or a body.
+// key, an idempotency key or a body. To watch the attempts of a call — for
+// metrics, to log retries, or to keep the API's answer byte for byte — give
+// it a context made with WithExchangeObserver.
 //
 // # Webhooks
 //

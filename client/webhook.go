@@ -123,10 +123,14 @@ func header(headers http.Header, name string) string {
 type Event struct {
 	ID string `json:"id"`
 	// Type is charge.succeeded, charge.failed, charge.needs_review,
-	// refund.succeeded, refund.failed or refund.needs_review.
+	// refund.succeeded, refund.failed, refund.needs_review or
+	// webhook_endpoint.disabled.
 	Type      string    `json:"type"`
 	CreatedAt time.Time `json:"created_at"`
 	// Data is the charge or the refund (by Type's prefix) as the move left
-	// it: decode it into a Charge or a Refund.
+	// it: decode it into a Charge or a Refund. For
+	// webhook_endpoint.disabled it is the endpoint (its id, url, events,
+	// status "disabled" and disabled_reason; never its secret) that was
+	// disabled after a delivery to it failed for more than a day.
 	Data json.RawMessage `json:"data"`
 }

@@ -48,6 +48,12 @@ const (
 	WorkerAfterSaveBeforeCommit       = "worker.after_save_before_commit"
 	ReconcilerAfterLease              = "reconciler.after_lease"
 	ReconcilerAfterLookupBeforeUpdate = "reconciler.after_lookup_before_update"
+	// DeliveryBeforePost: a webhook delivery loaded, its event's move long
+	// committed, nothing sent yet.
+	DeliveryBeforePost = "delivery.before_post"
+	// DeliveryAfterPostBeforeRecord: the receiver answered, the attempt is
+	// not logged yet; the rerun delivers again, with the same webhook-id.
+	DeliveryAfterPostBeforeRecord = "delivery.after_post_before_record"
 )
 
 // Names lists every point, so a typo in a spec is an error, not a silent no-op.
@@ -56,6 +62,7 @@ func Names() []string {
 		APIAfterInsertBeforeCommit, APIAfterCommitBeforeResponse,
 		WorkerAfterSubmittingCommit, WorkerAfterPSPResponseBeforeSave, WorkerAfterSaveBeforeCommit,
 		ReconcilerAfterLease, ReconcilerAfterLookupBeforeUpdate,
+		DeliveryBeforePost, DeliveryAfterPostBeforeRecord,
 	}
 }
 

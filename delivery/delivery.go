@@ -33,6 +33,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"chargeflow/crashpoint"
 	"chargeflow/internal/backoff"
 	"chargeflow/object"
 	"chargeflow/webhook"
@@ -61,6 +62,8 @@ type Config struct {
 	BackoffCap   time.Duration
 	// Now is the clock the signature's timestamp comes from.
 	Now func() time.Time
+	// CrashPoints are armed in tests and scenarios only; nil is disarmed.
+	CrashPoints *crashpoint.Set
 }
 
 // Worker is the webhook.deliver worker.
@@ -133,7 +136,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[webhook.DeliverArgs]) 
 	case d.Endpoint.DisabledAt != nil:
 		outcome.Error = "endpoint_disabled"
 	default:
+		if err := w.cfg.CrashPoints.Hit(ctx, crashpoint.DeliveryBeforePost); err != nil {
+			return err
+		}
 		outcome = w.post(ctx, d)
+		if err := w.cfg.CrashPoints.Hit(ctx, crashpoint.DeliveryAfterPostBeforeRecord); err != nil {
+			return err
+		}
 		outcome.Attempt = job.Attempt
 		outcome.Final = outcome.Delivered || job.Attempt >= job.MaxAttempts
 	}
@@ -157,7 +166,13 @@ func (w *Worker) post(ctx context.Context, d webhook.Delivery) webhook.Outcome {
 	start := time.Now()
 	o := webhook.Outcome{}
 	e := d.Event
-	body, err := json.Marshal(object.EventOf(e.ID, e.Type, e.CreatedAt, e.Object))
+	var rendered object.Event
+	if ep := e.Endpoint; ep != nil { // webhook_endpoint.disabled, rendered as the API renders it
+		rendered = object.EndpointEventOf(e.ID, e.Type, e.CreatedAt, object.EndpointOf(ep.ID, ep.URL, ep.Events, ep.DisabledAt, ep.DisabledReason, ep.CreatedAt))
+	} else {
+		rendered = object.EventOf(e.ID, e.Type, e.CreatedAt, e.Object)
+	}
+	body, err := json.Marshal(rendered)
 	if err != nil {
 		o.Error = "encode_failed"
 		return o

@@ -188,7 +188,7 @@ func TestDeliveryRefusesPrivateAddressesAndDisables(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { state, _ := deliveryState(t, pool, endpoint.ID); return state == "failed" }, 20*time.Second, 20*time.Millisecond)
 	require.Empty(t, r.deliveries(), "nothing reached the private address")
-	logs, err := webhook.Log(ctx, pool, tenant, mustEventID(t, pool, tenant))
+	logs, err := webhook.Log(ctx, pool, tenant, mustEventID(t, pool, tenant, "charge.succeeded"))
 	require.NoError(t, err)
 	require.Len(t, logs, 1, "no delivery was decided for the deleted endpoint")
 	require.NotEmpty(t, logs[0].Attempts)
@@ -208,10 +208,59 @@ func TestDeliveryRefusesPrivateAddressesAndDisables(t *testing.T) {
 	require.Equal(t, 1, decided)
 }
 
-func mustEventID(t *testing.T, pool *pgxpool.Pool, tenant string) string {
+func mustEventID(t *testing.T, pool *pgxpool.Pool, tenant, typ string) string {
 	t.Helper()
-	events, _, err := webhook.List(context.Background(), pool, webhook.ListParams{TenantID: tenant, Limit: 1})
+	events, _, err := webhook.List(context.Background(), pool, webhook.ListParams{TenantID: tenant, Type: typ, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, events, 1)
 	return events[0].ID
+}
+
+// An endpoint whose delivery fails every attempt is disabled, and the
+// tenant's other endpoints subscribed to webhook_endpoint.disabled are told:
+// signed with their own secret, the endpoint as its disabling left it and
+// never its secret. The disabled endpoint is not sent its own disabling.
+func TestDisabledEndpointIsAnnouncedToTheOthers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	tenant := dbtest.Tenant(t, pool, "disabling")
+	down := make([]int, webhook.MaxAttempts)
+	for i := range down {
+		down[i] = http.StatusServiceUnavailable
+	}
+	failing := newReceiver(t, down...)
+	failingEndpoint, err := webhook.CreateEndpoint(ctx, pool, tenant, failing.URL+"/hooks", []string{"*"})
+	require.NoError(t, err)
+	failing.mu.Lock()
+	failing.secret = failingEndpoint.Secret
+	failing.mu.Unlock()
+	told := newReceiver(t)
+	toldEndpoint, err := webhook.CreateEndpoint(ctx, pool, tenant, told.URL+"/hooks", []string{webhook.TypeEndpointDisabled})
+	require.NoError(t, err)
+	told.mu.Lock()
+	told.secret = toldEndpoint.Secret
+	told.mu.Unlock()
+	startWorkers(t, pool, true)
+
+	succeed(t, pool, tenant)
+	require.Eventually(t, func() bool { return len(told.deliveries()) > 0 }, 30*time.Second, 20*time.Millisecond)
+	state, attempts := deliveryState(t, pool, failingEndpoint.ID)
+	require.Equal(t, "failed", state)
+	require.Equal(t, webhook.MaxAttempts, attempts)
+	got := told.deliveries()
+	require.Len(t, got, 1, "told once; the charge's event was not subscribed")
+	require.True(t, got[0].valid, "signed with the told endpoint's secret")
+	require.Equal(t, webhook.TypeEndpointDisabled, got[0].body["type"])
+	require.Equal(t, got[0].id, got[0].body["id"])
+	data := got[0].body["data"].(map[string]any)
+	require.Equal(t, failingEndpoint.ID, data["id"])
+	require.Equal(t, "disabled", data["status"])
+	require.Equal(t, webhook.DisabledReason, data["disabled_reason"])
+	require.NotContains(t, data, "secret")
+	require.Len(t, failing.deliveries(), webhook.MaxAttempts, "the disabled endpoint got the charge's event only, never its own disabling")
+	for _, d := range failing.deliveries() {
+		require.Equal(t, "charge.succeeded", d.body["type"])
+	}
+	require.Equal(t, got[0].id, mustEventID(t, pool, tenant, webhook.TypeEndpointDisabled))
 }

@@ -1,4 +1,5 @@
-// Package object renders what the API shows: a charge, a refund, an event.
+// Package object renders what the API shows: a charge, a refund, a webhook
+// endpoint, an event.
 // The API's responses, the events Postgres keeps and the webhook deliveries
 // all go through these renderers, so a merchant sees one shape of each
 // object wherever it comes from (docs/webhooks.md). Field order is the
@@ -116,4 +117,33 @@ func EventOf(id, typ string, createdAt time.Time, about intent.Charge) Event {
 		data = RefundOf(about)
 	}
 	return Event{ID: id, Type: typ, CreatedAt: createdAt.UTC(), Data: data}
+}
+
+// EndpointEventOf renders an event about a webhook endpoint
+// (webhook_endpoint.disabled). The endpoint has no secret in it.
+func EndpointEventOf(id, typ string, createdAt time.Time, about Endpoint) Event {
+	about.Secret = nil
+	return Event{ID: id, Type: typ, CreatedAt: createdAt.UTC(), Data: about}
+}
+
+// Endpoint is the API's webhook endpoint object. Secret is shown in the
+// answer to its creation only; fields are only ever added at the end.
+type Endpoint struct {
+	ID             string    `json:"id"`
+	URL            string    `json:"url"`
+	Events         []string  `json:"events"`
+	Secret         *string   `json:"secret,omitempty"`
+	Status         string    `json:"status"`
+	DisabledReason *string   `json:"disabled_reason"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// EndpointOf renders an endpoint, without its secret: status is enabled,
+// or disabled when disabledAt is set.
+func EndpointOf(id, url string, events []string, disabledAt *time.Time, disabledReason string, createdAt time.Time) Endpoint {
+	e := Endpoint{ID: id, URL: url, Events: events, Status: "enabled", DisabledReason: nonEmpty(disabledReason), CreatedAt: createdAt.UTC()}
+	if disabledAt != nil {
+		e.Status = "disabled"
+	}
+	return e
 }

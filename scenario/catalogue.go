@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	chargeflow "chargeflow/client"
 )
 
 // Scenario is one entry of the catalogue.
@@ -16,6 +18,16 @@ type Scenario struct {
 	// PrivatePostgres runs the scenario on a PostgreSQL of its own, which
 	// it may crash.
 	PrivatePostgres bool
+	// HAPostgres runs the scenario on a primary and a synchronous standby
+	// under pg_auto_failover (scripts/ha-postgres), reached through a
+	// multi-host URL; the scenario may kill the primary.
+	HAPostgres bool
+	// APIs is how many API processes run behind the client's round robin
+	// (default 1).
+	APIs int
+	// FullOnly leaves the scenario out of `run all --short` (what make test
+	// runs): it is run by name, or in the full catalogue.
+	FullOnly bool
 	// Faults is the fake provider's schedule at start (JSON).
 	Faults string
 	// Workers and Reconcilers are how many of each run (default 1).
@@ -41,6 +53,10 @@ type Scenario struct {
 	// ExpectViolation marks the negative control: it passes only if the
 	// checker finds a violation.
 	ExpectViolation bool
+	// Webhooks, when set, makes the run a merchant's webhooks too: an
+	// endpoint for every event on a receiver the runner serves, and
+	// InvariantWebhooks checked (scenario/webhooks.go).
+	Webhooks *WebhookPlan
 	// Slow marks a scenario that takes a minute or more mostly waiting
 	// (for River's rescue of a job): `run --parallel` starts it first and
 	// outside its slots, so the rest run alongside it instead of after it.
@@ -86,15 +102,17 @@ var currencies = []string{"USD", "EUR", "GBP", "JPY", "CHF"}
 // request builds charge i of a named batch: a fresh key, a seeded body
 // carrying the canaries.
 func (s *system) request(name string, i int) request {
-	body := fmt.Sprintf(`{"amount": %d, "currency": %q, "payment_method": %q, "description": %q, "metadata": {%q: %q, "n": "%d"}}`,
-		100+s.intn(100000), currencies[s.intn(len(currencies))], paymentMethods[s.intn(len(paymentMethods))],
-		canaryDescription(s.seed), canaryMetadataKey, canaryMetadata(s.seed), i)
-	return s.charge(s.key(name, i), body)
+	amount := int64(100 + s.intn(100000))
+	currency := currencies[s.intn(len(currencies))]
+	method := paymentMethods[s.intn(len(paymentMethods))]
+	return charge(s.key(name, i), chargeflow.ChargeParams{Amount: amount, Currency: currency, PaymentMethod: method,
+		Description: canaryDescription(s.seed), Metadata: map[string]string{canaryMetadataKey: canaryMetadata(s.seed), "n": fmt.Sprint(i)}})
 }
 
-// charge is a charge request with a key and a body.
-func (s *system) charge(key, body string) request {
-	return request{path: chargesPath, key: key, body: []byte(body)}
+// charge is a charge request under a key.
+func charge(key string, p chargeflow.ChargeParams) request {
+	p.IdempotencyKey = key
+	return request{path: chargesPath, key: key, charge: &p}
 }
 
 // traffic sends n charges through 16 concurrent clients; done, when set,
@@ -106,12 +124,12 @@ func (s *system) traffic(ctx context.Context, name string, n int, done func(requ
 // rejectCard sends a request with a card number in it, which must be
 // refused (and never logged).
 func (s *system) rejectCard(ctx context.Context) error {
-	body := fmt.Sprintf(`{"amount": 100, "currency": "USD", "payment_method": "pm_card_visa", "description": "card %s"}`, canaryCardGrouped)
-	status, _, _ := s.client.send(ctx, s.charge(s.key("card", 0), body))
+	status, _, _ := s.client.send(ctx, charge(s.key("card", 0), chargeflow.ChargeParams{Amount: 100, Currency: "USD",
+		PaymentMethod: "pm_card_visa", Description: "card " + canaryCardGrouped}))
 	if status != http.StatusBadRequest {
 		return fmt.Errorf("a body with a card number got %d, not 400", status)
 	}
-	status, _, _ = s.client.send(ctx, s.charge(s.key("card", 1), fmt.Sprintf(`{"amount": 100, "currency": "USD", "payment_method": %q}`, canaryCard)))
+	status, _, _ = s.client.send(ctx, charge(s.key("card", 1), chargeflow.ChargeParams{Amount: 100, Currency: "USD", PaymentMethod: canaryCard}))
 	if status != http.StatusBadRequest {
 		return fmt.Errorf("a card number as payment method got %d, not 400", status)
 	}
@@ -227,6 +245,9 @@ func Catalogue() []Scenario {
 			Run:      retryLongAfter,
 			MustFire: []string{"crashpoint:api.after_commit_before_response", "late_retries"},
 		},
+		webhooksReceiverDown(),
+		webhooksReceiverErrors(),
+		webhooksCrash(),
 		{
 			Name:    "lookup-unavailable-then-back",
 			Summary: "the provider's lookups fail for a while; unknown charges wait (no re-send, no failure), then resolve",
@@ -289,6 +310,28 @@ func Catalogue() []Scenario {
 			Faults:          soakFaults(),
 			Run:             soak,
 			MustFire:        soakMustFire(),
+		},
+		{
+			Name:        "failover",
+			Summary:     "a primary and a synchronous standby under pg_auto_failover; the primary node SIGKILLed mid-load, the standby promoted, traffic goes on",
+			HAPostgres:  true,
+			Workers:     2,
+			Reconcilers: 2,
+			Faults:      `{"seed": 29, "rules": [{"on": "charge", "fault": "apply_then_timeout", "p": 0.1, "ms": 1500}]}`,
+			Run:         failoverRun(300, 3000),
+			MustFire:    []string{"failover:primary_killed", "failover:promoted", "failover:river_leader"},
+		},
+		{
+			Name:        "soak-replicas",
+			Summary:     "the soak with two APIs behind a round-robin client, three workers and two reconcilers, each killed at random, and a failover of PostgreSQL instead of its restart",
+			HAPostgres:  true,
+			APIs:        2,
+			Workers:     3,
+			Reconcilers: 2,
+			Faults:      soakFaults(),
+			Run:         soak,
+			MustFire:    replicasMustFire(),
+			FullOnly:    true,
 		},
 		{
 			Name:      "negative-control",
@@ -392,8 +435,8 @@ func keyReuse(short, full int) func(ctx context.Context, s *system) error {
 		n := s.charges(short, full)
 		s.traffic(ctx, "reuse", n, nil)
 		for i := range n {
-			other := fmt.Sprintf(`{"amount": 1, "currency": "USD", "payment_method": "pm_card_visa", "description": %q}`, canaryDescription(s.seed))
-			status, _, _ := s.client.send(ctx, s.charge(s.key("reuse", i), other))
+			other := chargeflow.ChargeParams{Amount: 1, Currency: "USD", PaymentMethod: "pm_card_visa", Description: canaryDescription(s.seed)}
+			status, _, _ := s.client.send(ctx, charge(s.key("reuse", i), other))
 			if status != http.StatusUnprocessableEntity {
 				return fmt.Errorf("key %d reused with another body got %d, not 422", i, status)
 			}

@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
-	"time"
+
+	chargeflow "chargeflow/client"
 )
 
 // refundReasons are the reasons the merchant gives, "" for none.
@@ -144,42 +145,15 @@ func (s *system) refund(ctx context.Context, chargeKey, id string, amount int64)
 // refundRequest builds refund step of a charge: a key of its own, and the
 // metadata canaries.
 func (s *system) refundRequest(chargeKey string, step int, id string, amount int64, reason string) request {
-	body := struct {
-		Charge   string            `json:"charge"`
-		Amount   int64             `json:"amount,omitempty"`
-		Reason   string            `json:"reason,omitempty"`
-		Metadata map[string]string `json:"metadata"`
-	}{id, amount, reason, map[string]string{canaryMetadataKey: canaryMetadata(s.seed)}}
-	data, _ := json.Marshal(body)
-	return request{path: refundsPath, key: fmt.Sprintf("%s-refund-%d", chargeKey, step), body: data}
+	key := fmt.Sprintf("%s-refund-%d", chargeKey, step)
+	return request{path: refundsPath, key: key, refund: &chargeflow.RefundParams{Charge: id, Amount: amount,
+		Reason: chargeflow.RefundReason(reason), Metadata: map[string]string{canaryMetadataKey: canaryMetadata(s.seed)}, IdempotencyKey: key}}
 }
 
-// awaitSettled reads the charge (GET /v1/charges/{id}) until it is
-// terminal or in review, as a merchant waits for a charge to succeed before
-// refunding it, and returns its status: "" after an answer no charge the
-// client saw acknowledged should get (recorded as unexpected), and false if
-// it gave up.
+// awaitSettled waits until the charge is terminal or in review, as a
+// merchant waits for a charge to succeed before refunding it, and returns
+// its status: "" after an answer no charge the client saw acknowledged
+// should get (recorded as unexpected), and false if it gave up.
 func (s *system) awaitSettled(ctx context.Context, id string) (status string, final bool) {
-	s.client.retry(ctx, 100*time.Millisecond, 2*time.Second, func() bool {
-		s.refunds.slots <- struct{}{}
-		code, body := s.client.get(ctx, chargesPath+"/"+id)
-		<-s.refunds.slots
-		switch {
-		case code == http.StatusOK:
-			var c struct {
-				Status string `json:"status"`
-			}
-			_ = json.Unmarshal(body, &c)
-			status = c.Status
-			final = status == "succeeded" || status == "failed" || status == "needs_review"
-			return final
-		case transient(code, problemCode(body)):
-			return false
-		default:
-			s.client.unexpectedf("charge %s: GET answered %d %s", id, code, body)
-			status, final = "", true
-			return true
-		}
-	})
-	return status, final
+	return s.client.awaitOutcome(ctx, id)
 }

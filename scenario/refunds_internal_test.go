@@ -34,6 +34,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	problem := func(status int, code string) {
+		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(status)
 		fmt.Fprintf(w, `{"code": %q}`, code)
 	}
@@ -84,9 +85,10 @@ func refundSystem(t *testing.T, api *fakeAPI) *system {
 	api.reserved, api.attempts = map[string]int64{}, map[string]int{}
 	server := httptest.NewServer(api)
 	t.Cleanup(server.Close)
+	refunds := newRefunder(4)
 	return &system{
-		client:  newClient(func() string { return server.URL }, "cfk_test", time.Second, 10*time.Second),
-		refunds: newRefunder(4),
+		client:  newClient(func() string { return server.URL }, "cfk_test", time.Second, 10*time.Second, refunds.slots),
+		refunds: refunds,
 		rnd:     rand.New(rand.NewPCG(1, 2)),
 		seed:    7,
 	}
@@ -119,7 +121,7 @@ func TestRefundsAsAMerchantSendsThem(t *testing.T) {
 	for key, a := range c.acks {
 		require.Equal(t, refundsPath, a.req.path)
 		require.Equal(t, 3, api.attempts[key], "each refund retried with its own key until its final answer")
-		require.Contains(t, string(a.req.body), canaryMetadata(s.seed), "refunds carry the metadata canary")
+		require.Equal(t, canaryMetadata(s.seed), a.req.refund.Metadata[canaryMetadataKey], "refunds carry the metadata canary")
 	}
 	for charge, reserved := range api.reserved {
 		require.LessOrEqual(t, reserved, int64(1000), charge)

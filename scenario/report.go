@@ -45,7 +45,7 @@ const (
 // Invariants lists every invariant in report order.
 func Invariants() []string {
 	return append(LedgerInvariants(), InvariantAckedHasRow, InvariantRowAcked, InvariantReplayIdentical, InvariantFencedWrites,
-		InvariantConverged, InvariantLogsClean, InvariantFaultsFired, InvariantClientAnswers)
+		InvariantConverged, InvariantLogsClean, InvariantFaultsFired, InvariantClientAnswers, InvariantWebhooks)
 }
 
 // Report is the outcome of one scenario run.
@@ -62,6 +62,10 @@ type Report struct {
 	// Fired counts what happened: "crashpoint:<point>", "fault:<name>",
 	// "kill:<role>", "postgres:restart", "fenced_refusals".
 	Fired map[string]int
+	// Measured holds what a scenario timed, e.g. the failover's "kill→first
+	// 201": from the SIGKILL of the primary to the first charge accepted on
+	// the new one. Shown after what fired.
+	Measured map[string]time.Duration
 	// Counts is the number of violations per invariant.
 	Counts     map[string]int
 	Violations []Violation
@@ -198,6 +202,10 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 		add(v)
 	}
 
+	if err := s.checkWebhooks(ctx, rep, bound); err != nil {
+		return err
+	}
+
 	// What fired.
 	s.mu.Lock()
 	for k, v := range s.fired {
@@ -206,6 +214,7 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 	for role, n := range s.kills {
 		rep.Fired["kill:"+role] += n
 	}
+	rep.Measured = maps.Clone(s.measured)
 	s.mu.Unlock()
 	for _, point := range crashPointNames(s.sc.MustFire) {
 		n, err := countInLogs(s.dir, `"msg":"crashpoint fired"`, `"point":"`+point+`"`)
@@ -348,7 +357,7 @@ func PrintTable(w io.Writer, reports []Report) {
 		case len(r.Violations) > 0:
 			result = "caught (negative control)"
 		}
-		row = append(row, fmt.Sprintf("%d/%d/%d", r.Found, r.Reattempted, r.NeedsReview), r.Converge.Round(100*time.Millisecond).String(), result, firedSummary(r.Fired))
+		row = append(row, fmt.Sprintf("%d/%d/%d", r.Found, r.Reattempted, r.NeedsReview), r.Converge.Round(100*time.Millisecond).String(), result, firedSummary(r.Fired)+measuredSummary(r.Measured))
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	tw.Flush()
@@ -371,6 +380,7 @@ func short(invariant string) string {
 		InvariantLogsClean:        "logs",
 		InvariantFaultsFired:      "fired",
 		InvariantClientAnswers:    "answers",
+		InvariantWebhooks:         "webhooks",
 	}[invariant]
 }
 
@@ -389,6 +399,15 @@ func firedSummary(fired map[string]int) string {
 		return "-"
 	}
 	return strings.Join(parts, " ")
+}
+
+// measuredSummary lists what a run timed, after what fired.
+func measuredSummary(measured map[string]time.Duration) string {
+	var out string
+	for _, k := range slices.Sorted(maps.Keys(measured)) {
+		out += fmt.Sprintf(" %s=%s", k, measured[k].Round(10*time.Millisecond))
+	}
+	return out
 }
 
 // PrintViolations lists every violation of every failed report.

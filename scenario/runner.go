@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -154,6 +155,8 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
 		kills:   map[string]int{},
 		fired:   map[string]int{},
 		refunds: newRefunder(16),
+
+		measured: map[string]time.Duration{},
 	}
 	defer s.shutdown()
 
@@ -162,6 +165,11 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
 	}
 	if err := s.boot(ctx); err != nil {
 		return rep, err
+	}
+	if sc.Webhooks != nil {
+		if err := s.startReceiver(ctx); err != nil {
+			return rep, err
+		}
 	}
 	supervise, stopSupervising := context.WithCancel(ctx)
 	var supervised sync.WaitGroup
@@ -220,21 +228,31 @@ type system struct {
 	dbURL   string
 	drop    func(context.Context) error
 	cluster *privateCluster
+	ha      *haCluster
 	pool    *pgxpool.Pool
 
-	psp         *proc
+	psp *proc
+	// api is the first of apis, the API processes behind the client's
+	// round robin (one unless the scenario asks for more).
 	api         *proc
+	apis        []*proc
 	workers     []*proc
 	reconcilers []*proc
 
 	apiKey  string
 	client  *client
 	refunds *refunder
+	// receiver is the merchant's webhook receiver, when sc.Webhooks.
+	receiver *Receiver
 
 	mu         sync.Mutex
 	kills      map[string]int
 	fired      map[string]int
 	pgRestarts int
+	// measured holds the durations a scenario measures (the failover's
+	// kill to first accepted charge), shown with what fired.
+	measured map[string]time.Duration
+	probes   atomic.Int64
 	// paused stops the supervisor from restarting processes (while
 	// Postgres is down, or while a scenario restarts one itself).
 	paused bool
@@ -271,6 +289,18 @@ func (s *system) provision(ctx context.Context) error {
 			return err
 		}
 		server = s.cluster.URL()
+	}
+	if s.sc.HAPostgres {
+		pgScript, err := filepath.Abs(s.runner.cfg.PGScript)
+		if err != nil {
+			return err
+		}
+		s.logf("starting PostgreSQL under pg_auto_failover: a monitor, a primary and its synchronous standby")
+		s.ha, err = startHACluster(ctx, filepath.Join(filepath.Dir(pgScript), "ha-postgres"), filepath.Join(s.dir, "pg"))
+		if err != nil {
+			return err
+		}
+		server = s.ha.URL()
 	}
 	name := fmt.Sprintf("chargeflow_scenario_%s_%d_%d", strings.ReplaceAll(s.sc.Name, "-", "_"), s.seed, time.Now().UnixNano()%1e6)
 	url, drop, err := childproc.FreshDatabase(ctx, server, name)
@@ -348,16 +378,30 @@ func (s *system) boot(ctx context.Context) error {
 
 	t := s.t
 	// Small pools: several scenarios may share one server's max_connections.
-	s.api = s.newProc("api", "api", "--addr", "127.0.0.1:0", "--lock-timeout", "500ms", "--max-conns", "8")
-	s.api.env = s.env(s.sc.APIEnv...)
-	if err := s.api.start(ctx, true); err != nil {
-		return err
+	apiEnv, workerEnv, workerFlags := s.sc.APIEnv, s.sc.WorkerEnv, []string(nil)
+	if s.sc.Webhooks != nil {
+		apiEnv, workerEnv = append(slices.Clone(apiEnv), webhookEnv), append(slices.Clone(workerEnv), webhookEnv)
+		workerFlags = webhookWorkerFlags
 	}
+	for i := range cmp.Or(s.sc.APIs, 1) {
+		name := "api"
+		if i > 0 {
+			name = fmt.Sprintf("api-%d", i)
+		}
+		api := s.newProc(name, "api", "--addr", "127.0.0.1:0", "--lock-timeout", "500ms", "--max-conns", "8")
+		api.env = s.env(apiEnv...)
+		if err := api.start(ctx, true); err != nil {
+			return err
+		}
+		s.apis = append(s.apis, api)
+	}
+	s.api = s.apis[0]
 	for i := range cmp.Or(s.sc.Workers, 1) {
-		w := s.newProc(fmt.Sprintf("worker-%d", i), "worker",
+		w := s.newProc(fmt.Sprintf("worker-%d", i), append([]string{"worker",
 			"--call-timeout", t.callTimeout.String(), "--rescue-after", t.rescueAfter.String(),
-			"--retry-base", "50ms", "--retry-cap", t.retryCap.String(), "--unknown-check-after", "200ms", "--concurrency", "8")
-		w.env = s.env(s.sc.WorkerEnv...)
+			"--retry-base", "50ms", "--retry-cap", t.retryCap.String(), "--unknown-check-after", "200ms", "--concurrency", "8"},
+			workerFlags...)...)
+		w.env = s.env(workerEnv...)
 		if err := w.start(ctx, false); err != nil {
 			return err
 		}
@@ -383,13 +427,21 @@ func (s *system) boot(ctx context.Context) error {
 		}
 		s.reconcilers = append(s.reconcilers, rec)
 	}
-	s.client = newClient(s.api.url, s.apiKey, t.clientTimeout, t.clientGiveUp)
-	return childproc.WaitReady(ctx, s.api.url())
+	s.client = newClient(roundRobin(s.apis), s.apiKey, t.clientTimeout, t.clientGiveUp, s.refunds.slots)
+	for _, api := range s.apis {
+		if err := childproc.WaitReady(ctx, api.url()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// isAPI reports whether p is one of the API processes (which listen).
+func (s *system) isAPI(p *proc) bool { return slices.Contains(s.apis, p) }
 
 // processes lists every long-running process but the provider.
 func (s *system) processes() []*proc {
-	return append(append([]*proc{s.api}, s.workers...), s.reconcilers...)
+	return append(append(slices.Clone(s.apis), s.workers...), s.reconcilers...)
 }
 
 // supervise restarts processes that died (a crash point that exits, a
@@ -409,7 +461,7 @@ func (s *system) supervise(ctx context.Context) {
 		}
 		for _, p := range s.processes() {
 			if !p.running() {
-				if err := p.start(ctx, p == s.api); err != nil && ctx.Err() == nil {
+				if err := p.start(ctx, s.isAPI(p)); err != nil && ctx.Err() == nil {
 					s.logf("restart %s: %v", p.name, err)
 				}
 			}
@@ -486,7 +538,7 @@ func (s *system) restartWith(ctx context.Context, procs []*proc, extra ...string
 func (s *system) restart(ctx context.Context, p *proc, env []string) error {
 	p.kill()
 	p.env = env
-	return p.start(ctx, p == s.api)
+	return p.start(ctx, s.isAPI(p))
 }
 
 // pause stops the supervisor from restarting processes until the function
@@ -606,6 +658,9 @@ func (s *system) shutdown() {
 		if s.cluster != nil {
 			s.logf("the private PostgreSQL still runs; stop it with: DATABASE_URL=%s CHARGEFLOW_DATA=%s %s stop", s.cluster.URL(), s.cluster.root, s.cluster.script)
 		}
+		if s.ha != nil {
+			s.logf("pg_auto_failover still runs; stop it with: CHARGEFLOW_HA_PORT=%d CHARGEFLOW_DATA=%s %s stop", s.ha.port, s.ha.root, s.ha.script)
+		}
 		return
 	}
 	if s.drop != nil {
@@ -613,6 +668,9 @@ func (s *system) shutdown() {
 	}
 	if s.cluster != nil {
 		_ = s.cluster.stop(ctx)
+	}
+	if s.ha != nil {
+		_ = s.ha.stop(ctx)
 	}
 	_ = os.RemoveAll(s.dir)
 }

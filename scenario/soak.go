@@ -78,6 +78,18 @@ func soakMustFire() []string {
 	return out
 }
 
+// replicasMustFire is the soak's list with the failover in place of the
+// restart of PostgreSQL, and a kill of each API.
+func replicasMustFire() []string {
+	out := []string{"failover:primary_killed", "failover:promoted", "kill:api-0", "kill:api-1"}
+	for _, name := range soakMustFire() {
+		if name != "postgres:restart" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // refundShare is the part of the soak's acknowledged charges the merchant
 // refunds once they settle: with the refund plans, about one refund
 // acknowledged per four charges, and some refused.
@@ -153,7 +165,11 @@ func (s *system) chaos(ctx context.Context, n int) error {
 		}
 		if !crashed && s.client.ackedCount() >= n/3 {
 			crashed = true
-			if err := s.crashPostgres(ctx, 2*time.Second); err != nil {
+			pgChaos := func() error { return s.crashPostgres(ctx, 2*time.Second) }
+			if s.ha != nil {
+				pgChaos = func() error { return s.failOver(ctx) }
+			}
+			if err := pgChaos(); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -162,7 +178,13 @@ func (s *system) chaos(ctx context.Context, n int) error {
 			continue
 		}
 		if time.Now().After(nextAPIKill) {
-			s.kill(s.api, "api")
+			i := s.intn(len(s.apis))
+			s.kill(s.apis[i], "api")
+			if len(s.apis) > 1 { // which of them, too
+				s.mu.Lock()
+				s.kills[fmt.Sprintf("api-%d", i)]++
+				s.mu.Unlock()
+			}
 			nextAPIKill = time.Now().Add(time.Duration(2000+s.intn(3000)) * time.Millisecond)
 			continue
 		}

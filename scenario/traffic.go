@@ -2,14 +2,18 @@ package scenario
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
+
+	chargeflow "chargeflow/client"
 )
 
 // The routes the merchant's backend posts to.
@@ -26,16 +30,19 @@ const (
 	codeRequestInProgress   = "request_in_progress"
 )
 
-// client is the merchant's backend as a careful engineer writes it: one
-// idempotency key per charge or refund, chosen before the first attempt, and
-// retries with that same key on every transport error, 409
-// request_in_progress, 429 and 5xx until a final answer. It remembers every
-// 201 it saw, to check that each has a row and that every replay is
-// byte-identical to the first answer, and counts the refusals of refunds.
+// client is the merchant's backend as a careful engineer writes it, on the
+// Go client merchants import (package client, docs/client.md): one
+// idempotency key per charge or refund, chosen before the first attempt,
+// and the library's retries with that same key on every transport error,
+// 409 request_in_progress, 429 and 5xx until a final answer, for at most
+// giveUp. An exchange observer (client.WithExchangeObserver) sees every
+// attempt: the client remembers every 201 it saw, byte for byte, to check
+// that each has a row and that every replay is identical to the first
+// answer; it counts every status and the refusals of refunds.
 type client struct {
-	baseURL func() string
-	apiKey  string
-	http    *http.Client
+	// api retries until a final answer; once makes a single attempt; poll
+	// reads charges, through the refunder's slots.
+	api, once, poll *chargeflow.Client
 	// giveUp bounds the retries of one request.
 	giveUp time.Duration
 
@@ -54,11 +61,12 @@ type client struct {
 }
 
 // request is one POST the merchant sends: a charge or a refund, under the
-// key it chose before the first attempt.
+// key it chose before the first attempt (the params' IdempotencyKey).
 type request struct {
-	path string
-	key  string
-	body []byte
+	path   string
+	key    string
+	charge *chargeflow.ChargeParams
+	refund *chargeflow.RefundParams
 }
 
 // answer is the final answer to a request: its status (0 if the client
@@ -76,11 +84,29 @@ type ack struct {
 	body []byte
 }
 
-func newClient(baseURL func() string, apiKey string, timeout, giveUp time.Duration) *client {
+// The base URL the library is given: the API restarts on a new port after
+// every kill, so the connections are dialled to wherever it listens now,
+// as a load balancer's name stays while the servers behind it move.
+const apiBaseURL = "http://chargeflow-api"
+
+// newClient makes the merchant's clients of the API that baseURL names at
+// each dial. slots bounds the reads of charges in flight at once.
+func newClient(baseURL func() string, apiKey string, timeout, giveUp time.Duration, slots chan struct{}) *client {
+	dialer := &net.Dialer{Timeout: timeout}
+	transport := &http.Transport{MaxIdleConnsPerHost: 64, DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return dialer.DialContext(ctx, network, strings.TrimPrefix(baseURL(), "http://"))
+	}}
+	build := func(rt http.RoundTripper, opts ...chargeflow.Option) *chargeflow.Client {
+		c, err := chargeflow.New(apiBaseURL, apiKey, append([]chargeflow.Option{chargeflow.WithHTTPClient(&http.Client{Timeout: timeout, Transport: rt})}, opts...)...)
+		if err != nil {
+			panic(err) // the options are constants
+		}
+		return c
+	}
 	return &client{
-		baseURL:  baseURL,
-		apiKey:   apiKey,
-		http:     &http.Client{Timeout: timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
+		api:      build(transport, chargeflow.WithBackoff(20*time.Millisecond, time.Second), chargeflow.WithMaxElapsed(giveUp)),
+		once:     build(transport, chargeflow.WithMaxElapsed(0)),
+		poll:     build(slotted{slots, transport}, chargeflow.WithBackoff(100*time.Millisecond, 2*time.Second), chargeflow.WithMaxElapsed(giveUp)),
 		giveUp:   giveUp,
 		acks:     map[string]ack{},
 		refusals: map[string]int{},
@@ -88,115 +114,121 @@ func newClient(baseURL func() string, apiKey string, timeout, giveUp time.Durati
 	}
 }
 
+// slotted sends each request once it holds one of the slots.
+type slotted struct {
+	slots chan struct{}
+	next  http.RoundTripper
+}
+
+func (t slotted) RoundTrip(req *http.Request) (*http.Response, error) {
+	select {
+	case t.slots <- struct{}{}:
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+	defer func() { <-t.slots }()
+	return t.next.RoundTrip(req)
+}
+
+// observed is ctx with an observer that counts every exchange's status
+// (and every POST sent), then hands the exchange to see, if set.
+func (c *client) observed(ctx context.Context, see func(chargeflow.Exchange)) context.Context {
+	return chargeflow.WithExchangeObserver(ctx, func(e chargeflow.Exchange) {
+		c.mu.Lock()
+		if e.Method == http.MethodPost {
+			c.sent++
+		}
+		if e.Status != 0 {
+			c.statuses[e.Status]++
+		}
+		c.mu.Unlock()
+		if see != nil {
+			see(e)
+		}
+	})
+}
+
+// create sends r through lib and returns its error; see gets every
+// exchange.
+func (c *client) create(ctx context.Context, lib *chargeflow.Client, r request, see func(chargeflow.Exchange)) error {
+	ctx = c.observed(ctx, see)
+	if r.refund != nil {
+		_, err := lib.CreateRefund(ctx, *r.refund)
+		return err
+	}
+	_, err := lib.CreateCharge(ctx, *r.charge)
+	return err
+}
+
 // send POSTs r once and returns the status (0 for a transport error), the
 // body and whether the answer is marked as a replay.
 func (c *client) send(ctx context.Context, r request) (int, []byte, bool) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL()+r.path, bytes.NewReader(r.body))
-	if err != nil {
-		return 0, nil, false
-	}
-	req.Header.Set("Idempotency-Key", r.key)
-	req.Header.Set("Content-Type", "application/json")
-	c.mu.Lock()
-	c.sent++
-	c.mu.Unlock()
-	status, data, header := c.do(req)
-	return status, data, header.Get("Idempotent-Replayed") == "true"
-}
-
-// get GETs path once: the status (0 for a transport error) and the body.
-func (c *client) get(ctx context.Context, path string) (int, []byte) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL()+path, nil)
-	if err != nil {
-		return 0, nil
-	}
-	status, data, _ := c.do(req)
-	return status, data
-}
-
-// do sends req with the tenant's key and counts the answer's status.
-func (c *client) do(req *http.Request) (int, []byte, http.Header) {
-	req.Header.Set("Authorization", "Bearer "+c.apiKey)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, nil, nil
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, nil, nil
-	}
-	c.mu.Lock()
-	c.statuses[resp.StatusCode]++
-	c.mu.Unlock()
-	return resp.StatusCode, data, resp.Header
-}
-
-// problemCode is the code of a problem document, or "".
-func problemCode(body []byte) string {
-	var p struct {
-		Code string `json:"code"`
-	}
-	_ = json.Unmarshal(body, &p)
-	return p.Code
+	var last chargeflow.Exchange
+	_ = c.create(ctx, c.once, r, func(e chargeflow.Exchange) {
+		last = e
+		last.Body = bytes.Clone(e.Body)
+	})
+	return last.Status, last.Body, last.Replayed
 }
 
 // transient reports whether an answer says nothing final: the same request
-// again, with the same key, after a pause.
+// again, with the same key, after a pause (what the library retries).
 func transient(status int, code string) bool {
 	return status == 0 || status == http.StatusConflict && code == codeRequestInProgress ||
 		status == http.StatusTooManyRequests || status >= 500
 }
 
-// post sends r until it gets a final answer, retrying with the same key:
-// a 201, a refund's refusal (counted), or anything else, which a valid
-// request never gets (recorded as unexpected). The status is 0 if it gave
-// up.
+// post sends r until it gets a final answer, the library retrying with the
+// same key: a 201 (every 201 seen is remembered, as it came), a refund's
+// refusal (counted), or anything else, which a valid request never gets
+// (recorded as unexpected). The status is 0 if it gave up.
 func (c *client) post(ctx context.Context, r request) answer {
 	var a answer
-	c.retry(ctx, 20*time.Millisecond, time.Second, func() bool {
-		a = answer{}
-		a.status, a.body, _ = c.send(ctx, r)
-		if a.status >= 400 {
-			a.code = problemCode(a.body)
-		}
-		switch {
-		case a.status == http.StatusCreated:
+	err := c.create(ctx, c.api, r, func(e chargeflow.Exchange) {
+		if e.Status == http.StatusCreated {
+			a.body = bytes.Clone(e.Body)
 			c.recordAck(r, a.body)
-		case transient(a.status, a.code):
-			return false
-		case r.path == refundsPath && a.status == http.StatusConflict &&
-			(a.code == codeChargeNotRefundable || a.code == codeRefundExceedsCharge):
+		}
+	})
+	var refusal *chargeflow.Error
+	switch {
+	case err == nil:
+		a.status = http.StatusCreated
+	case errors.Is(err, chargeflow.ErrOutcomeUnknown):
+		a.status = 0 // gave up
+	case errors.As(err, &refusal):
+		a.status, a.code = refusal.Status, string(refusal.Code)
+		if r.refund != nil && a.status == http.StatusConflict &&
+			(a.code == codeChargeNotRefundable || a.code == codeRefundExceedsCharge) {
 			c.mu.Lock()
 			c.refusals[a.code]++
 			c.mu.Unlock()
-		default:
-			c.unexpectedf("key %s: %d %s", redactKey(r.key), a.status, bytes.TrimSpace(a.body))
+			break
 		}
-		return true
-	})
-	if transient(a.status, a.code) {
-		a.status = 0 // gave up
+		c.unexpectedf("key %s: %d %s", redactKey(r.key), a.status, cmp.Or(a.code, refusal.Title))
+	default:
+		c.unexpectedf("key %s: %v", redactKey(r.key), err)
 	}
 	return a
 }
 
-// retry calls attempt until it reports a final answer, with a jittered
-// backoff from base to limit between attempts, for at most giveUp.
-func (c *client) retry(ctx context.Context, base, limit time.Duration, attempt func() (final bool)) {
-	deadline := time.Now().Add(c.giveUp)
-	backoff := base
-	for !attempt() {
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff)))):
-		}
-		backoff = min(2*backoff, limit)
+// awaitOutcome waits, for at most giveUp, until the charge is succeeded,
+// failed or in review (the library's WaitForOutcome, each read through a
+// slot): its status, or "" after an answer no charge the client saw
+// acknowledged should get (recorded as unexpected); false if it gave up.
+func (c *client) awaitOutcome(ctx context.Context, id string) (status string, final bool) {
+	ctx, cancel := context.WithTimeout(ctx, c.giveUp)
+	defer cancel()
+	charge, err := c.poll.WaitForOutcome(c.observed(ctx, nil), id)
+	var refusal *chargeflow.Error
+	switch {
+	case err == nil:
+		return string(charge.Status), true
+	case errors.As(err, &refusal) && !transient(refusal.Status, string(refusal.Code)):
+		c.unexpectedf("charge %s: GET answered %d %s", id, refusal.Status, refusal.Code)
+		return "", true
 	}
+	return "", false
 }
 
 func (c *client) unexpectedf(format string, args ...any) {

@@ -1,12 +1,14 @@
 // Package webhook tells merchants what happened to their charges and
 // refunds. Postgres writes an event in the same transaction as every move
 // that settles one — to succeeded, failed or needs_review — keeping the
-// row as the move left it (migration 0007); this package reads them, for
-// GET /v1/events and for deliveries (docs/webhooks.md).
+// row as the move left it (migration 0007), and one in the transaction
+// that disables a webhook endpoint (migration 0009); this package reads
+// them, for GET /v1/events and for deliveries (docs/webhooks.md).
 package webhook
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -20,10 +22,16 @@ import (
 // ErrNotFound means the tenant has no such event.
 var ErrNotFound = errors.New("webhook: no such event")
 
+// TypeEndpointDisabled is the event of an endpoint disabled after a
+// delivery failed every attempt; its object is the endpoint, without its
+// secret.
+const TypeEndpointDisabled = "webhook_endpoint.disabled"
+
 // The event types: an object's kind and the state a move left it in.
 var Types = []string{
 	"charge.succeeded", "charge.failed", "charge.needs_review",
 	"refund.succeeded", "refund.failed", "refund.needs_review",
+	TypeEndpointDisabled,
 }
 
 // ValidType reports whether t is one of Types.
@@ -37,12 +45,17 @@ func ValidType(t string) bool {
 }
 
 // Event is one event: its type, and the charge or refund as the move that
-// caused it left it.
+// caused it left it, or (TypeEndpointDisabled) the endpoint as its
+// disabling left it.
 type Event struct {
-	TenantID  string
-	ID        string
-	Type      string
-	Object    intent.Charge
+	TenantID string
+	ID       string
+	Type     string
+	// Object is the charge or refund; zero when Endpoint is set.
+	Object intent.Charge
+	// Endpoint is the endpoint of a TypeEndpointDisabled event, its
+	// Secret empty; nil for the others.
+	Endpoint  *Endpoint
 	CreatedAt time.Time
 }
 
@@ -54,11 +67,44 @@ func scanEvent(row pgx.Row) (Event, error) {
 	if err := row.Scan(&e.TenantID, &e.ID, &e.Type, &snapshot, &e.CreatedAt); err != nil {
 		return Event{}, err
 	}
+	if e.Type == TypeEndpointDisabled {
+		endpoint, err := endpointFromSnapshot(snapshot)
+		if err != nil {
+			return Event{}, fmt.Errorf("event %s: %w", e.ID, err)
+		}
+		e.Endpoint = &endpoint
+		return e, nil
+	}
 	object, err := intent.FromSnapshot(snapshot)
 	if err != nil {
 		return Event{}, fmt.Errorf("event %s: %w", e.ID, err)
 	}
 	e.Object = object
+	return e, nil
+}
+
+// endpointFromSnapshot reads a row of webhook_endpoints that Postgres
+// encoded with to_jsonb, its secret removed (migration 0009).
+func endpointFromSnapshot(snapshot []byte) (Endpoint, error) {
+	var r struct {
+		TenantID       string     `json:"tenant_id"`
+		ID             string     `json:"id"`
+		URL            string     `json:"url"`
+		Events         []string   `json:"events"`
+		Failures       int        `json:"failures"`
+		LastSuccessAt  *time.Time `json:"last_success_at"`
+		DisabledAt     *time.Time `json:"disabled_at"`
+		DisabledReason *string    `json:"disabled_reason"`
+		CreatedAt      time.Time  `json:"created_at"`
+	}
+	if err := json.Unmarshal(snapshot, &r); err != nil {
+		return Endpoint{}, fmt.Errorf("decode endpoint snapshot: %w", err)
+	}
+	e := Endpoint{TenantID: r.TenantID, ID: r.ID, URL: r.URL, Events: r.Events, Failures: r.Failures,
+		LastSuccessAt: r.LastSuccessAt, DisabledAt: r.DisabledAt, CreatedAt: r.CreatedAt}
+	if r.DisabledReason != nil {
+		e.DisabledReason = *r.DisabledReason
+	}
 	return e, nil
 }
 

@@ -67,7 +67,11 @@ func runScenario(ctx context.Context, e env, args []string) error {
 
 	var selected []scenario.Scenario
 	if name == "all" {
-		selected = scenario.Catalogue()
+		for _, sc := range scenario.Catalogue() {
+			if !short || !sc.FullOnly {
+				selected = append(selected, sc)
+			}
+		}
 	} else {
 		for _, n := range strings.Split(name, ",") {
 			sc, ok := scenario.Find(n)

@@ -30,7 +30,7 @@ func TestScenarioRunner(t *testing.T) {
 	require.NoError(t, err)
 
 	var reports []scenario.Report
-	for _, name := range []string{"duplicates-200", "key-reuse-different-body"} {
+	for _, name := range []string{"duplicates-200", "key-reuse-different-body", "webhooks-receiver-errors"} {
 		sc, ok := scenario.Find(name)
 		require.True(t, ok, name)
 		rep, err := runner.Run(context.Background(), sc)
@@ -44,6 +44,7 @@ func TestScenarioRunner(t *testing.T) {
 	scenario.PrintTable(&table, reports)
 	require.Contains(t, table.String(), "duplicates-200")
 	require.Contains(t, table.String(), "at-most-once")
+	require.Contains(t, table.String(), "webhooks:delivered=")
 	t.Log("\n" + table.String())
 }
 

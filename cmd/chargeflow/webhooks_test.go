@@ -4,14 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +14,7 @@ import (
 
 	"chargeflow/fakepsp"
 	"chargeflow/internal/dbtest"
-	"chargeflow/webhook"
+	"chargeflow/scenario"
 )
 
 // A merchant's receiver failing 30 % of deliveries at random and down
@@ -38,50 +33,18 @@ func TestWebhooksDeliveredThroughKills(t *testing.T) {
 	env := []string{"DATABASE_URL=" + s.dbURL, "PSP_URL=" + s.pspURL, "WEBHOOKS_ALLOW_PRIVATE=1"}
 	s.apiURL = start(t, env, "api", "--addr", "127.0.0.1:0", "--max-conns", "4").listenAddr()
 
-	// The receiver: verifies each delivery with the secret, then fails 30 %
-	// of them at random.
-	var mu sync.Mutex
-	var secret string
-	valid, forged := map[string]map[string]any{}, 0
-	rng := rand.New(rand.NewPCG(7, 13))
-	var down atomic.Bool
-	var dropped atomic.Int64
-	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if down.Load() {
-			dropped.Add(1)
-			conn, _, err := w.(http.Hijacker).Hijack()
-			if err == nil {
-				_ = conn.Close()
-			}
-			return
-		}
-		body, _ := io.ReadAll(r.Body)
-		ts, _ := strconv.ParseInt(r.Header.Get("webhook-timestamp"), 10, 64)
-		mu.Lock()
-		defer mu.Unlock()
-		want, err := webhook.Sign(secret, r.Header.Get("webhook-id"), ts, body)
-		if err != nil || want != r.Header.Get("webhook-signature") {
-			forged++
-			w.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		var event map[string]any
-		require.NoError(t, json.Unmarshal(body, &event))
-		if rng.Float64() < 0.3 {
-			w.WriteHeader(http.StatusInternalServerError)
-			return
-		}
-		valid[r.Header.Get("webhook-id")] = event
-	}))
+	// The merchant's receiver, the scenarios' own (package scenario): it
+	// verifies each delivery with the secret, then fails 30 % of them at
+	// random.
+	receiver, err := scenario.NewReceiver(t.Context(), 7, 0.3)
+	require.NoError(t, err)
 	t.Cleanup(receiver.Close)
-	created := postTo(s.apiURL+"/v1/webhook_endpoints", s.apiKey, "", fmt.Sprintf(`{"url": %q, "events": ["*"]}`, receiver.URL+"/hooks"))
+	created := postTo(s.apiURL+"/v1/webhook_endpoints", s.apiKey, "", fmt.Sprintf(`{"url": %q, "events": ["*"]}`, receiver.URL))
 	require.NoError(t, created.err)
 	require.Equal(t, http.StatusCreated, created.status, created.body)
 	var endpoint struct{ Secret string }
 	require.NoError(t, json.Unmarshal([]byte(created.body), &endpoint))
-	mu.Lock()
-	secret = endpoint.Secret
-	mu.Unlock()
+	receiver.SetSecret(endpoint.Secret)
 
 	startWorker := func() *process {
 		p := start(t, env, "worker", "--call-timeout", "1s", "--rescue-after", "7s", "--retry-base", "50ms", "--retry-cap", "200ms",
@@ -123,8 +86,8 @@ func TestWebhooksDeliveredThroughKills(t *testing.T) {
 			wg.Wait() // in waves, so the kills land mid-traffic
 		}
 		if i == 99 {
-			down.Store(true)
-			time.AfterFunc(4*time.Second, func() { down.Store(false) })
+			receiver.Down()
+			time.AfterFunc(4*time.Second, receiver.Up)
 		}
 	}
 	wg.Wait()
@@ -137,35 +100,33 @@ func TestWebhooksDeliveredThroughKills(t *testing.T) {
 	stop()
 	<-done
 
-	// Every settled charge has exactly one event, and that event reached
-	// the receiver signed; nothing else did.
-	rows, err := s.pool.Query(ctx, `SELECT e.id, e.type, c.id, c.state FROM charges c JOIN events e ON e.object_id = c.id`)
+	// Every settled charge has exactly one event; every event reached the
+	// receiver signed, with its id as webhook-id, and nothing else did
+	// (scenario.CheckWebhooks, as in the webhook scenarios).
+	rows, err := s.pool.Query(ctx, `SELECT e.type, c.id, c.state FROM charges c JOIN events e ON e.object_id = c.id`)
 	require.NoError(t, err)
-	events := map[string]string{}
 	perCharge := map[string]int{}
+	events := 0
 	for rows.Next() {
-		var id, typ, charge, state string
-		require.NoError(t, rows.Scan(&id, &typ, &charge, &state))
+		var typ, charge, state string
+		require.NoError(t, rows.Scan(&typ, &charge, &state))
 		require.Equal(t, "charge."+state, typ, "the event's type is the move's state")
-		events[id] = charge
 		perCharge[charge]++
+		events++
 	}
 	require.NoError(t, rows.Err())
 	require.Len(t, perCharge, 200, "every charge settled has its event")
-	mu.Lock()
-	defer mu.Unlock()
-	require.Zero(t, forged, "every delivery verifies with the secret")
-	require.Len(t, valid, len(events))
-	for id, event := range valid {
-		charge, ok := events[id]
-		require.True(t, ok, "a delivered event %s is an event of a move that happened", id)
-		require.Equal(t, charge, event["data"].(map[string]any)["id"])
-	}
+	require.Equal(t, 200, events, "one event per charge")
+	violations, err := scenario.CheckWebhooks(ctx, s.pool, receiver)
+	require.NoError(t, err)
+	require.Empty(t, violations)
+	stats := receiver.Stats()
+	require.Equal(t, events, stats.Delivered)
 	var attempts, failed int
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status <> 200 OR status IS NULL) FROM webhook_attempts`).Scan(&attempts, &failed))
 	t.Logf("200 charges, %d events, %d delivery attempts (%d failed or cut short; %d dropped while the receiver was down), %d worker kills",
-		len(events), attempts, failed, dropped.Load(), kills)
-	require.Positive(t, dropped.Load(), "deliveries met the receiver down")
+		events, attempts, failed, stats.Dropped, kills)
+	require.Positive(t, stats.Dropped, "deliveries met the receiver down")
 	require.Positive(t, kills)
-	require.Positive(t, failed, "the receiver's failures were retried")
+	require.Positive(t, stats.Failed, "the receiver's failures were retried")
 }

@@ -4,7 +4,7 @@
 // the event's type and id. docs/client.md says how to run it against
 // `make run`.
 //
-//	CHARGEFLOW_API_KEY=cfk_… CHARGEFLOW_WEBHOOK_SECRET=whsec_… go run ./examples/merchant
+//	CHARGEFLOW_API_KEY=cfk_… MERCHANT_WEBHOOK_SECRET=whsec_… go run ./examples/merchant
 //
 //	POST /orders               {"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa"}
 //	POST /orders/{id}/charge   charge the order again, with its stored key (after an unknown outcome)
@@ -55,13 +55,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	// Secrets come from the environment only, never flags (ps shows flags).
-	apiKey, secret := getenv("CHARGEFLOW_API_KEY"), getenv("CHARGEFLOW_WEBHOOK_SECRET")
+	apiKey, secret := getenv("CHARGEFLOW_API_KEY"), getenv("MERCHANT_WEBHOOK_SECRET")
 	if apiKey == "" {
 		return errors.New("set CHARGEFLOW_API_KEY to a tenant's API key (chargeflow tenant create)")
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
 	if secret == "" {
-		logger.Warn("CHARGEFLOW_WEBHOOK_SECRET is not set: every webhook delivery will be refused")
+		logger.Warn("MERCHANT_WEBHOOK_SECRET is not set: every webhook delivery will be refused")
 	}
 	c, err := client.New(*apiURL, apiKey)
 	if err != nil {

@@ -477,7 +477,7 @@ func NewWorker(pool *pgxpool.Pool, o Options) (*river.Client[pgx.Tx], error) {
 		return nil, err
 	}
 	deliveries, err := delivery.NewWorker(delivery.Config{DB: pool, Logger: o.Logger, AllowPrivate: o.Webhooks.AllowPrivate,
-		Timeout: o.Webhooks.Timeout, BackoffBase: o.Webhooks.RetryBase, BackoffCap: o.Webhooks.RetryCap})
+		Timeout: o.Webhooks.Timeout, BackoffBase: o.Webhooks.RetryBase, BackoffCap: o.Webhooks.RetryCap, CrashPoints: o.CrashPoints})
 	if err != nil {
 		return nil, err
 	}

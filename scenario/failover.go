@@ -1,0 +1,289 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// haCluster is a primary and a synchronous standby run by pg_auto_failover
+// (a monitor and two nodes on loopback), started by scripts/ha-postgres in a
+// folder of the run. Every process reaches it through one multi-host URL
+// with target_session_attrs=read-write, so that after a failover new
+// connections find the new primary.
+type haCluster struct {
+	script string
+	root   string
+	port   int // the monitor's; the nodes listen on the next two
+	url    string
+}
+
+// startHACluster starts a new cluster on three free consecutive ports.
+func startHACluster(ctx context.Context, script, root string) (*haCluster, error) {
+	if _, err := os.Stat(script); err != nil {
+		return nil, fmt.Errorf("this scenario runs PostgreSQL under pg_auto_failover with %s, which is missing (run from the repository, or pass --pg-script from the same folder): %w", script, err)
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, err
+	}
+	port, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	c := &haCluster{script: script, root: root, port: port}
+	out, err := c.run(ctx, "start")
+	if err != nil {
+		return c, err
+	}
+	c.url = strings.TrimSpace(out)
+	return c, nil
+}
+
+// freePorts finds n consecutive free ports on the loopback address and
+// returns the first. They are drawn below Linux's default range of
+// ephemeral ports (32768–60999): a port free now but in that range may be
+// taken as the local end of an outgoing connection before PostgreSQL binds
+// it, which a busy machine's loopback traffic does often enough.
+func freePorts(n int) (int, error) {
+	for range 100 {
+		base := 20000 + rand.IntN(12000)
+		free := true
+		for p := base; p < base+n && free; p++ {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+			if err != nil {
+				free = false
+				continue
+			}
+			ln.Close()
+		}
+		if free {
+			return base, nil
+		}
+	}
+	return 0, fmt.Errorf("found no %d consecutive free ports", n)
+}
+
+func (c *haCluster) run(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, c.script, args...)
+	cmd.Env = append(os.Environ(), "CHARGEFLOW_DATA="+c.root, "CHARGEFLOW_HA_PORT="+strconv.Itoa(c.port))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w\n%s", c.script, strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out), nil
+}
+
+// URL is the multi-host URL of the pair (database postgres).
+func (c *haCluster) URL() string { return c.url }
+
+func (c *haCluster) folder() string { return filepath.Join(c.root, fmt.Sprintf("ha-%d", c.port)) }
+
+// primary names the node that answers as a primary (not in recovery), and
+// its port.
+func (c *haCluster) primary(ctx context.Context) (string, int, error) {
+	for i, node := range []string{"node1", "node2"} {
+		port := c.port + 1 + i
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		conn, err := pgx.Connect(cctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port))
+		if err != nil {
+			cancel()
+			continue
+		}
+		var recovering bool
+		err = conn.QueryRow(cctx, `SELECT pg_is_in_recovery()`).Scan(&recovering)
+		conn.Close(cctx)
+		cancel()
+		if err == nil && !recovering {
+			return node, port, nil
+		}
+	}
+	return "", 0, errors.New("no node answers as a primary")
+}
+
+// killPrimary SIGKILLs the primary node — its pg_autoctl keeper and its
+// PostgreSQL, every process of its group, as if the machine died — and
+// waits until its port no longer answers. It returns the node's name.
+func (c *haCluster) killPrimary(ctx context.Context) (string, int, error) {
+	node, port, err := c.primary(ctx)
+	if err != nil {
+		return "", 0, err
+	}
+	data, err := os.ReadFile(filepath.Join(c.folder(), node+".pgid"))
+	if err != nil {
+		return "", 0, err
+	}
+	pgid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return "", 0, fmt.Errorf("%s.pgid: %w", node, err)
+	}
+	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
+		return "", 0, fmt.Errorf("SIGKILL %s (group %d): %w", node, pgid, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
+		if err != nil {
+			return node, port, nil
+		}
+		conn.Close()
+		time.Sleep(20 * time.Millisecond)
+	}
+	return "", 0, fmt.Errorf("%s still answers 30 s after SIGKILL", node)
+}
+
+// states is the monitor's view of the nodes (for the progress lines).
+func (c *haCluster) states(ctx context.Context) string {
+	out, err := c.run(ctx, "status")
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if nodes, ok := strings.CutPrefix(line, "nodes: "); ok {
+			return nodes
+		}
+	}
+	return "unknown"
+}
+
+// stop stops the monitor and both nodes; the caller removes the folder.
+func (c *haCluster) stop(ctx context.Context) error {
+	_, err := c.run(ctx, "stop")
+	return err
+}
+
+// failOver SIGKILLs the primary node mid-load and measures the time from
+// the kill to the first charge accepted on the new primary: a charge with a
+// fresh key, first sent after the kill, and sent again by the careful client
+// until it is answered; its 201 can only come from a commit on the standby
+// promoted in the meantime. It checks that the other node is now the
+// primary.
+func (s *system) failOver(ctx context.Context) error {
+	if s.ha == nil {
+		return errors.New("failOver needs HAPostgres")
+	}
+	s.logf("SIGKILL of the primary node (keeper and PostgreSQL); the monitor must promote the standby")
+	killed, _, err := s.ha.killPrimary(ctx)
+	if err != nil {
+		return err
+	}
+	killedAt := time.Now()
+	s.mu.Lock()
+	s.fired["failover:primary_killed"]++
+	s.mu.Unlock()
+	probe := s.request("probe", int(s.probes.Add(1)))
+	if a := s.client.post(ctx, probe); a.status != 201 {
+		return fmt.Errorf("the first charge sent after the kill got no 201 (status %d, %s)", a.status, a.body)
+	}
+	tookOver := time.Since(killedAt)
+	promoted, _, err := s.ha.primary(ctx)
+	if err != nil {
+		return fmt.Errorf("after the failover: %w", err)
+	}
+	if promoted == killed {
+		return fmt.Errorf("%s was killed, yet answers as the primary", killed)
+	}
+	s.mu.Lock()
+	s.fired["failover:promoted"]++
+	s.measured["kill→first 201"] = tookOver
+	s.mu.Unlock()
+	s.logf("%s promoted; first charge accepted %s after the kill (%s)", promoted, tookOver.Round(10*time.Millisecond), s.ha.states(ctx))
+	return nil
+}
+
+// rejoin starts the killed node again, as an operator would: it comes back
+// as the new primary's synchronous standby.
+func (s *system) rejoin(ctx context.Context) {
+	if _, err := s.ha.run(ctx, "start"); err != nil {
+		s.logf("the killed node did not rejoin: %v", err)
+		return
+	}
+	s.mu.Lock()
+	s.fired["failover:rejoined"]++
+	s.mu.Unlock()
+	s.logf("the killed node rejoined: %s", s.ha.states(ctx))
+}
+
+// failoverRun sends charges through the careful clients, SIGKILLs the
+// primary node once a third are acknowledged, measures how long until a
+// charge is accepted on the new primary, lets the traffic finish on it,
+// and brings the lost node back as the standby.
+func failoverRun(short, full int) func(ctx context.Context, s *system) error {
+	return func(ctx context.Context, s *system) error {
+		if err := s.rejectCard(ctx); err != nil {
+			return err
+		}
+		n := s.charges(short, full)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.traffic(ctx, "failover", n, nil)
+		}()
+		for s.client.ackedCount() < n/3 {
+			select {
+			case <-done:
+				return errors.New("the traffic finished before the primary could be killed")
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if err := s.failOver(ctx); err != nil {
+			return err
+		}
+		<-done
+		if got := s.client.ackedCount(); got < n {
+			return fmt.Errorf("only %d of %d charges were acknowledged; the clients gave up on the rest", got, n)
+		}
+		if err := s.waitLeader(ctx); err != nil {
+			return err
+		}
+		s.rejoin(ctx)
+		s.settleUnderFaults(ctx)
+		return nil
+	}
+}
+
+// waitLeader waits until a worker holds River's leadership on the new
+// primary (the leader runs the rescuer of jobs left running by a dead
+// worker, the scheduler of retries, the cleaners): a leader row whose lease
+// has not expired by the database's clock.
+func (s *system) waitLeader(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		var leaders int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM river_leader WHERE expires_at > now()`).Scan(&leaders)
+		if err == nil && leaders > 0 {
+			s.mu.Lock()
+			s.fired["failover:river_leader"]++
+			s.mu.Unlock()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return errors.New("no River leader on the new primary a minute after the failover")
+}
+
+// roundRobin spreads the client's requests over the APIs, as a load
+// balancer in front of them does: each request goes to the next one.
+func roundRobin(apis []*proc) func() string {
+	var next atomic.Uint64
+	return func() string {
+		return apis[(next.Add(1)-1)%uint64(len(apis))].url()
+	}
+}
