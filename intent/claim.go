@@ -41,7 +41,7 @@ WITH locked AS (
 	FOR UPDATE OF c
 ), moved AS (
 	UPDATE charges c SET
-		state = 'submitting',
+		state = $5,
 		updated_at = now(),
 		attempts = attempts + 1,
 		first_attempt_at = coalesce(first_attempt_at, now()),
@@ -56,9 +56,9 @@ WITH locked AS (
 	RETURNING c.*
 ), event AS (
 	INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt)
-	SELECT tenant_id, id, 'pending', 'submitting', $3, $4, attempts FROM moved
+	SELECT tenant_id, id, 'pending', $5, $3, $4, attempts FROM moved
 )
-SELECT `+chargeColumns+` FROM moved`, tenants, charges, actor, reason)
+SELECT `+chargeColumns+` FROM moved`, tenants, charges, actor, reason, string(StateSubmitting))
 	if err != nil {
 		return nil, fmt.Errorf("claim pending charges: %w", err)
 	}
