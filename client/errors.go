@@ -29,6 +29,7 @@ const (
 	CodeChargeNotRefundable   Code = "charge_not_refundable"
 	CodeChargeNotUnknown      Code = "charge_not_unknown"
 	CodeDatabaseUnavailable   Code = "database_unavailable"
+	CodeDraining              Code = "draining"
 	CodeDuplicateMember       Code = "duplicate_member"
 	CodeEvidenceMismatch      Code = "evidence_mismatch"
 	CodeForbidden             Code = "forbidden"
