@@ -124,56 +124,39 @@ type SettleLatency struct {
 // measures latency at half of it.
 func (r *runner) measureEndToEnd(ctx context.Context, client *apiClient, concurrency int, accept, settle float64) (EndToEnd, error) {
 	e := EndToEnd{AcceptOnly: accept}
-	probe := func(perSecond float64) (bool, error) {
-		s, err := r.sustain(ctx, client, concurrency, perSecond, r.opts.Duration)
-		e.Probes = append(e.Probes, s)
-		return s.KeptUp && s.Drained, err
-	}
 	start := sustainableRate(accept, settle) / sustainedShare
 	if start <= 0 {
 		return e, nil
 	}
 	var lo, hi float64 // highest rate kept up with, lowest not
-	ok, err := probe(start)
-	if err != nil {
+	// try probes perSecond and moves lo or hi to it.
+	try := func(perSecond float64) error {
+		s, err := r.sustain(ctx, client, concurrency, perSecond, r.opts.Duration)
+		e.Probes = append(e.Probes, s)
+		if s.KeptUp && s.Drained {
+			lo = perSecond
+		} else {
+			hi = perSecond
+		}
+		return err
+	}
+	if err := try(start); err != nil {
 		return e, err
 	}
-	if ok {
-		lo = start
-		for i := 0; i < 3 && hi == 0; i++ {
-			next := lo * 1.25
-			if ok, err = probe(next); err != nil {
-				return e, err
-			}
-			if ok {
-				lo = next
-			} else {
-				hi = next
-			}
+	// Up by a quarter until a probe falls behind, or down until one keeps
+	// up; then halve the gap twice.
+	for i := 0; i < 4 && (lo == 0 || hi == 0); i++ {
+		next := lo * 1.25
+		if lo == 0 {
+			next = hi * 0.75
 		}
-	} else {
-		hi = start
-		for i := 0; i < 4 && lo == 0; i++ {
-			next := hi * 0.75
-			if ok, err = probe(next); err != nil {
-				return e, err
-			}
-			if ok {
-				lo = next
-			} else {
-				hi = next
-			}
+		if err := try(next); err != nil {
+			return e, err
 		}
 	}
 	for i := 0; i < 2 && lo > 0 && hi > 0; i++ {
-		mid := (lo + hi) / 2
-		if ok, err = probe(mid); err != nil {
+		if err := try((lo + hi) / 2); err != nil {
 			return e, err
-		}
-		if ok {
-			lo = mid
-		} else {
-			hi = mid
 		}
 	}
 	if lo == 0 {
@@ -181,6 +164,7 @@ func (r *runner) measureEndToEnd(ctx context.Context, client *apiClient, concurr
 	}
 	// A short probe can keep up where the long hold does not (the
 	// tables grow, a checkpoint comes): the hold steps down once.
+	var err error
 	for i := 0; i < 2 && e.CapacityPerSecond == 0; i++ {
 		if i > 0 {
 			lo *= 0.85
