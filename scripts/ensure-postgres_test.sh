@@ -13,27 +13,8 @@ script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 readonly ENSURE=$script_dir/ensure-postgres
 readonly NAME=ensure-postgres_test
 
-passed=0 failed=0
-ok() {
-	passed=$((passed + 1))
-	printf 'ok   %s\n' "$*"
-}
-not_ok() {
-	failed=$((failed + 1))
-	printf 'FAIL %s\n' "$*"
-}
-check() { # check DESCRIPTION COMMAND...
-	local what=$1
-	shift
-	if "$@"; then ok "$what"; else not_ok "$what"; fi
-}
-
-port_answers() {
-	# shellcheck disable=SC2016 # expanded by the inner bash
-	timeout 2 bash -c ': <"/dev/tcp/$0/$1"' 127.0.0.1 "$1" >/dev/null 2>&1
-}
-
-port_silent() { ! port_answers "$1"; }
+# shellcheck source=testlib.sh
+source "$script_dir/testlib.sh"
 
 # A free port: nothing answers there (and nothing is bound there either, if ss exists).
 pick_port() {
@@ -196,5 +177,4 @@ else
 	echo "     (nothing answers at 127.0.0.1:5432: default-URL check skipped)"
 fi
 
-echo "$NAME: $passed passed, $failed failed"
-((failed == 0))
+summary

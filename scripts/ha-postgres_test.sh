@@ -13,26 +13,8 @@ script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 readonly HA=$script_dir/ha-postgres
 readonly NAME=ha-postgres_test
 
-passed=0 failed=0
-ok() {
-	passed=$((passed + 1))
-	printf 'ok   %s\n' "$*"
-}
-not_ok() {
-	failed=$((failed + 1))
-	printf 'FAIL %s\n' "$*"
-}
-check() { # check DESCRIPTION COMMAND...
-	local what=$1
-	shift
-	if "$@"; then ok "$what"; else not_ok "$what"; fi
-}
-
-port_answers() {
-	# shellcheck disable=SC2016 # expanded by the inner bash
-	timeout 2 bash -c ': <"/dev/tcp/127.0.0.1/$0"' "$1" >/dev/null 2>&1
-}
-port_silent() { ! port_answers "$1"; }
+# shellcheck source=testlib.sh
+source "$script_dir/testlib.sh"
 
 # Three consecutive free ports, below Linux's ephemeral ports (32768-60999): one in that range,
 # free now, may become the local end of an outgoing connection before PostgreSQL binds it.
@@ -139,5 +121,4 @@ check "... node2" port_silent "$((BASE + 2))"
 run status
 check "status exits 3 when nothing answers" test "$rc" = 3
 
-echo "$NAME: $passed passed, $failed failed"
-((failed == 0))
+summary
