@@ -3,6 +3,7 @@ package intent
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -65,6 +66,88 @@ SELECT `+chargeColumns+` FROM moved`, tenants, charges, actor, reason, string(St
 	moved, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Charge, error) { return scanCharge(row) })
 	if err != nil {
 		return nil, fmt.Errorf("claim pending charges: %w", err)
+	}
+	out := make(map[Ref]Charge, len(moved))
+	for _, c := range moved {
+		out[Ref{TenantID: c.TenantID, ChargeID: c.ID}] = c
+	}
+	return out, nil
+}
+
+// MoveMany applies many single-row moves in one statement, each a
+// compare-and-set exactly as MoveCharge makes it (the same columns, the
+// same audit row), and returns the charges it moved, as they are after
+// their move. A move whose charge is not where it expects is left out of
+// the result, not an error: the caller asks MoveCharge why. The refs must
+// be distinct, and the moves unfenced (no LeaseToken): it is the worker's
+// settling of many answers at once, not the reconciler's.
+//
+// Rows are locked in key order, as ClaimPending locks them.
+func MoveMany(ctx context.Context, db DB, moves []Move) (map[Ref]Charge, error) {
+	n := len(moves)
+	var (
+		tenants, ids, from, to, chargeIDs, failures, reviews, actors, reasons, evidence = make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n)
+		counts     = make([]bool, n)
+		checkAfter = make([]time.Duration, n)
+	)
+	seen := make(map[Ref]bool, n)
+	for i, m := range moves {
+		if err := checkMove(m); err != nil {
+			return nil, err
+		}
+		ref := Ref{TenantID: m.TenantID, ChargeID: m.ChargeID}
+		if m.LeaseToken != 0 || seen[ref] {
+			return nil, fmt.Errorf("intent: MoveMany takes distinct, unfenced moves (%s)", m.ChargeID)
+		}
+		seen[ref] = true
+		tenants[i], ids[i], from[i], to[i] = m.TenantID, m.ChargeID, string(m.From), string(m.To)
+		chargeIDs[i], failures[i], reviews[i] = m.ProviderChargeID, m.FailureCode, m.ReviewReason
+		actors[i], reasons[i], evidence[i] = m.Actor, m.Reason, m.Evidence
+		counts[i], checkAfter[i] = m.CountAttempt, m.CheckAfter
+	}
+	rows, err := db.Query(ctx, `
+WITH req AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::text[], $7::text[], $8::text[],
+		$9::interval[], $10::text[], $11::text[], $12::text[])
+		AS r(tenant_id, id, from_state, to_state, count_attempt, provider_charge_id, failure_code, review_reason,
+		     check_after, actor, reason, evidence)
+), locked AS (
+	SELECT c.tenant_id, c.id FROM charges c
+	JOIN req r ON c.tenant_id = r.tenant_id AND c.id = r.id AND c.state = r.from_state
+	ORDER BY c.tenant_id, c.id
+	FOR UPDATE OF c
+), moved AS (
+	UPDATE charges c SET
+		state = r.to_state,
+		updated_at = now(),
+		attempts = c.attempts + CASE WHEN r.count_attempt THEN 1 ELSE 0 END,
+		first_attempt_at = CASE WHEN r.count_attempt THEN coalesce(c.first_attempt_at, now()) ELSE c.first_attempt_at END,
+		last_attempt_at = CASE WHEN r.count_attempt THEN now() ELSE c.last_attempt_at END,
+		provider_charge_id = coalesce(nullif(r.provider_charge_id, ''), c.provider_charge_id),
+		failure_code = CASE WHEN r.to_state = 'failed' THEN r.failure_code ELSE c.failure_code END,
+		review_reason = CASE WHEN r.to_state = 'needs_review' THEN r.review_reason ELSE c.review_reason END,
+		unknown_since = CASE WHEN r.to_state = 'unknown' THEN now() ELSE NULL END,
+		next_check_at = CASE WHEN r.to_state = 'unknown' THEN now() + r.check_after ELSE NULL END,
+		lookup_failures = 0,
+		lease_owner = NULL,
+		lease_expires_at = NULL
+	FROM req r, locked l
+	WHERE c.tenant_id = l.tenant_id AND c.id = l.id AND r.tenant_id = c.tenant_id AND r.id = c.id AND c.state = r.from_state
+	RETURNING c.*, r.from_state AS req_from, r.actor AS req_actor, r.reason AS req_reason, r.evidence AS req_evidence
+), event AS (
+	INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, evidence)
+	SELECT tenant_id, id, req_from, state, req_actor, req_reason, attempts, nullif(req_evidence, '') FROM moved
+)
+SELECT `+chargeColumns+` FROM moved`,
+		tenants, ids, from, to, counts, chargeIDs, failures, reviews, checkAfter, actors, reasons, evidence)
+	if err != nil {
+		return nil, fmt.Errorf("move %d charges: %w", n, err)
+	}
+	moved, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Charge, error) { return scanCharge(row) })
+	if err != nil {
+		return nil, fmt.Errorf("move %d charges: %w", n, err)
 	}
 	out := make(map[Ref]Charge, len(moved))
 	for _, c := range moved {

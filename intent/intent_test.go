@@ -562,3 +562,37 @@ func TestClaimPendingTakesOnlyWhatItNames(t *testing.T) {
 	require.Equal(t, intent.StateSubmitting, events[len(events)-1].To)
 	require.Equal(t, "worker", events[len(events)-1].Actor)
 }
+
+// TestMoveManyRefusesWhatMoveChargeRefuses checks MoveMany's checks before
+// any SQL: the state machine, the facts of the target state, distinct and
+// unfenced moves; nothing is written when one move of the lot is refused.
+func TestMoveManyRefusesWhatMoveChargeRefuses(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+
+	c := b.accept(ctx, t, "move-many-000000001")
+	ok := intent.Move{TenantID: b.tenantID, ChargeID: c.ID, From: intent.StatePending, To: intent.StateSubmitting,
+		Actor: "worker", Reason: "submit", CountAttempt: true}
+	illegal := ok
+	illegal.To = intent.StateSucceeded
+	noFacts := ok
+	noFacts.From, noFacts.To = intent.StateSubmitting, intent.StateFailed
+	fenced := ok
+	fenced.LeaseToken = 7
+	for name, moves := range map[string][]intent.Move{
+		"illegal move":     {ok, illegal},
+		"missing facts":    {noFacts},
+		"a fenced move":    {fenced},
+		"one charge twice": {ok, ok},
+	} {
+		_, err := intent.MoveMany(ctx, b.pool, moves)
+		require.Error(t, err, name)
+	}
+	got, err := intent.Get(ctx, b.pool, b.tenantID, c.ID)
+	require.NoError(t, err)
+	require.Equal(t, intent.StatePending, got.State, "nothing was moved")
+
+	moved, err := intent.MoveMany(ctx, b.pool, []intent.Move{ok})
+	require.NoError(t, err)
+	require.Equal(t, intent.StateSubmitting, moved[intent.Ref{TenantID: b.tenantID, ChargeID: c.ID}].State)
+}

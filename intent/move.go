@@ -51,19 +51,8 @@ type Move struct {
 // machine, a *ConflictError (ErrConflict or ErrFenced) if the charge is not
 // where m expects it, and ErrNotFound if it does not exist.
 func MoveCharge(ctx context.Context, db DB, m Move) (Charge, error) {
-	if !CanMove(m.From, m.To) {
-		return Charge{}, fmt.Errorf("%w: %s -> %s", ErrIllegalMove, m.From, m.To)
-	}
-	if m.Actor == "" || m.Reason == "" {
-		return Charge{}, errors.New("intent: a move needs an actor and a reason")
-	}
-	switch {
-	case m.To == StateSucceeded && m.ProviderChargeID == "":
-		return Charge{}, errors.New("intent: succeeded needs the provider's charge id")
-	case m.To == StateFailed && m.FailureCode == "":
-		return Charge{}, errors.New("intent: failed needs a failure code")
-	case m.To == StateNeedsReview && m.ReviewReason == "":
-		return Charge{}, errors.New("intent: needs_review needs a reason")
+	if err := checkMove(m); err != nil {
+		return Charge{}, err
 	}
 	c, err := scanCharge(db.QueryRow(ctx, `
 WITH moved AS (
@@ -97,6 +86,26 @@ SELECT `+chargeColumns+` FROM moved`,
 		return Charge{}, fmt.Errorf("move charge %s %s -> %s: %w", m.ChargeID, m.From, m.To, err)
 	}
 	return c, nil
+}
+
+// checkMove refuses, before any SQL, a move the state machine does not have
+// or one missing the facts its target state needs.
+func checkMove(m Move) error {
+	if !CanMove(m.From, m.To) {
+		return fmt.Errorf("%w: %s -> %s", ErrIllegalMove, m.From, m.To)
+	}
+	if m.Actor == "" || m.Reason == "" {
+		return errors.New("intent: a move needs an actor and a reason")
+	}
+	switch {
+	case m.To == StateSucceeded && m.ProviderChargeID == "":
+		return errors.New("intent: succeeded needs the provider's charge id")
+	case m.To == StateFailed && m.FailureCode == "":
+		return errors.New("intent: failed needs a failure code")
+	case m.To == StateNeedsReview && m.ReviewReason == "":
+		return errors.New("intent: needs_review needs a reason")
+	}
+	return nil
 }
 
 // explainMiss turns a compare-and-set that touched no row into the reason.

@@ -2,12 +2,15 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -59,16 +62,17 @@ func TestClaimsShareStatements(t *testing.T) {
 	asks := append(refs, refs[0]) // two jobs of one charge
 
 	db := &countingDB{DB: pool}
-	cl := &claims{db: db}
+	cl := newClaims(db)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	var holders [n]atomic.Int32
 	for i, ref := range asks {
 		wg.Go(func() {
 			<-start
-			c, moved, err := cl.claim(ctx, ref)
+			res, err := cl.do(ctx, ref)
+			c := res.charge
 			assert.NoError(t, err)
-			if moved {
+			if res.ok {
 				assert.Equal(t, intent.StateSubmitting, c.State)
 				assert.Equal(t, 1, c.Attempts)
 				holders[i%n].Add(1)
@@ -89,7 +93,7 @@ func TestClaimsShareStatements(t *testing.T) {
 	require.Equal(t, n, audit, "one audit row per move")
 	require.Less(t, db.statements.Load(), int64(len(asks)), "claims asked at once share statements")
 	require.Empty(t, cl.queue)
-	require.False(t, cl.claiming)
+	require.False(t, cl.running)
 }
 
 // TestClaimWithdrawn checks that a job whose context ends while it waits
@@ -99,13 +103,13 @@ func TestClaimWithdrawn(t *testing.T) {
 	pool := dbtest.Pool(t)
 	tenantID := dbtest.Tenant(t, pool, "claims test")
 	c := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenantID})
-	cl := &claims{db: pool}
+	cl := newClaims(pool)
 	// Another job's claim is in flight: this one queues behind it.
-	cl.claiming = true
+	cl.running = true
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := cl.claim(ctx, intent.Ref{TenantID: tenantID, ChargeID: c.ID})
+		_, err := cl.do(ctx, intent.Ref{TenantID: tenantID, ChargeID: c.ID})
 		done <- err
 	}()
 	require.Eventually(t, func() bool { cl.mu.Lock(); defer cl.mu.Unlock(); return len(cl.queue) == 1 }, 5e9, 1e6)
@@ -115,4 +119,91 @@ func TestClaimWithdrawn(t *testing.T) {
 	got, err := intent.Get(context.Background(), pool, tenantID, c.ID)
 	require.NoError(t, err)
 	require.Equal(t, intent.StatePending, got.State, "a withdrawn claim moves nothing")
+}
+
+// countingBegins is the real pool, counting its transactions.
+type countingBegins struct {
+	*pgxpool.Pool
+	begins atomic.Int64
+}
+
+func (c *countingBegins) Begin(ctx context.Context) (pgx.Tx, error) {
+	c.begins.Add(1)
+	return c.Pool.Begin(ctx)
+}
+
+// TestSettlesShareATransaction settles 60 submitting charges from 60 runs
+// at once, one run twice: each charge moves once, to what its answer says,
+// with its audit row; a charge that is no longer submitting is left alone;
+// and the runs shared transactions.
+func TestSettlesShareATransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	tenantID := dbtest.Tenant(t, pool, "settles test")
+	const n = 60
+	moves := make([]intent.Move, n)
+	for i := range moves {
+		c := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenantID})
+		_, err := intent.MoveCharge(ctx, pool, intent.Move{TenantID: tenantID, ChargeID: c.ID, From: intent.StatePending,
+			To: intent.StateSubmitting, Actor: "test", Reason: "test", CountAttempt: true})
+		require.NoError(t, err)
+		m := intent.Move{TenantID: tenantID, ChargeID: c.ID, From: intent.StateSubmitting, Actor: actor}
+		switch i % 3 {
+		case 0:
+			m.To, m.Reason, m.ProviderChargeID = intent.StateSucceeded, "provider_succeeded", fmt.Sprintf("py_%d", i)
+		case 1:
+			m.To, m.Reason, m.FailureCode = intent.StateFailed, "provider_declined", "card_declined"
+		case 2:
+			m.To, m.Reason, m.CheckAfter = intent.StateUnknown, "unknown:timeout", time.Minute
+		}
+		moves[i] = m
+	}
+	// The last charge was settled by someone else meanwhile.
+	_, err := intent.MoveCharge(ctx, pool, intent.Move{TenantID: tenantID, ChargeID: moves[n-1].ChargeID,
+		From: intent.StateSubmitting, To: intent.StateUnknown, Actor: "test", Reason: "test", CheckAfter: time.Minute})
+	require.NoError(t, err)
+	asks := append(moves, moves[0]) // two runs of one charge
+
+	db := &countingBegins{Pool: pool}
+	st := newSettles(db, nil)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var holders [n]atomic.Int32
+	for i, m := range asks {
+		wg.Go(func() {
+			<-start
+			res, err := st.do(ctx, m)
+			assert.NoError(t, err)
+			if res.ok {
+				assert.Equal(t, m.To, res.charge.State)
+				holders[i%n].Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	for i := range n - 1 {
+		require.Equal(t, int32(1), holders[i].Load(), "charge %d is settled by exactly one run", i)
+		got, err := intent.Get(ctx, pool, tenantID, moves[i].ChargeID)
+		require.NoError(t, err)
+		require.Equal(t, moves[i].To, got.State)
+		switch got.State {
+		case intent.StateSucceeded:
+			require.Equal(t, moves[i].ProviderChargeID, got.ProviderChargeID)
+		case intent.StateFailed:
+			require.Equal(t, "card_declined", got.FailureCode)
+		case intent.StateUnknown:
+			require.NotNil(t, got.NextCheckAt)
+			require.NotNil(t, got.UnknownSince)
+		}
+		events, err := intent.Events(ctx, pool, tenantID, moves[i].ChargeID)
+		require.NoError(t, err)
+		last := events[len(events)-1]
+		require.Equal(t, []any{intent.StateSubmitting, moves[i].To, actor, moves[i].Reason}, []any{last.From, last.To, last.Actor, last.Reason})
+	}
+	require.Zero(t, holders[n-1].Load(), "a charge no longer submitting is not moved")
+	require.Less(t, db.begins.Load(), int64(len(asks)), "settles made at once share transactions")
+	require.Empty(t, st.queue)
 }

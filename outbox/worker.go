@@ -83,7 +83,10 @@ type Worker struct {
 	river.WorkerDefaults[submit.ChargeArgs]
 	cfg       Config
 	telemetry telemetry
-	claims    *claims
+	// claims and settles make the run's two moves with the runs asking
+	// at the same time (claims.go).
+	claims  *batcher[intent.Ref, moved]
+	settles *batcher[intent.Move, moved]
 }
 
 // NewWorker checks cfg and fills its defaults.
@@ -97,7 +100,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{cfg: cfg, telemetry: tel, claims: &claims{db: cfg.DB}}, nil
+	return &Worker{cfg: cfg, telemetry: tel, claims: newClaims(cfg.DB), settles: newSettles(cfg.DB, cfg.CrashPoints)}, nil
 }
 
 // Timeout bounds one run: the provider client's call timeout, plus room
@@ -133,11 +136,12 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[submit.ChargeArgs]) er
 func (w *Worker) work(ctx context.Context, job *river.Job[submit.ChargeArgs], log *slog.Logger) error {
 	args := job.Args
 
-	// Claimed with the other jobs asking at the same time (claims); a
+	// Claimed with the other runs asking at the same time (claims.go); a
 	// charge the claim did not move is asked about alone, which says why
 	// (or moves it, if it became pending meanwhile).
-	charge, moved, err := w.claims.claim(ctx, intent.Ref{TenantID: args.TenantID, ChargeID: args.ChargeID})
-	if err == nil && !moved {
+	claimed, err := w.claims.do(ctx, intent.Ref{TenantID: args.TenantID, ChargeID: args.ChargeID})
+	charge := claimed.charge
+	if err == nil && !claimed.ok {
 		charge, err = intent.MoveCharge(ctx, w.cfg.DB, intent.Move{
 			TenantID: args.TenantID, ChargeID: args.ChargeID,
 			From: intent.StatePending, To: intent.StateSubmitting,
@@ -234,8 +238,22 @@ func (w *Worker) notApplied(ctx context.Context, job *river.Job[submit.ChargeArg
 	return err
 }
 
-// finish applies the moves and completes the job in one transaction.
+// finish applies the moves in one transaction: a single move with the
+// answers of the runs finishing at the same time (claims.go), two moves (a
+// mismatch) alone.
 func (w *Worker) finish(ctx context.Context, job *river.Job[submit.ChargeArgs], log *slog.Logger, moves ...intent.Move) error {
+	if len(moves) == 1 {
+		settled, err := w.settles.do(ctx, moves[0])
+		if err != nil {
+			return w.lostRace(ctx, log, err)
+		}
+		if settled.ok {
+			w.logMoved(ctx, log, moves)
+			return nil
+		}
+		// Not where the move expected it: alone, below, the miss says why
+		// (and a definitive answer settles from unknown).
+	}
 	apply := func(tx pgx.Tx) error {
 		for _, m := range moves {
 			if _, err := intent.MoveCharge(ctx, tx, m); err != nil {
@@ -256,10 +274,15 @@ func (w *Worker) finish(ctx context.Context, job *river.Job[submit.ChargeArgs], 
 	if err != nil {
 		return w.lostRace(ctx, log, err)
 	}
+	w.logMoved(ctx, log, moves)
+	return nil
+}
+
+// logMoved logs and counts the moves a run made.
+func (w *Worker) logMoved(ctx context.Context, log *slog.Logger, moves []intent.Move) {
 	last := moves[len(moves)-1]
 	log.InfoContext(ctx, "charge moved", "from", string(moves[0].From), "to", string(last.To), "reason", last.Reason)
 	w.telemetry.settled(ctx, last.To, last.Reason)
-	return nil
 }
 
 // definitive reports whether moves settle the charge from submitting on the

@@ -1,0 +1,122 @@
+package outbox
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// batcher runs the requests of concurrently running jobs together, as a
+// database's group commit does: every request made while a batch is in
+// flight waits, and the next batch takes them all (up to max). Nobody waits
+// on a timer: a request made when no batch is in flight runs at once,
+// alone, so a quiet worker adds no latency, and a busy one batches as deep
+// as its backlog. The job whose request heads the queue runs the next
+// batch; run answers each request of a batch, in order.
+type batcher[T, R any] struct {
+	run func(ctx context.Context, items []T) ([]R, error)
+	max int
+
+	mu      sync.Mutex
+	queue   []*batchRequest[T, R]
+	running bool
+}
+
+// batchTimeout bounds one batch, whatever the context of the job that
+// happens to run it.
+const batchTimeout = 30 * time.Second
+
+type batchRequest[T, R any] struct {
+	item T
+	// lead, when it receives, makes this request's job run the next batch.
+	lead chan struct{}
+	// done is closed once a batch took this request; res and err are set.
+	done chan struct{}
+	res  R
+	err  error
+}
+
+// do runs item in the next batch and returns its answer. A request whose
+// context ends before a batch took it is withdrawn (ctx.Err()); once taken,
+// its answer is moments away and is waited for.
+func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
+	r := &batchRequest[T, R]{item: item, lead: make(chan struct{}, 1), done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, r)
+	if !b.running {
+		b.running = true
+		r.lead <- struct{}{}
+	}
+	b.mu.Unlock()
+	for {
+		select {
+		case <-r.done:
+			return r.res, r.err
+		case <-r.lead:
+			b.runNext(ctx)
+		case <-ctx.Done():
+			if b.withdraw(r) {
+				var zero R
+				return zero, ctx.Err()
+			}
+			<-r.done
+			return r.res, r.err
+		}
+	}
+}
+
+// runNext runs the requests at the head of the queue as one batch, then
+// hands the next batch to the request at the head of what is left.
+func (b *batcher[T, R]) runNext(ctx context.Context) {
+	b.mu.Lock()
+	n := min(len(b.queue), b.max)
+	batch := slices.Clone(b.queue[:n])
+	b.queue = slices.Delete(b.queue, 0, n)
+	b.mu.Unlock()
+
+	items := make([]T, len(batch))
+	for i, r := range batch {
+		items[i] = r.item
+	}
+	runCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
+	res, err := b.run(runCtx, items)
+	cancel()
+	for i, r := range batch {
+		if err == nil {
+			r.res = res[i]
+		}
+		r.err = err
+		close(r.done)
+	}
+
+	b.mu.Lock()
+	if len(b.queue) > 0 {
+		b.queue[0].lead <- struct{}{}
+	} else {
+		b.running = false
+	}
+	b.mu.Unlock()
+}
+
+// withdraw takes r out of the queue if no batch has taken it yet, passing
+// on the next batch if it was r's to run.
+func (b *batcher[T, R]) withdraw(r *batchRequest[T, R]) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := slices.Index(b.queue, r)
+	if i < 0 {
+		return false
+	}
+	b.queue = slices.Delete(b.queue, i, i+1)
+	select {
+	case <-r.lead:
+		if len(b.queue) > 0 {
+			b.queue[0].lead <- struct{}{}
+		} else {
+			b.running = false
+		}
+	default:
+	}
+	return true
+}
