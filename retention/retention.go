@@ -23,38 +23,87 @@ type CleanupArgs struct{}
 // Kind is the River job kind.
 func (CleanupArgs) Kind() string { return "idempotency.cleanup" }
 
+// Defaults of the cleanup (docs/architecture.md, "Retention").
+const (
+	// DefaultBatchSize is how many records one statement deletes.
+	DefaultBatchSize = 1000
+	// DefaultDuty is the share of wall time a run spends deleting: after
+	// each batch it rests long enough to keep to it, so that a backlog
+	// never takes more than that share of a database connection from the
+	// accepts.
+	DefaultDuty = 0.25
+	// DefaultTimeout bounds one run. It is the cleanup's own, not the
+	// charge.submit jobs' (River's default for the client), and stays
+	// below River's rescue delay (that job timeout plus two minutes), so
+	// a live run is never rescued as a stuck one. A run that meets it
+	// has deleted what it could; the next run goes on.
+	DefaultTimeout = 100 * time.Second
+)
+
 // Worker deletes expired idempotency records in batches, so no statement
-// holds many row locks or runs for long.
+// holds many row locks or runs for long, each batch starting where the last
+// one ended, resting between batches.
 type Worker struct {
 	river.WorkerDefaults[CleanupArgs]
 	db        *pgxpool.Pool
 	batchSize int
+	duty      float64
 	logger    *slog.Logger
 	now       func() time.Time
 }
 
-// NewWorker returns the cleanup worker. batchSize defaults to 1,000.
+// NewWorker returns the cleanup worker. batchSize defaults to
+// DefaultBatchSize.
 func NewWorker(db *pgxpool.Pool, batchSize int, logger *slog.Logger) *Worker {
-	return &Worker{db: db, batchSize: cmp.Or(batchSize, 1000), logger: cmp.Or(logger, slog.New(slog.DiscardHandler)), now: time.Now}
+	return &Worker{db: db, batchSize: cmp.Or(batchSize, DefaultBatchSize), duty: DefaultDuty,
+		logger: cmp.Or(logger, slog.New(slog.DiscardHandler)), now: time.Now}
 }
 
-// Work deletes batches until a batch comes back short.
+// WithDuty sets the share of wall time a run spends deleting, in (0, 1];
+// 1 never rests.
+func (w *Worker) WithDuty(duty float64) *Worker {
+	if duty > 0 && duty <= 1 {
+		w.duty = duty
+	}
+	return w
+}
+
+// Timeout is the run's own bound, DefaultTimeout.
+func (w *Worker) Timeout(*river.Job[CleanupArgs]) time.Duration { return DefaultTimeout }
+
+// Work deletes batches until a batch comes back short. Its cost is linear
+// in what it deletes: each batch's index scan starts at the expiry where
+// the previous one stopped.
 func (w *Worker) Work(ctx context.Context, _ *river.Job[CleanupArgs]) error {
-	total := 0
+	total, batches := 0, 0
+	start := time.Now()
+	cutoff := w.now()
+	from := time.Time{}
+	defer func() {
+		if total > 0 {
+			w.logger.InfoContext(ctx, "deleted expired idempotency records", "count", total, "batches", batches,
+				"duration", time.Since(start).Round(time.Millisecond).String())
+		}
+	}()
 	for {
-		n, err := intent.DeleteExpiredIdempotency(ctx, w.db, w.now(), w.batchSize)
+		began := time.Now()
+		n, last, err := intent.DeleteExpiredIdempotency(ctx, w.db, from, cutoff, w.batchSize)
 		if err != nil {
 			return err
 		}
-		total += n
+		total, batches, from = total+n, batches+1, last
 		if n < w.batchSize {
-			break
+			return nil
+		}
+		if w.duty < 1 {
+			rest := time.Duration(float64(time.Since(began)) * (1 - w.duty) / w.duty)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(rest):
+			}
 		}
 	}
-	if total > 0 {
-		w.logger.InfoContext(ctx, "deleted expired idempotency records", "count", total)
-	}
-	return nil
 }
 
 // PeriodicJob schedules the cleanup every interval (default 10 minutes), and
