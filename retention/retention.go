@@ -71,35 +71,56 @@ func (w *Worker) WithDuty(duty float64) *Worker {
 // Timeout is the run's own bound, DefaultTimeout.
 func (w *Worker) Timeout(*river.Job[CleanupArgs]) time.Duration { return DefaultTimeout }
 
-// Work deletes batches until a batch comes back short. Its cost is linear
-// in what it deletes: each batch's index scan starts at the expiry where
-// the previous one stopped.
+// Work deletes batches until a batch comes back short.
 func (w *Worker) Work(ctx context.Context, _ *river.Job[CleanupArgs]) error {
-	total, batches := 0, 0
+	_, err := w.RunOnce(ctx)
+	return err
+}
+
+// Run is what one run did.
+type Run struct {
+	Deleted, Batches int
+	// Busy is the time spent in delete statements, Wall the whole run's.
+	Busy, Wall time.Duration
+	// TimedOut says ctx ended the run before the backlog did.
+	TimedOut bool
+}
+
+// RunOnce is one run of the job: batches until one comes back short. Its
+// cost is linear in what it deletes: each batch's index scan starts at the
+// expiry where the previous one stopped.
+func (w *Worker) RunOnce(ctx context.Context) (run Run, err error) {
 	start := time.Now()
 	cutoff := w.now()
 	from := time.Time{}
 	defer func() {
-		if total > 0 {
-			w.logger.InfoContext(ctx, "deleted expired idempotency records", "count", total, "batches", batches,
-				"duration", time.Since(start).Round(time.Millisecond).String())
+		run.Wall = time.Since(start)
+		if run.Deleted > 0 {
+			w.logger.InfoContext(ctx, "deleted expired idempotency records", "count", run.Deleted, "batches", run.Batches,
+				"duration", run.Wall.Round(time.Millisecond).String())
 		}
 	}()
 	for {
 		began := time.Now()
-		n, last, err := intent.DeleteExpiredIdempotency(ctx, w.db, from, cutoff, w.batchSize)
+		var n int
+		var last time.Time
+		n, last, err = intent.DeleteExpiredIdempotency(ctx, w.db, from, cutoff, w.batchSize)
+		took := time.Since(began)
+		run.Busy += took
 		if err != nil {
-			return err
+			run.TimedOut = ctx.Err() != nil
+			return run, err
 		}
-		total, batches, from = total+n, batches+1, last
+		run.Deleted, run.Batches, from = run.Deleted+n, run.Batches+1, last
 		if n < w.batchSize {
-			return nil
+			return run, nil
 		}
 		if w.duty < 1 {
-			rest := time.Duration(float64(time.Since(began)) * (1 - w.duty) / w.duty)
+			rest := time.Duration(float64(took) * (1 - w.duty) / w.duty)
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
+				run.TimedOut = true
+				return run, ctx.Err()
 			case <-time.After(rest):
 			}
 		}
