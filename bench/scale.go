@@ -35,8 +35,11 @@ type ScaleOptions struct {
 	// without retention running.
 	Concurrency int
 	Window      time.Duration
-	Keep        bool
-	Progress    io.Writer
+	// RetentionDuty is the retention run's duty (retention.DefaultDuty
+	// when 0).
+	RetentionDuty float64
+	Keep          bool
+	Progress      io.Writer
 }
 
 // ScaleReport is an operation's cost at both sizes, and the disk.
@@ -67,7 +70,8 @@ type RetentionRun struct {
 	// PerRecord is Busy / Deleted.
 	PerRecord time.Duration
 	// AcceptsAlone and AcceptsDuring are accept throughputs (per second)
-	// without retention and while it ran; Ratio is During / Alone.
+	// without retention and while it ran; Ratio is During / Alone, 0 when
+	// the run took less than a second.
 	AcceptsAlone, AcceptsDuring, Ratio float64
 }
 
@@ -342,7 +346,7 @@ func measureRetention(ctx context.Context, db *pgxpool.Pool, tenantID string, o 
 		defer close(done)
 		runCtx, cancel := context.WithTimeout(ctx, retention.DefaultTimeout)
 		defer cancel()
-		run, runErr = retention.NewWorker(db, 0, nil).RunOnce(runCtx)
+		run, runErr = retention.NewWorker(db, 0, nil).WithDuty(o.RetentionDuty).RunOnce(runCtx)
 	}()
 	during := load(until{signal: done})
 	<-done
@@ -362,7 +366,8 @@ func measureRetention(ctx context.Context, db *pgxpool.Pool, tenantID string, o 
 	}
 	r.AcceptsAlone = before.add(after).perSecond()
 	r.AcceptsDuring = during.perSecond()
-	if r.AcceptsAlone > 0 {
+	// A run shorter than a second says nothing about its neighbours.
+	if r.AcceptsAlone > 0 && run.Wall >= time.Second {
 		r.Ratio = r.AcceptsDuring / r.AcceptsAlone
 	}
 	return r, nil
@@ -402,7 +407,12 @@ func PrintScale(w io.Writer, r ScaleReport) error {
 	row("one attempt, inside its timeout", func(x RetentionRun) string { return fmt.Sprint(x.OneAttempt) })
 	row("accepts/s alone", func(x RetentionRun) string { return fmt.Sprintf("%.0f", x.AcceptsAlone) })
 	row("accepts/s during retention", func(x RetentionRun) string { return fmt.Sprintf("%.0f", x.AcceptsDuring) })
-	row("during / alone", func(x RetentionRun) string { return fmt.Sprintf("%.3f", x.Ratio) })
+	row("during / alone", func(x RetentionRun) string {
+		if x.Ratio == 0 {
+			return "— (run < 1 s)"
+		}
+		return fmt.Sprintf("%.3f", x.Ratio)
+	})
 	if err := tw.Flush(); err != nil {
 		return err
 	}

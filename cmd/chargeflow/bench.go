@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"chargeflow/bench"
+	"chargeflow/retention"
 )
 
 // runBench measures the performance targets as ratios against
@@ -48,8 +49,10 @@ func runBench(ctx context.Context, e env, args []string) error {
 	fs.StringVar(&dir, "dir", os.TempDir(), "where the run's folder (process logs, the provider's ledger) goes")
 	fs.BoolVar(&keep, "keep", false, "keep the database and the logs")
 	var scale, samples int
+	var duty float64
 	fs.IntVar(&scale, "scale", 0, "instead of the ratios: seed databases of 1,000 charges and of this many, and time every operation on both (docs/benchmarks.md, \"At scale\")")
 	fs.IntVar(&samples, "samples", 200, "with --scale: how many times each operation runs at each size")
+	fs.Float64Var(&duty, "retention-duty", retention.DefaultDuty, "with --scale: the share of its wall time the retention run spends deleting")
 	if err := parseToolFlags(fs, e, args, "database-url", "log-level"); err != nil {
 		return err
 	}
@@ -70,7 +73,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 			clients = levels[0]
 		}
 		return runScale(ctx, e, c.databaseURL, bench.ScaleOptions{Empty: scaleEmpty, Size: scale, Samples: samples,
-			Concurrency: clients, Window: duration, Keep: keep, Progress: e.stderr}, asJSON)
+			Concurrency: clients, Window: duration, RetentionDuty: duty, Keep: keep, Progress: e.stderr}, asJSON)
 	}
 	levels, err := parseConcurrency(concurrency)
 	if err != nil {
