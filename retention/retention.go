@@ -48,6 +48,7 @@ type Worker struct {
 	db        *pgxpool.Pool
 	batchSize int
 	duty      float64
+	timeout   time.Duration
 	logger    *slog.Logger
 	now       func() time.Time
 }
@@ -55,7 +56,7 @@ type Worker struct {
 // NewWorker returns the cleanup worker. batchSize defaults to
 // DefaultBatchSize.
 func NewWorker(db *pgxpool.Pool, batchSize int, logger *slog.Logger) *Worker {
-	return &Worker{db: db, batchSize: cmp.Or(batchSize, DefaultBatchSize), duty: DefaultDuty,
+	return &Worker{db: db, batchSize: cmp.Or(batchSize, DefaultBatchSize), duty: DefaultDuty, timeout: DefaultTimeout,
 		logger: cmp.Or(logger, slog.New(slog.DiscardHandler)), now: time.Now}
 }
 
@@ -68,8 +69,17 @@ func (w *Worker) WithDuty(duty float64) *Worker {
 	return w
 }
 
-// Timeout is the run's own bound, DefaultTimeout.
-func (w *Worker) Timeout(*river.Job[CleanupArgs]) time.Duration { return DefaultTimeout }
+// WithTimeout bounds a run by d instead of DefaultTimeout, when d is
+// positive: the worker's wiring keeps it below River's rescue delay.
+func (w *Worker) WithTimeout(d time.Duration) *Worker {
+	if d > 0 {
+		w.timeout = d
+	}
+	return w
+}
+
+// Timeout is the run's own bound.
+func (w *Worker) Timeout(*river.Job[CleanupArgs]) time.Duration { return w.timeout }
 
 // Work deletes batches until a batch comes back short.
 func (w *Worker) Work(ctx context.Context, _ *river.Job[CleanupArgs]) error {
