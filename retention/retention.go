@@ -31,7 +31,7 @@ const (
 	// each batch it rests long enough to keep to it, so that a backlog
 	// never takes more than that share of a database connection from the
 	// accepts.
-	DefaultDuty = 0.25
+	DefaultDuty = 0.1
 	// DefaultTimeout bounds one run. It is the cleanup's own, not the
 	// charge.submit jobs' (River's default for the client), and stays
 	// below River's rescue delay (that job timeout plus two minutes), so
