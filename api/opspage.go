@@ -166,6 +166,9 @@ func (s *Server) pageStyle(c echo.Context) error {
 type stateCount struct {
 	State intent.State
 	N     int64
+	// Estimated marks a settled state's count estimated from the
+	// database's statistics (intent.Census).
+	Estimated bool
 }
 
 // pageHome shows the charges by state and a listing, the review queue
@@ -196,7 +199,7 @@ func (s *Server) pageHome(c echo.Context) error {
 		Older string
 	}{pageBase: s.pageBase(c, "Charges"), CountedAt: countedAt, State: params.State, Charges: charges}
 	for _, state := range intent.States() {
-		page.Counts = append(page.Counts, stateCount{state, counts[state]})
+		page.Counts = append(page.Counts, stateCount{state, counts.Counts[state], counts.Estimated[state]})
 	}
 	if more {
 		page.Older = charges[len(charges)-1].ID

@@ -38,7 +38,9 @@ const (
 	MetricProblems = "chargeflow.api.problems"
 
 	// MetricCharges is the number of charges in each state, over every
-	// tenant, counted in the database (see Config.ChargeCountMaxAge).
+	// tenant, counted in the database (see Config.ChargeCountMaxAge and
+	// intent.Census): label estimate is "true" on a settled state's count
+	// estimated from the planner's statistics, "false" on an exact one.
 	MetricCharges = "chargeflow.charges"
 )
 
@@ -115,20 +117,23 @@ func newTelemetry(cfg Config) (telemetry, error) {
 	counter := &chargeCounter{db: cfg.DB, maxAge: cfg.ChargeCountMaxAge}
 	t.charges = counter
 	states := intent.States()
-	stateAttrs := make([]metric.ObserveOption, len(states))
+	stateAttrs := make([]map[bool]metric.ObserveOption, len(states))
 	for i, state := range states {
-		stateAttrs[i] = metric.WithAttributes(attribute.String("state", string(state)))
+		stateAttrs[i] = map[bool]metric.ObserveOption{
+			false: metric.WithAttributes(attribute.String("state", string(state)), attribute.String("estimate", "false")),
+			true:  metric.WithAttributes(attribute.String("state", string(state)), attribute.String("estimate", "true")),
+		}
 	}
 	logger := cfg.Logger
 	if _, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		counts, _, err := counter.counts(ctx)
+		census, _, err := counter.counts(ctx)
 		if err != nil {
 			// A missing sample is what an alert on absence catches.
 			logger.WarnContext(ctx, "charges by state metric", "err", err.Error())
 			return nil
 		}
 		for i, state := range states {
-			o.ObserveInt64(chargesGauge, counts[state], stateAttrs[i])
+			o.ObserveInt64(chargesGauge, census.Counts[state], stateAttrs[i][census.Estimated[state]])
 		}
 		return nil
 	}, chargesGauge); err != nil {
@@ -137,7 +142,7 @@ func newTelemetry(cfg Config) (telemetry, error) {
 	return t, nil
 }
 
-// chargeCounter runs intent.CountByState for scrapes and the operator's
+// chargeCounter takes intent.TakeCensus for scrapes and the operator's
 // page, at most once per maxAge: each caller that finds the last count older
 // than that counts again (bounded by chargeCountTimeout), so a process that
 // nobody scrapes or looks at never queries, and many scrapers and operators
@@ -148,12 +153,12 @@ type chargeCounter struct {
 
 	mu     sync.Mutex
 	at     time.Time
-	last   map[intent.State]int64
+	last   intent.Census
 	loaded bool
 }
 
 // counts returns the counts by state and when they were counted.
-func (c *chargeCounter) counts(ctx context.Context) (map[intent.State]int64, time.Time, error) {
+func (c *chargeCounter) counts(ctx context.Context) (intent.Census, time.Time, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.loaded && time.Since(c.at) < c.maxAge {
@@ -161,12 +166,12 @@ func (c *chargeCounter) counts(ctx context.Context) (map[intent.State]int64, tim
 	}
 	ctx, cancel := context.WithTimeout(ctx, chargeCountTimeout)
 	defer cancel()
-	counts, err := intent.CountByState(ctx, c.db)
+	census, err := intent.TakeCensus(ctx, c.db)
 	if err != nil {
-		return nil, time.Time{}, err
+		return intent.Census{}, time.Time{}, err
 	}
-	c.last, c.at, c.loaded = counts, time.Now(), true
-	return counts, c.at, nil
+	c.last, c.at, c.loaded = census, time.Now(), true
+	return census, c.at, nil
 }
 
 // instrument is the outermost middleware: one server span per request,

@@ -6,28 +6,68 @@ import (
 	"time"
 )
 
-// CountByState counts the charges in each state, over every tenant; states
-// with no charge are absent. It reads the whole table (an index-only scan at
-// best), so callers bound how often they ask.
-func CountByState(ctx context.Context, db DB) (map[State]int64, error) {
-	rows, err := db.Query(ctx, `SELECT state, count(*) FROM charges GROUP BY state`)
+// ExactCountLimit is the most charges Census counts one by one: past it,
+// the settled states are estimated.
+const ExactCountLimit = 100_000
+
+// Census is the charges in each state, over every tenant, at a cost that
+// does not grow with the table: the states a charge passes through on its
+// way (pending, submitting, unknown, needs_review) are counted exactly,
+// each through the partial index its sweep or listing uses, so the count
+// reads those rows and no others; the settled states (succeeded, failed)
+// are counted exactly while the table holds at most ExactCountLimit
+// charges and estimated beyond, from the planner's statistics (pg_class's
+// row counts of the table and of the failed charges' partial index, kept
+// by autovacuum's ANALYZE). Census writes nothing: no counter row sits on
+// the accept or the settle path.
+type Census struct {
+	Counts map[State]int64
+	// Estimated names the states whose count is an estimate.
+	Estimated map[State]bool
+}
+
+// TakeCensus counts the charges by state (see Census).
+func TakeCensus(ctx context.Context, db DB) (Census, error) {
+	return takeCensus(ctx, db, ExactCountLimit)
+}
+
+func takeCensus(ctx context.Context, db DB, exactLimit int) (Census, error) {
+	c := Census{Counts: map[State]int64{}, Estimated: map[State]bool{}}
+	var pending, submitting, unknown, review, sampled, sampledFailed int64
+	var tableRows, failedRows float64
+	// The one-by-one count runs only while the statistics say the table is
+	// small, or have not been gathered yet; it reads at most
+	// ExactCountLimit+1 rows whatever the table holds.
+	err := db.QueryRow(ctx, `
+WITH stats AS (
+	SELECT (SELECT reltuples FROM pg_class WHERE oid = 'charges'::regclass) AS charges,
+		(SELECT reltuples FROM pg_class WHERE oid = 'charges_failed_id'::regclass) AS failed
+), sample AS (
+	SELECT count(*) AS n, count(*) FILTER (WHERE state = 'failed') AS failed
+	FROM (SELECT state FROM charges WHERE (SELECT charges FROM stats) <= $1 LIMIT $1 + 1) l
+)
+SELECT (SELECT count(*) FROM charges WHERE state = 'pending'),
+	(SELECT count(*) FROM charges WHERE state = 'submitting'),
+	(SELECT count(*) FROM charges WHERE state = 'unknown'),
+	(SELECT count(*) FROM charges WHERE state = 'needs_review'),
+	sample.n, sample.failed, stats.charges, stats.failed
+FROM stats, sample`, exactLimit).
+		Scan(&pending, &submitting, &unknown, &review, &sampled, &sampledFailed, &tableRows, &failedRows)
 	if err != nil {
-		return nil, fmt.Errorf("count charges by state: %w", err)
+		return Census{}, fmt.Errorf("count charges by state: %w", err)
 	}
-	defer rows.Close()
-	counts := map[State]int64{}
-	for rows.Next() {
-		var state State
-		var n int64
-		if err := rows.Scan(&state, &n); err != nil {
-			return nil, fmt.Errorf("count charges by state: %w", err)
-		}
-		counts[state] = n
+	c.Counts[StatePending], c.Counts[StateSubmitting], c.Counts[StateUnknown], c.Counts[StateNeedsReview] = pending, submitting, unknown, review
+	inFlight := pending + submitting + unknown + review
+	if tableRows <= float64(exactLimit) && sampled <= int64(exactLimit) {
+		c.Counts[StateFailed] = sampledFailed
+		c.Counts[StateSucceeded] = max(sampled-sampledFailed-inFlight, 0)
+		return c, nil
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("count charges by state: %w", err)
-	}
-	return counts, nil
+	total, failed := max(tableRows, float64(sampled)), max(failedRows, 0)
+	c.Counts[StateFailed] = int64(failed)
+	c.Counts[StateSucceeded] = max(int64(total)-int64(failed)-inFlight, 0)
+	c.Estimated[StateFailed], c.Estimated[StateSucceeded] = true, true
+	return c, nil
 }
 
 // ReconcileLag is how long the most overdue piece of a reconciler's work

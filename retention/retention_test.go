@@ -70,3 +70,43 @@ func TestCleanup(t *testing.T) {
 	require.Equal(t, 10, charges)
 	require.Equal(t, 10, events)
 }
+
+// A batch starts at the expiry where the last one ended (so a run never
+// walks again what it deleted) and reports where it ended.
+func TestDeleteResumesWhereTheLastBatchEnded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	tenantID := dbtest.Tenant(t, pool, "retention-keyset")
+	day := time.Now().UTC().Truncate(time.Second).Add(-72 * time.Hour)
+	for i := range 6 {
+		created := day.Add(time.Duration(i) * time.Hour)
+		id := ids.New("ch", created)
+		keyHash := sha256.Sum256(fmt.Appendf(nil, "key-%d", i))
+		_, err := intent.Accept(ctx, pool, intent.Acceptance{
+			Charge: intent.Charge{TenantID: tenantID, ID: id, State: intent.StatePending, Amount: 1, Currency: "USD",
+				PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: created, UpdatedAt: created},
+			Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:], StatusCode: 201, ResponseBody: []byte(`{}`),
+			ExpiresAt: created.Add(24 * time.Hour),
+		})
+		require.NoError(t, err)
+	}
+	now := time.Now()
+	// From the fourth expiry on: the three before it stay.
+	from := day.Add(24*time.Hour + 3*time.Hour)
+	n, last, err := intent.DeleteExpiredIdempotency(ctx, pool, from, now, 2)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.True(t, last.Equal(day.Add(24*time.Hour+4*time.Hour)), "ended at the fifth expiry, not %s", last)
+	n, last, err = intent.DeleteExpiredIdempotency(ctx, pool, last, now, 2)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.True(t, last.Equal(day.Add(24*time.Hour+5*time.Hour)))
+	n, again, err := intent.DeleteExpiredIdempotency(ctx, pool, last, now, 2)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.True(t, again.Equal(last), "an empty batch reports where it started")
+	var left int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys`).Scan(&left))
+	require.Equal(t, 3, left, "the records before from are the next run's")
+}

@@ -37,7 +37,11 @@ type Stranded struct {
 // live job can only mean the job was given up on outside chargeflow's
 // control. The caller enqueues a new job for each in the same transaction
 // and touches the charge (intent.TouchPending). An index on the job's
-// charge id (migrations) keeps the check cheap.
+// charge id (migrations) keeps the check cheap; the job kind is a literal
+// in the statement so that even its generic plan can use that partial
+// index. OFFSET 0 keeps the NOT EXISTS a lookup per pending charge (a
+// small set) rather than an anti-join, which on a table of a day's jobs
+// would read them all.
 func LockStranded(ctx context.Context, tx pgx.Tx, p StrandedParams) ([]Stranded, error) {
 	states := make([]string, len(liveStates))
 	for i, s := range liveStates {
@@ -46,11 +50,11 @@ func LockStranded(ctx context.Context, tx pgx.Tx, p StrandedParams) ([]Stranded,
 	rows, err := tx.Query(ctx, `SELECT c.tenant_id, c.id FROM charges c
 		WHERE c.state = 'pending' AND c.provider = $1 AND c.updated_at < now() - $2::interval
 		  AND NOT EXISTS (SELECT 1 FROM river_job j
-			WHERE j.kind = $4 AND j.args->>'charge_id' = c.id AND j.args->>'tenant_id' = c.tenant_id
-			  AND j.state::text = ANY($5))
+			WHERE j.kind = '`+KindCharge+`' AND j.args->>'charge_id' = c.id AND j.args->>'tenant_id' = c.tenant_id
+			  AND j.state::text = ANY($4) OFFSET 0)
 		ORDER BY c.updated_at
 		LIMIT $3
-		FOR UPDATE SKIP LOCKED`, p.Provider, p.OlderThan, p.Limit, KindCharge, states)
+		FOR UPDATE SKIP LOCKED`, p.Provider, p.OlderThan, p.Limit, states)
 	if err != nil {
 		return nil, fmt.Errorf("find stranded pending charges: %w", err)
 	}

@@ -136,9 +136,18 @@ func List(ctx context.Context, db pg.Handle, p ListParams) ([]Event, bool, error
 	if p.TenantID == "" {
 		return nil, false, errors.New("webhook: list the events of which tenant?")
 	}
-	rows, err := db.Query(ctx, `SELECT `+eventColumns+` FROM events
-		WHERE tenant_id = $1 AND ($2 = '' OR type = $2) AND ($3 = '' OR id < $3)
-		ORDER BY id DESC LIMIT $4`, p.TenantID, p.Type, p.StartingAfter, p.Limit+1)
+	// One statement per filter combination: a "($n = '' OR type = $n)"
+	// form has a generic plan that reads every event of the tenant.
+	where, args := "tenant_id = $1", []any{p.TenantID, p.Limit + 1}
+	if p.Type != "" {
+		args = append(args, p.Type)
+		where += fmt.Sprintf(" AND type = $%d", len(args))
+	}
+	if p.StartingAfter != "" {
+		args = append(args, p.StartingAfter)
+		where += fmt.Sprintf(" AND id < $%d", len(args))
+	}
+	rows, err := db.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE `+where+` ORDER BY id DESC LIMIT $2`, args...)
 	if err != nil {
 		return nil, false, fmt.Errorf("list events: %w", err)
 	}

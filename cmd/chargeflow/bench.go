@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"chargeflow/bench"
+	"chargeflow/retention"
 )
 
 // runBench measures the performance targets as ratios against
@@ -18,12 +20,19 @@ import (
 // concurrency; docs/benchmarks.md explains the numbers.
 //
 //	chargeflow bench [--duration 10s] [--concurrency 16,32] [--json]
+//	chargeflow bench --scale N [--samples 200] [--duration 10s] [--json]
 //
 // It creates a fresh database on DATABASE_URL's server, migrates it, starts
 // the API and the fake provider (and, for the settle measurement, the
 // worker) as child processes, prints the table and drops the database. It
 // fails when the duplicate storm made more than one charge or provider
 // call, or got a 5xx; a missed performance target is reported, not fatal.
+//
+// With --scale it measures instead how each operation's cost holds as the
+// tables grow (bench.Scale): two databases seeded with SQL, of 1,000
+// charges and of N, every operation timed on both, retention run over
+// each one's expired records while accepts run (--duration is the window
+// of accepts alone), and the bytes per charge.
 func runBench(ctx context.Context, e env, args []string) error {
 	var c common
 	var duration time.Duration
@@ -41,8 +50,32 @@ func runBench(ctx context.Context, e env, args []string) error {
 	fs.IntVar(&workerConcurrency, "worker-concurrency", 0, "the worker's --concurrency (default: the worker's default)")
 	fs.StringVar(&dir, "dir", os.TempDir(), "where the run's folder (process logs, the provider's ledger) goes")
 	fs.BoolVar(&keep, "keep", false, "keep the database and the logs")
+	var scale, samples int
+	var duty float64
+	fs.IntVar(&scale, "scale", 0, "instead of the ratios: seed databases of 1,000 charges and of this many, and time every operation on both (docs/benchmarks.md, \"At scale\")")
+	fs.IntVar(&samples, "samples", 200, "with --scale: how many times each operation runs at each size")
+	fs.Float64Var(&duty, "retention-duty", retention.DefaultDuty, "with --scale: the share of its wall time the retention run spends deleting")
 	if err := parseToolFlags(fs, e, args, "database-url", "log-level"); err != nil {
 		return err
+	}
+	if scale > 0 {
+		// The accepts beside retention run at 8 clients unless
+		// --concurrency says otherwise (its first level).
+		clients := 8
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "concurrency" {
+				clients = 0
+			}
+		})
+		if clients == 0 {
+			levels, err := parseConcurrency(concurrency)
+			if err != nil {
+				return err
+			}
+			clients = levels[0]
+		}
+		return runScale(ctx, e, c.databaseURL, bench.ScaleOptions{Empty: scaleEmpty, Size: scale, Samples: samples,
+			Concurrency: clients, Window: duration, RetentionDuty: duty, Keep: keep, Progress: e.stderr}, asJSON)
 	}
 	levels, err := parseConcurrency(concurrency)
 	if err != nil {
@@ -95,4 +128,26 @@ func parseConcurrency(s string) ([]int, error) {
 		levels = append(levels, n)
 	}
 	return levels, nil
+}
+
+// scaleEmpty is the small size --scale compares with: the in-flight
+// charges every seed holds, and a few hundred settled ones.
+const scaleEmpty = 1000
+
+// runScale runs bench.Scale and prints its report.
+func runScale(ctx context.Context, e env, serverURL string, o bench.ScaleOptions, asJSON bool) error {
+	if o.Size < scaleEmpty {
+		return fmt.Errorf("--scale %d: want at least %d charges", o.Size, scaleEmpty)
+	}
+	o.ServerURL = serverURL
+	report, err := bench.Scale(ctx, o)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(report)
+	}
+	return bench.PrintScale(e.stdout, report)
 }

@@ -59,3 +59,43 @@ func TestParseConcurrency(t *testing.T) {
 		require.Error(t, err, bad)
 	}
 }
+
+// `chargeflow bench --scale` end to end at a small size, so the command
+// that measures the system at millions of charges cannot rot: both
+// databases seeded, every operation timed at both sizes, retention run
+// over the expired records with accepts beside it, the disk measured. It
+// asserts no speed.
+func TestBenchScaleCommand(t *testing.T) {
+	t.Parallel()
+	p := start(t, []string{"DATABASE_URL=" + serverURL()}, "bench", "--scale", "5000", "--samples", "20",
+		"--duration", "300ms", "--concurrency", "2", "--json")
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("chargeflow bench --scale still running after 5 minutes:\n%s", p.stderr.String())
+	}
+	require.NoError(t, p.err, "stderr:\n%s", p.stderr.String())
+
+	var rep bench.ScaleReport
+	require.NoError(t, json.Unmarshal([]byte(p.stdout.String()), &rep), "stdout:\n%s", p.stdout.String())
+	require.Equal(t, 1000, rep.Empty)
+	require.Equal(t, 5000, rep.Size)
+	require.Len(t, rep.Ops, 13)
+	for _, op := range rep.Ops {
+		for i := range 2 {
+			require.Positive(t, op.P50[i], op.Name)
+			require.GreaterOrEqual(t, op.P99[i], op.P50[i], op.Name)
+		}
+	}
+	for i, n := range []int{rep.Empty, rep.Size} {
+		run := rep.Retention[i]
+		// Every charge but those of the last day (the records' lifetime)
+		// left an expired record; a refund's record too.
+		require.Greater(t, run.Deleted, n*9/10, "at %d", n)
+		require.True(t, run.OneAttempt, "at %d", n)
+		require.Positive(t, run.AcceptsAlone)
+		require.Positive(t, rep.Bytes[i].PerCharge)
+		require.Positive(t, rep.Bytes[i].PerChargeAfterRetention)
+		require.GreaterOrEqual(t, rep.Bytes[i].Charges, int64(n))
+	}
+}

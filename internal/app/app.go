@@ -473,9 +473,6 @@ func NewWorker(pool *pgxpool.Pool, o Options) (*river.Client[pgx.Tx], error) {
 	if err := river.AddWorkerSafely(workers, worker); err != nil {
 		return nil, err
 	}
-	if err := river.AddWorkerSafely(workers, retention.NewWorker(pool, 0, o.Logger)); err != nil {
-		return nil, err
-	}
 	deliveries, err := delivery.NewWorker(delivery.Config{DB: pool, Logger: o.Logger, AllowPrivate: o.Webhooks.AllowPrivate,
 		Timeout: o.Webhooks.Timeout, BackoffBase: o.Webhooks.RetryBase, BackoffCap: o.Webhooks.RetryCap, CrashPoints: o.CrashPoints})
 	if err != nil {
@@ -488,6 +485,12 @@ func NewWorker(pool *pgxpool.Pool, o Options) (*river.Client[pgx.Tx], error) {
 	rescueAfter := cmp.Or(o.Worker.RescueAfter, jobTimeout+2*time.Minute)
 	if rescueAfter <= jobTimeout {
 		return nil, fmt.Errorf("rescue after %s must exceed the job timeout %s (call timeout + 5s)", rescueAfter, jobTimeout)
+	}
+	// Retention's run has its own timeout, kept below the rescue delay
+	// so that River never reruns a live run as a stuck one.
+	cleanup := retention.NewWorker(pool, 0, o.Logger).WithTimeout(min(retention.DefaultTimeout, rescueAfter-jobTimeout))
+	if err := river.AddWorkerSafely(workers, cleanup); err != nil {
+		return nil, err
 	}
 	return river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger: o.Logger,

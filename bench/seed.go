@@ -1,0 +1,246 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// SeedShape is what Seed writes, besides the charges: the few charges still
+// on their way, which a live system holds however old it is, and the share
+// of the rest that failed or were refunded.
+type SeedShape struct {
+	// Tenants share the charges round robin.
+	Tenants int
+	// Span is how far back the oldest charge was accepted; the newest was
+	// accepted a minute ago.
+	Span time.Duration
+	// The newest charges are left in flight, in these numbers, newest
+	// first: pending (each with a live charge.submit job), submitting,
+	// unknown, needs_review.
+	Pending, Submitting, Unknown, NeedsReview int
+	// FailedPercent of the settled charges failed (declined); one in
+	// RefundEvery succeeded charges has a succeeded refund of half.
+	FailedPercent int
+	RefundEvery   int
+	// KeyTTL is the idempotency records' lifetime: every charge and refund
+	// keeps its record, expired or not, as if retention had never run.
+	KeyTTL time.Duration
+}
+
+// DefaultSeedShape is a few months of traffic of a hundred merchants.
+var DefaultSeedShape = SeedShape{Tenants: 100, Span: 90 * 24 * time.Hour, Pending: 200, Submitting: 50, Unknown: 100,
+	NeedsReview: 100, FailedPercent: 8, RefundEvery: 50, KeyTTL: 24 * time.Hour}
+
+// seedChunk is how many charges one round of statements writes.
+const seedChunk = 200_000
+
+// Seed writes n charges with SQL, as the system would have written them:
+// each is inserted pending and moved along the state machine by UPDATEs,
+// so charges_guard checks every move, the events trigger writes every
+// settling move's event and the refunds trigger keeps every charge's
+// refund sums; every move has its audit event, every charge and refund its
+// idempotency record, every pending charge its job. Nothing is disabled.
+// It returns the tenant ids.
+func Seed(ctx context.Context, db *pgxpool.Pool, n int, shape SeedShape, progress io.Writer) ([]string, error) {
+	if progress == nil {
+		progress = io.Discard
+	}
+	conn, err := db.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	inFlight := shape.Pending + shape.Submitting + shape.Unknown + shape.NeedsReview
+	if n < inFlight {
+		return nil, fmt.Errorf("bench: seed %d charges: fewer than the %d in flight", n, inFlight)
+	}
+	// Ids as package ids makes them: 48 bits of milliseconds in the first
+	// ten base32 digits (after two zero bits), then 80 random bits; these
+	// take the random part from md5, whose hex digits are base32 digits too.
+	if _, err := conn.Exec(ctx, `
+CREATE OR REPLACE FUNCTION pg_temp.seed_id(prefix text, at timestamptz) RETURNS text LANGUAGE sql VOLATILE AS $$
+	SELECT prefix || '_' || (SELECT string_agg(substr('0123456789abcdefghjkmnpqrstvwxyz',
+			(((floor(extract(epoch FROM at) * 1000))::bigint >> (5 * (9 - k))) & 31)::int + 1, 1), '' ORDER BY k)
+		FROM generate_series(0, 9) k)
+		|| substr(md5(random()::text || clock_timestamp()::text), 1, 16)
+$$`); err != nil {
+		return nil, fmt.Errorf("seed: %w", err)
+	}
+	var tenants []string
+	rows, err := conn.Query(ctx, `INSERT INTO tenants (id, name)
+		SELECT pg_temp.seed_id('tn', now() - $2::interval - make_interval(secs => t)), 'seed-' || t || '-' || md5(random()::text)
+		FROM generate_series(1, $1) t RETURNING id`, shape.Tenants, shape.Span)
+	if err != nil {
+		return nil, fmt.Errorf("seed tenants: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		tenants = append(tenants, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("seed tenants: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TEMP TABLE seed_chunk (seq bigint PRIMARY KEY, tenant_id text, id text, created_at timestamptz, fate text)`); err != nil {
+		return nil, fmt.Errorf("seed: %w", err)
+	}
+	end := time.Now().Add(-time.Minute)
+	start := end.Add(-shape.Span)
+	step := shape.Span / time.Duration(n)
+	began := time.Now()
+	for lo := 1; lo <= n; lo += seedChunk {
+		hi := min(lo+seedChunk-1, n)
+		if err := seedRange(ctx, conn.Conn(), tenants, lo, hi, n, start, step, shape); err != nil {
+			return nil, fmt.Errorf("seed charges %d-%d: %w", lo, hi, err)
+		}
+		fmt.Fprintf(progress, "seeded %d of %d charges (%s)\n", hi, n, time.Since(began).Round(time.Second))
+	}
+	for _, q := range []string{`DROP TABLE seed_chunk`, `VACUUM ANALYZE charges, charge_events, idempotency_keys, events, river_job`} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return nil, fmt.Errorf("seed: %w", err)
+		}
+	}
+	fmt.Fprintf(progress, "seeded and analyzed %d charges in %s\n", n, time.Since(began).Round(time.Second))
+	return tenants, nil
+}
+
+// seedRange writes the charges lo..hi of n, numbered oldest first.
+func seedRange(ctx context.Context, conn *pgx.Conn, tenants []string, lo, hi, n int, start time.Time, step time.Duration, s SeedShape) error {
+	// The fate of charge seq: the newest are in flight, the rest settled.
+	// j counts from the newest (0).
+	fate := fmt.Sprintf(`CASE
+		WHEN {n} - seq < %[1]d THEN 'pending'
+		WHEN {n} - seq < %[2]d THEN 'submitting'
+		WHEN {n} - seq < %[3]d THEN 'unknown'
+		WHEN {n} - seq < %[4]d THEN 'needs_review'
+		WHEN abs(hashint8(seq)) %% 100 < %[5]d THEN 'failed'
+		ELSE 'succeeded' END`,
+		s.Pending, s.Pending+s.Submitting, s.Pending+s.Submitting+s.Unknown,
+		s.Pending+s.Submitting+s.Unknown+s.NeedsReview, s.FailedPercent)
+	steps := []string{
+		`TRUNCATE seed_chunk`,
+		`INSERT INTO seed_chunk (seq, tenant_id, id, created_at, fate)
+		SELECT seq, ({tenants}::text[])[1 + seq % cardinality({tenants}::text[])], pg_temp.seed_id('ch', at), at, ` + fate + `
+		FROM generate_series({lo}, {hi}) seq, LATERAL (SELECT {start}::timestamptz + seq * {step}::interval AS at) t`,
+		`INSERT INTO charges (tenant_id, id, state, amount, currency, payment_method, description, metadata,
+			provider, provider_key, created_at, updated_at)
+		SELECT tenant_id, id, 'pending', 500 + seq % 20000, 'USD', 'pm_card_visa', 'Order ' || seq,
+			jsonb_build_object('order_id', 'ord_' || seq), 'fakepsp', 'cf_' || id, created_at, created_at
+		FROM seed_chunk ORDER BY seq`,
+		`INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
+		SELECT tenant_id, id, NULL, 'pending', 'api', 'accepted', 0, created_at FROM seed_chunk ORDER BY seq`,
+		`INSERT INTO idempotency_keys (tenant_id, key_hash, fingerprint, charge_id, status_code, response_body, created_at, expires_at)
+		SELECT tenant_id, sha256(convert_to('key-' || id, 'UTF8')), sha256(convert_to('fp-' || id, 'UTF8')), id, 201,
+			convert_to(jsonb_build_object('id', id, 'object', 'charge', 'amount', 500 + seq % 20000, 'currency', 'USD',
+				'status', 'pending', 'payment_method', 'pm_card_visa', 'description', 'Order ' || seq,
+				'metadata', jsonb_build_object('order_id', 'ord_' || seq), 'created', extract(epoch FROM created_at)::bigint,
+				'amount_refunded', 0, 'provider_charge_id', NULL, 'failure_code', NULL)::text, 'UTF8'),
+			created_at, created_at + {ttl}::interval
+		FROM seed_chunk ORDER BY seq`,
+		`INSERT INTO river_job (args, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)
+		SELECT jsonb_build_object('tenant_id', tenant_id, 'charge_id', id), 'charge.submit', 25, '{}', 1, 'default',
+			created_at, 'available', '{}'
+		FROM seed_chunk WHERE fate = 'pending'`,
+		// pending -> submitting, the first attempt a moment after accept.
+		`UPDATE charges c SET state = 'submitting', attempts = 1, first_attempt_at = s.created_at + interval '20 ms',
+			last_attempt_at = CASE WHEN s.fate = 'submitting' THEN now() ELSE s.created_at + interval '20 ms' END,
+			updated_at = s.created_at + interval '20 ms'
+		FROM seed_chunk s WHERE c.tenant_id = s.tenant_id AND c.id = s.id AND s.fate <> 'pending'`,
+		`INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
+		SELECT tenant_id, id, 'pending', 'submitting', 'worker', 'sending', 1, created_at + interval '20 ms'
+		FROM seed_chunk WHERE fate <> 'pending' ORDER BY seq`,
+		`UPDATE charges c SET state = CASE WHEN s.fate = 'needs_review' THEN 'unknown' ELSE s.fate END,
+			provider_charge_id = CASE WHEN s.fate = 'succeeded' THEN 'pi_' || substr(s.id, 4) END,
+			failure_code = CASE WHEN s.fate = 'failed' THEN 'card_declined' END,
+			unknown_since = CASE WHEN s.fate IN ('unknown', 'needs_review') THEN s.created_at + interval '30 s' END,
+			next_check_at = CASE WHEN s.fate IN ('unknown', 'needs_review') THEN now() + interval '1 hour' END,
+			updated_at = s.created_at + interval '300 ms'
+		FROM seed_chunk s WHERE c.tenant_id = s.tenant_id AND c.id = s.id AND s.fate IN ('succeeded', 'failed', 'unknown', 'needs_review')`,
+		`INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
+		SELECT tenant_id, id, 'submitting', CASE WHEN fate = 'needs_review' THEN 'unknown' ELSE fate END, 'worker',
+			CASE fate WHEN 'succeeded' THEN 'provider_charged' WHEN 'failed' THEN 'provider_declined' ELSE 'timeout' END,
+			1, created_at + interval '300 ms'
+		FROM seed_chunk WHERE fate IN ('succeeded', 'failed', 'unknown', 'needs_review') ORDER BY seq`,
+		`UPDATE charges c SET state = 'needs_review', review_reason = 'max_unknown_age', updated_at = now()
+		FROM seed_chunk s WHERE c.tenant_id = s.tenant_id AND c.id = s.id AND s.fate = 'needs_review'`,
+		`INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
+		SELECT tenant_id, id, 'unknown', 'needs_review', 'reconciler', 'max_unknown_age', 1, now()
+		FROM seed_chunk WHERE fate = 'needs_review' ORDER BY seq`,
+	}
+	refunds := []string{
+		`TRUNCATE seed_chunk`,
+		`INSERT INTO seed_chunk (seq, tenant_id, id, created_at, fate)
+		SELECT seq, tenant_id, pg_temp.seed_id('re', at), at, 'succeeded'
+		FROM seed_parent, LATERAL (SELECT {start}::timestamptz + seq * {step}::interval + interval '1 hour' AS at) t`,
+	}
+	refundSteps := []string{
+		// A refund and its parent share their seq.
+		`INSERT INTO charges (tenant_id, id, state, amount, currency, payment_method, description, metadata,
+			provider, provider_key, created_at, updated_at, kind, parent_id, reason)
+		SELECT s.tenant_id, s.id, 'pending', p.amount / 2 + 1, 'USD', NULL, NULL, '{}', 'fakepsp', 'cf_' || s.id,
+			s.created_at, s.created_at, 'refund', p.id, 'requested_by_customer'
+		FROM seed_chunk s JOIN seed_parent p ON p.seq = s.seq ORDER BY s.seq`,
+		`INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
+		SELECT tenant_id, id, NULL, 'pending', 'api', 'accepted', 0, created_at FROM seed_chunk ORDER BY seq`,
+		`INSERT INTO idempotency_keys (tenant_id, key_hash, fingerprint, charge_id, status_code, response_body, created_at, expires_at)
+		SELECT tenant_id, sha256(convert_to('key-' || id, 'UTF8')), sha256(convert_to('fp-' || id, 'UTF8')), id, 201,
+			convert_to(jsonb_build_object('id', id, 'object', 'refund', 'status', 'pending', 'reason', 'requested_by_customer',
+				'created', extract(epoch FROM created_at)::bigint)::text, 'UTF8'),
+			created_at, created_at + {ttl}::interval
+		FROM seed_chunk ORDER BY seq`,
+		`UPDATE charges c SET state = 'submitting', attempts = 1, first_attempt_at = s.created_at + interval '20 ms',
+			last_attempt_at = s.created_at + interval '20 ms', updated_at = s.created_at + interval '20 ms'
+		FROM seed_chunk s WHERE c.tenant_id = s.tenant_id AND c.id = s.id`,
+		`UPDATE charges c SET state = 'succeeded', provider_charge_id = 're_' || substr(s.id, 4), updated_at = s.created_at + interval '300 ms'
+		FROM seed_chunk s WHERE c.tenant_id = s.tenant_id AND c.id = s.id`,
+		`INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
+		SELECT tenant_id, id, m.from_state, m.to_state, 'worker', m.reason, 1, created_at + m.after
+		FROM seed_chunk, (VALUES ('pending', 'submitting', 'sending', interval '20 ms'),
+			('submitting', 'succeeded', 'provider_refunded', interval '300 ms')) m (from_state, to_state, reason, after)
+		ORDER BY seq, m.after`,
+	}
+	tenantList := make([]string, len(tenants))
+	for i, t := range tenants {
+		tenantList[i] = `"` + t + `"`
+	}
+	// The statements' values are numbers, times and ids of our own making,
+	// written as literals: a statement takes just the ones it uses.
+	literals := strings.NewReplacer("{lo}", strconv.Itoa(lo), "{hi}", strconv.Itoa(hi), "{n}", strconv.Itoa(n),
+		"{tenants}", "'{"+strings.Join(tenantList, ",")+"}'",
+		"{start}", "'"+start.UTC().Format(time.RFC3339Nano)+"'",
+		"{step}", fmt.Sprintf("'%d microseconds'", step.Microseconds()),
+		"{ttl}", fmt.Sprintf("'%d seconds'", int64(s.KeyTTL.Seconds())))
+	run := func(statements []string) error {
+		for _, q := range statements {
+			if _, err := conn.Exec(ctx, literals.Replace(q)); err != nil {
+				return fmt.Errorf("%.60s…: %w", strings.Join(strings.Fields(q), " "), err)
+			}
+		}
+		return nil
+	}
+	if err := run(steps); err != nil || s.RefundEvery <= 0 {
+		return err
+	}
+	// The parents of this range's refunds, before the chunk is replaced.
+	if err := run([]string{
+		`CREATE TEMP TABLE IF NOT EXISTS seed_parent (seq bigint PRIMARY KEY, tenant_id text, id text, amount bigint)`,
+		`TRUNCATE seed_parent`,
+		`INSERT INTO seed_parent (seq, tenant_id, id, amount)
+		SELECT seq, tenant_id, id, 500 + seq % 20000 FROM seed_chunk WHERE fate = 'succeeded' AND abs(hashint8(-seq)) % ` + strconv.Itoa(s.RefundEvery) + ` = 0`,
+	}); err != nil {
+		return err
+	}
+	if err := run(refunds); err != nil {
+		return err
+	}
+	return run(refundSteps)
+}
