@@ -136,6 +136,11 @@ func (r *runner) measureEndToEnd(ctx context.Context, client *apiClient, concurr
 	var lo, hi float64 // highest rate kept up with, lowest not
 	// try probes perSecond and moves lo or hi to it.
 	try := func(perSecond float64) error {
+		// Each probe starts from an empty backlog: one a probe left
+		// behind would count against the next.
+		if err := r.waitDrained(ctx); err != nil {
+			return err
+		}
 		s, err := r.sustain(ctx, client, concurrency, perSecond, r.opts.Duration)
 		e.Probes = append(e.Probes, s)
 		if s.KeptUp && s.Drained {
@@ -174,6 +179,9 @@ func (r *runner) measureEndToEnd(ctx context.Context, client *apiClient, concurr
 		if i > 0 {
 			lo *= 0.85
 		}
+		if err = r.waitDrained(ctx); err != nil {
+			return e, err
+		}
 		if e.Confirmed, err = r.sustain(ctx, client, concurrency, lo, r.opts.SustainDuration); err != nil {
 			return e, err
 		}
@@ -195,6 +203,9 @@ func (r *runner) measureEndToEnd(ctx context.Context, client *apiClient, concurr
 // to drain, and reads accepted → succeeded of the charges accepted then.
 func (r *runner) latency(ctx context.Context, client *apiClient, concurrency int, perSecond float64) (SettleLatency, error) {
 	l := SettleLatency{OfferedPerSecond: perSecond}
+	if err := r.waitDrained(ctx); err != nil {
+		return l, err
+	}
 	var since time.Time
 	if err := r.admin.QueryRow(ctx, `SELECT now()`).Scan(&since); err != nil {
 		return l, err
@@ -218,6 +229,29 @@ type counts struct {
 	unsettled    int64 // pending, submitting or unknown
 	succeeded    int64
 	notSucceeded int64 // failed or needs_review
+}
+
+// drainWait bounds how long a measurement waits for a backlog the one
+// before it left.
+const drainWait = 5 * time.Minute
+
+// waitDrained waits until no charge is unsettled.
+func (r *runner) waitDrained(ctx context.Context) error {
+	deadline := time.Now().Add(drainWait)
+	for {
+		n, err := r.backlog(ctx)
+		if err != nil || n == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d charges still unsettled %s after the load stopped", n, drainWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // backlog counts the charges of the benchmark's tenant not yet settled,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -119,4 +120,26 @@ func (b *batcher[T, R]) withdraw(r *batchRequest[T, R]) bool {
 	default:
 	}
 	return true
+}
+
+// batchers spreads requests over several batchers, round robin, so that
+// several batches can be in flight at once: one batch at a time would put
+// all of a worker's settling on one database backend — one CPU of the
+// server, however many it has, and a small share of it beside the API's
+// many backends on a busy one.
+type batchers[T, R any] struct {
+	each []*batcher[T, R]
+	next atomic.Uint64
+}
+
+func newBatchers[T, R any](n int, newOne func() *batcher[T, R]) *batchers[T, R] {
+	b := &batchers[T, R]{each: make([]*batcher[T, R], max(n, 1))}
+	for i := range b.each {
+		b.each[i] = newOne()
+	}
+	return b
+}
+
+func (b *batchers[T, R]) do(ctx context.Context, item T) (R, error) {
+	return b.each[b.next.Add(1)%uint64(len(b.each))].do(ctx, item)
 }

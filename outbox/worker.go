@@ -85,9 +85,13 @@ type Worker struct {
 	telemetry telemetry
 	// claims and settles make the run's two moves with the runs asking
 	// at the same time (claims.go).
-	claims  *batcher[intent.Ref, moved]
-	settles *batcher[intent.Move, moved]
+	claims  *batchers[intent.Ref, moved]
+	settles *batchers[intent.Move, moved]
 }
+
+// BatchesInFlight is how many claim statements, and how many settling
+// transactions, a worker runs at once (claims.go).
+const BatchesInFlight = 4
 
 // NewWorker checks cfg and fills its defaults.
 func NewWorker(cfg Config) (*Worker, error) {
@@ -100,7 +104,10 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{cfg: cfg, telemetry: tel, claims: newClaims(cfg.DB), settles: newSettles(cfg.DB, cfg.CrashPoints)}, nil
+	return &Worker{cfg: cfg, telemetry: tel,
+		claims:  newBatchers(BatchesInFlight, func() *batcher[intent.Ref, moved] { return newClaims(cfg.DB) }),
+		settles: newBatchers(BatchesInFlight, func() *batcher[intent.Move, moved] { return newSettles(cfg.DB, cfg.CrashPoints) }),
+	}, nil
 }
 
 // Timeout bounds one run: the provider client's call timeout, plus room
