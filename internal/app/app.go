@@ -133,7 +133,7 @@ type Worker struct {
 	// a database connection only for its two short statements, never
 	// across the provider call, so it is sized by how many calls may wait
 	// on the provider at once (rate × the provider's latency), not by the
-	// database: docs/benchmarks.md, "A slow provider". Default 512.
+	// database: docs/benchmarks.md, "A slow provider". Default 1024.
 	Concurrency int
 	// MaxConns is the worker pool's size, shared by every job, the webhook
 	// deliveries and River's own work. Default WorkerConns of the
@@ -168,7 +168,7 @@ func Defaults() Options {
 		Webhooks:       Webhooks{Concurrency: 10},
 		ReconcilerPool: Pool{MaxConns: 10},
 		Worker: Worker{
-			Concurrency:       512,
+			Concurrency:       1024,
 			MaxConns:          WorkerConns(runtime.NumCPU()),
 			UnknownCheckAfter: outbox.DefaultUnknownCheckAfter,
 			Retry:             outbox.RetryPolicy{Base: outbox.DefaultRetryBase, Cap: outbox.DefaultRetryCap},
