@@ -42,6 +42,12 @@ type batchRequest[T, R any] struct {
 // context ends before a batch took it is withdrawn (ctx.Err()); once taken,
 // its answer is moments away and is waited for.
 func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
+	var zero R
+	// A run whose context ended (its job cancelled, the worker stopping)
+	// writes nothing, as a transaction begun on that context would not.
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
 	r := &batchRequest[T, R]{item: item, lead: make(chan struct{}, 1), done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
@@ -55,10 +61,17 @@ func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
 		case <-r.done:
 			return r.res, r.err
 		case <-r.lead:
+			if ctx.Err() != nil {
+				// Ended while queued: hand the batch to the next.
+				b.mu.Lock()
+				b.queue = slices.DeleteFunc(b.queue, func(q *batchRequest[T, R]) bool { return q == r })
+				b.handOff()
+				b.mu.Unlock()
+				return zero, ctx.Err()
+			}
 			b.runNext(ctx)
 		case <-ctx.Done():
 			if b.withdraw(r) {
-				var zero R
 				return zero, ctx.Err()
 			}
 			<-r.done
@@ -92,12 +105,18 @@ func (b *batcher[T, R]) runNext(ctx context.Context) {
 	}
 
 	b.mu.Lock()
+	b.handOff()
+	b.mu.Unlock()
+}
+
+// handOff gives the next batch to the request at the head of the queue, or
+// notes that none is running. b.mu is held.
+func (b *batcher[T, R]) handOff() {
 	if len(b.queue) > 0 {
 		b.queue[0].lead <- struct{}{}
 	} else {
 		b.running = false
 	}
-	b.mu.Unlock()
 }
 
 // withdraw takes r out of the queue if no batch has taken it yet, passing
@@ -112,11 +131,7 @@ func (b *batcher[T, R]) withdraw(r *batchRequest[T, R]) bool {
 	b.queue = slices.Delete(b.queue, i, i+1)
 	select {
 	case <-r.lead:
-		if len(b.queue) > 0 {
-			b.queue[0].lead <- struct{}{}
-		} else {
-			b.running = false
-		}
+		b.handOff()
 	default:
 	}
 	return true

@@ -207,3 +207,20 @@ func TestSettlesShareATransaction(t *testing.T) {
 	require.Less(t, db.begins.Load(), int64(len(asks)), "settles made at once share transactions")
 	require.Empty(t, st.queue)
 }
+
+// TestEndedRunWritesNothing checks that a run whose context has ended —
+// its job cancelled as the worker stops — moves nothing, even when it
+// would run the batch itself.
+func TestEndedRunWritesNothing(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	tenantID := dbtest.Tenant(t, pool, "claims test")
+	c := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenantID})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := newClaims(pool).do(ctx, intent.Ref{TenantID: tenantID, ChargeID: c.ID})
+	require.ErrorIs(t, err, context.Canceled)
+	got, err := intent.Get(context.Background(), pool, tenantID, c.ID)
+	require.NoError(t, err)
+	require.Equal(t, intent.StatePending, got.State)
+}
