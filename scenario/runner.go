@@ -399,7 +399,9 @@ func (s *system) boot(ctx context.Context) error {
 	for i := range cmp.Or(s.sc.Workers, 1) {
 		w := s.newProc(fmt.Sprintf("worker-%d", i), append([]string{"worker",
 			"--call-timeout", t.callTimeout.String(), "--rescue-after", t.rescueAfter.String(),
-			"--retry-base", "50ms", "--retry-cap", t.retryCap.String(), "--unknown-check-after", "200ms", "--concurrency", "8"},
+			"--retry-base", "50ms", "--retry-cap", t.retryCap.String(), "--unknown-check-after", "200ms", "--concurrency", "8",
+			// Scenarios run side by side on one server's connections.
+			"--max-conns", "8"},
 			workerFlags...)...)
 		w.env = s.env(workerEnv...)
 		if err := w.start(ctx, false); err != nil {
