@@ -38,8 +38,8 @@ test: db
 	scripts/ensure-postgres_test.sh
 	scripts/ha-postgres_test.sh
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
-	bin/chargeflow scenario run all --short --parallel 3
-	bin/chargeflow scenario run all --short --parallel 3 --psp stripe
+	bin/chargeflow scenario run all --short --parallel 2
+	bin/chargeflow scenario run all --short --parallel 2 --psp stripe
 
 ## bench: measure the performance targets as ratios against baselines on a
 ## fresh database (docs/benchmarks.md); BENCHFLAGS adds flags, e.g. --json
@@ -50,5 +50,5 @@ bench: db
 ## scenarios: the full catalogue, with the 10,000-charge soaks (one with two APIs and a failover)
 scenarios: db
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
-	bin/chargeflow scenario run all --parallel 3
-	bin/chargeflow scenario run all --parallel 3 --psp stripe
+	bin/chargeflow scenario run all --parallel 2
+	bin/chargeflow scenario run all --parallel 2 --psp stripe
