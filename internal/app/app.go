@@ -133,7 +133,7 @@ type Worker struct {
 	// a database connection only for its two short statements, never
 	// across the provider call, so it is sized by how many calls may wait
 	// on the provider at once (rate × the provider's latency), not by the
-	// database: docs/benchmarks.md, "A slow provider". Default 1024.
+	// database: docs/benchmarks.md, "The settle path's write budget". Default 1024.
 	Concurrency int
 	// MaxConns is the worker pool's size, shared by every job, the webhook
 	// deliveries and River's own work. Default WorkerConns of the
