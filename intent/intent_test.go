@@ -532,25 +532,29 @@ func TestSQLIdsAreIds(t *testing.T) {
 	}
 }
 
-// TestClaimPendingTakesOnlyWhatItNames checks that a claim moves a charge
-// only under its own tenant, and only if pending.
-func TestClaimPendingTakesOnlyWhatItNames(t *testing.T) {
+// TestMoveManyTakesOnlyWhatItNames checks that a claim made by MoveMany
+// moves a charge only under its own tenant, and only if pending.
+func TestMoveManyTakesOnlyWhatItNames(t *testing.T) {
 	t.Parallel()
 	ctx, b := setup(t)
 
 	mine := b.accept(ctx, t, "claim-mine-000000001")
 	other := dbtest.Tenant(t, b.pool, "another tenant")
-	moved, err := intent.ClaimPending(ctx, b.pool, []intent.Ref{
-		{TenantID: other, ChargeID: mine.ID},                        // someone else's name for it
-		{TenantID: b.tenantID, ChargeID: ids.New("ch", time.Now())}, // no such charge
-	}, "worker", "submit")
+	claim := func(tenantID, chargeID string) intent.Move {
+		return intent.Move{TenantID: tenantID, ChargeID: chargeID, From: intent.StatePending, To: intent.StateSubmitting,
+			Actor: "worker", Reason: "submit", CountAttempt: true}
+	}
+	moved, err := intent.MoveMany(ctx, b.pool, []intent.Move{
+		claim(other, mine.ID),                        // someone else's name for it
+		claim(b.tenantID, ids.New("ch", time.Now())), // no such charge
+	})
 	require.NoError(t, err)
 	require.Empty(t, moved)
 	got, err := intent.Get(ctx, b.pool, b.tenantID, mine.ID)
 	require.NoError(t, err)
 	require.Equal(t, intent.StatePending, got.State)
 
-	moved, err = intent.ClaimPending(ctx, b.pool, []intent.Ref{{TenantID: b.tenantID, ChargeID: mine.ID}}, "worker", "submit")
+	moved, err = intent.MoveMany(ctx, b.pool, []intent.Move{claim(b.tenantID, mine.ID)})
 	require.NoError(t, err)
 	require.Len(t, moved, 1)
 	c := moved[intent.Ref{TenantID: b.tenantID, ChargeID: mine.ID}]

@@ -29,11 +29,16 @@ type moved struct {
 	ok     bool
 }
 
-// newClaims claims charges for their runs: intent.ClaimPending.
+// newClaims claims charges for their runs: pending → submitting, counting
+// an attempt, as MoveCharge's claim does (intent.MoveMany).
 func newClaims(db intent.DB) *batcher[intent.Ref, moved] {
 	return &batcher[intent.Ref, moved]{max: maxBatch, run: func(ctx context.Context, refs []intent.Ref) ([]moved, error) {
-		got, err := intent.ClaimPending(ctx, db, refs, actor, "submit")
-		return once(refs, got), err
+		moves := make([]intent.Move, len(refs))
+		for i, ref := range refs {
+			moves[i] = intent.Move{TenantID: ref.TenantID, ChargeID: ref.ChargeID,
+				From: intent.StatePending, To: intent.StateSubmitting, Actor: actor, Reason: "submit", CountAttempt: true}
+		}
+		return moveOnce(ctx, db, moves)
 	}}
 }
 
@@ -44,29 +49,35 @@ func newSettles(db interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, points *crashpoint.Set) *batcher[intent.Move, moved] {
 	return &batcher[intent.Move, moved]{max: maxBatch, run: func(ctx context.Context, moves []intent.Move) ([]moved, error) {
-		// Two runs of one charge in one batch: the first's move goes in
-		// the statement; the second learns where the charge is from
-		// MoveCharge, as it would have after the first one's own commit.
-		refs := make([]intent.Ref, len(moves))
-		var distinct []intent.Move
-		seen := map[intent.Ref]bool{}
-		for i, m := range moves {
-			refs[i] = intent.Ref{TenantID: m.TenantID, ChargeID: m.ChargeID}
-			if !seen[refs[i]] {
-				seen[refs[i]] = true
-				distinct = append(distinct, m)
-			}
-		}
-		var got map[intent.Ref]intent.Charge
+		var out []moved
 		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 			var err error
-			if got, err = intent.MoveMany(ctx, tx, distinct); err != nil {
+			if out, err = moveOnce(ctx, tx, moves); err != nil {
 				return err
 			}
 			return points.Hit(ctx, crashpoint.WorkerAfterSaveBeforeCommit)
 		})
-		return once(refs, got), err
+		return out, err
 	}}
+}
+
+// moveOnce makes a batch's moves in one statement. Two runs of one charge
+// in one batch: the first's move goes in the statement; the second learns
+// where the charge is from MoveCharge, as it would have after the first
+// one's own commit.
+func moveOnce(ctx context.Context, db intent.DB, moves []intent.Move) ([]moved, error) {
+	refs := make([]intent.Ref, len(moves))
+	var distinct []intent.Move
+	seen := map[intent.Ref]bool{}
+	for i, m := range moves {
+		refs[i] = intent.Ref{TenantID: m.TenantID, ChargeID: m.ChargeID}
+		if !seen[refs[i]] {
+			seen[refs[i]] = true
+			distinct = append(distinct, m)
+		}
+	}
+	got, err := intent.MoveMany(ctx, db, distinct)
+	return once(refs, got), err
 }
 
 // once answers each ref of a batch with its charge if the statement moved
