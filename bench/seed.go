@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 )
 
 // SeedShape is what Seed writes, besides the charges: the few charges still
@@ -29,14 +32,17 @@ type SeedShape struct {
 	// RefundEvery succeeded charges has a succeeded refund of half.
 	FailedPercent int
 	RefundEvery   int
-	// KeyTTL is the idempotency records' lifetime: every charge and refund
-	// keeps its record, expired or not, as if retention had never run.
-	KeyTTL time.Duration
+	// KeyTTL is the idempotency records' lifetime. The newest charges and
+	// refunds keep their records: those of the last KeyTTL, alive, and
+	// ExpiredKeys more, expired, which the next retention run deletes; the
+	// older ones' records are gone, as earlier runs would have left them.
+	KeyTTL      time.Duration
+	ExpiredKeys int
 }
 
 // DefaultSeedShape is a few months of traffic of a hundred merchants.
 var DefaultSeedShape = SeedShape{Tenants: 100, Span: 90 * 24 * time.Hour, Pending: 200, Submitting: 50, Unknown: 100,
-	NeedsReview: 100, FailedPercent: 8, RefundEvery: 50, KeyTTL: 24 * time.Hour}
+	NeedsReview: 100, FailedPercent: 8, RefundEvery: 50, KeyTTL: 24 * time.Hour, ExpiredKeys: 1_000_000}
 
 // seedChunk is how many charges one round of statements writes.
 const seedChunk = 200_000
@@ -45,76 +51,113 @@ const seedChunk = 200_000
 // each is inserted pending and moved along the state machine by UPDATEs,
 // so charges_guard checks every move, the events trigger writes every
 // settling move's event and the refunds trigger keeps every charge's
-// refund sums; every move has its audit event, every charge and refund its
-// idempotency record, every pending charge its job. Nothing is disabled.
-// It returns the tenant ids.
+// refund sums; every move has its audit event, every pending charge its
+// job, the newest charges and refunds their idempotency records
+// (SeedShape.ExpiredKeys). Nothing is disabled. Chunks of seedChunk
+// charges are written by as many connections at once as the pool and the
+// CPUs allow. It returns the tenant ids.
 func Seed(ctx context.Context, db *pgxpool.Pool, n int, shape SeedShape, progress io.Writer) ([]string, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
-	conn, err := db.Acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Release()
 	inFlight := shape.Pending + shape.Submitting + shape.Unknown + shape.NeedsReview
 	if n < inFlight {
 		return nil, fmt.Errorf("bench: seed %d charges: fewer than the %d in flight", n, inFlight)
 	}
-	// Ids as package ids makes them: 48 bits of milliseconds in the first
-	// ten base32 digits (after two zero bits), then 80 random bits; these
-	// take the random part from md5, whose hex digits are base32 digits too.
-	if _, err := conn.Exec(ctx, `
-CREATE OR REPLACE FUNCTION pg_temp.seed_id(prefix text, at timestamptz) RETURNS text LANGUAGE sql VOLATILE AS $$
-	SELECT prefix || '_' || (SELECT string_agg(substr('0123456789abcdefghjkmnpqrstvwxyz',
-			(((floor(extract(epoch FROM at) * 1000))::bigint >> (5 * (9 - k))) & 31)::int + 1, 1), '' ORDER BY k)
-		FROM generate_series(0, 9) k)
-		|| substr(md5(random()::text || clock_timestamp()::text), 1, 16)
-$$`); err != nil {
-		return nil, fmt.Errorf("seed: %w", err)
-	}
-	var tenants []string
-	rows, err := conn.Query(ctx, `INSERT INTO tenants (id, name)
-		SELECT pg_temp.seed_id('tn', now() - $2::interval - make_interval(secs => t)), 'seed-' || t || '-' || md5(random()::text)
-		FROM generate_series(1, $1) t RETURNING id`, shape.Tenants, shape.Span)
+	rows, err := db.Query(ctx, `INSERT INTO tenants (id, name)
+		SELECT 'tn_' || substr(md5(random()::text), 1, 26),
+			'seed-' || t || '-' || md5(random()::text)
+		FROM generate_series(1, $1) t RETURNING id`, shape.Tenants)
 	if err != nil {
 		return nil, fmt.Errorf("seed tenants: %w", err)
 	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		tenants = append(tenants, id)
-	}
-	if err := rows.Err(); err != nil {
+	tenants, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
 		return nil, fmt.Errorf("seed tenants: %w", err)
-	}
-	if _, err := conn.Exec(ctx, `CREATE TEMP TABLE seed_chunk (seq bigint PRIMARY KEY, tenant_id text, id text, created_at timestamptz, fate text)`); err != nil {
-		return nil, fmt.Errorf("seed: %w", err)
 	}
 	end := time.Now().Add(-time.Minute)
 	start := end.Add(-shape.Span)
 	step := shape.Span / time.Duration(n)
+	// The idempotency records retention has not deleted yet: those of the
+	// last KeyTTL, alive, and ExpiredKeys more.
+	keyed := min(n, int(shape.KeyTTL/max(step, time.Microsecond))+shape.ExpiredKeys)
 	began := time.Now()
-	for lo := 1; lo <= n; lo += seedChunk {
-		hi := min(lo+seedChunk-1, n)
-		if err := seedRange(ctx, conn.Conn(), tenants, lo, hi, n, start, step, shape); err != nil {
-			return nil, fmt.Errorf("seed charges %d-%d: %w", lo, hi, err)
+	var mu sync.Mutex
+	seeded := 0
+	chunks := make(chan int)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(chunks)
+		for lo := 1; lo <= n; lo += seedChunk {
+			select {
+			case chunks <- lo:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
 		}
-		fmt.Fprintf(progress, "seeded %d of %d charges (%s)\n", hi, n, time.Since(began).Round(time.Second))
+		return nil
+	})
+	for range max(1, min(int(db.Config().MaxConns), runtime.NumCPU(), (n+seedChunk-1)/seedChunk)) {
+		g.Go(func() error {
+			conn, err := db.Acquire(gctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			if err := seedSession(gctx, conn.Conn()); err != nil {
+				return fmt.Errorf("seed: %w", err)
+			}
+			for lo := range chunks {
+				hi := min(lo+seedChunk-1, n)
+				if err := seedRange(gctx, conn.Conn(), tenants, lo, hi, n, keyed, start, step, shape); err != nil {
+					return fmt.Errorf("seed charges %d-%d: %w", lo, hi, err)
+				}
+				mu.Lock()
+				seeded += hi - lo + 1
+				fmt.Fprintf(progress, "seeded %d of %d charges (%s)\n", seeded, n, time.Since(began).Round(time.Second))
+				mu.Unlock()
+			}
+			_, err = conn.Exec(gctx, `DROP TABLE seed_chunk, seed_parent`)
+			return err
+		})
 	}
-	for _, q := range []string{`DROP TABLE seed_chunk`, `VACUUM ANALYZE charges, charge_events, idempotency_keys, events, river_job`} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			return nil, fmt.Errorf("seed: %w", err)
-		}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	if _, err := db.Exec(ctx, `VACUUM ANALYZE charges, charge_events, idempotency_keys, events, river_job`); err != nil {
+		return nil, fmt.Errorf("seed: %w", err)
 	}
 	fmt.Fprintf(progress, "seeded and analyzed %d charges in %s\n", n, time.Since(began).Round(time.Second))
 	return tenants, nil
 }
 
+// seedSession makes a connection's temporary id function and tables.
+func seedSession(ctx context.Context, conn *pgx.Conn) error {
+	for _, q := range []string{
+		// Ids as package ids makes them: 48 bits of milliseconds in the
+		// first ten base32 digits (after two zero bits), then 80 random
+		// bits; these take the random part from md5, whose hex digits are
+		// base32 digits too.
+		`CREATE OR REPLACE FUNCTION pg_temp.seed_id(prefix text, at timestamptz) RETURNS text LANGUAGE sql VOLATILE AS $$
+	SELECT prefix || '_' || (SELECT string_agg(substr('0123456789abcdefghjkmnpqrstvwxyz',
+			(((floor(extract(epoch FROM at) * 1000))::bigint >> (5 * (9 - k))) & 31)::int + 1, 1), '' ORDER BY k)
+		FROM generate_series(0, 9) k)
+		|| substr(md5(random()::text || clock_timestamp()::text), 1, 16)
+$$`,
+		`CREATE TEMP TABLE seed_chunk (seq bigint PRIMARY KEY, tenant_id text, id text, created_at timestamptz, fate text)`,
+		`CREATE TEMP TABLE seed_parent (seq bigint PRIMARY KEY, tenant_id text, id text, amount bigint)`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // seedRange writes the charges lo..hi of n, numbered oldest first.
-func seedRange(ctx context.Context, conn *pgx.Conn, tenants []string, lo, hi, n int, start time.Time, step time.Duration, s SeedShape) error {
+// Charges (and their refunds) after seq n-keyed keep their idempotency
+// records.
+func seedRange(ctx context.Context, conn *pgx.Conn, tenants []string, lo, hi, n, keyed int, start time.Time, step time.Duration, s SeedShape) error {
 	// The fate of charge seq: the newest are in flight, the rest settled.
 	// j counts from the newest (0).
 	fate := fmt.Sprintf(`CASE
@@ -145,7 +188,7 @@ func seedRange(ctx context.Context, conn *pgx.Conn, tenants []string, lo, hi, n 
 				'metadata', jsonb_build_object('order_id', 'ord_' || seq), 'created', extract(epoch FROM created_at)::bigint,
 				'amount_refunded', 0, 'provider_charge_id', NULL, 'failure_code', NULL)::text, 'UTF8'),
 			created_at, created_at + {ttl}::interval
-		FROM seed_chunk ORDER BY seq`,
+		FROM seed_chunk WHERE seq > {keyfloor} ORDER BY seq`,
 		`INSERT INTO river_job (args, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)
 		SELECT jsonb_build_object('tenant_id', tenant_id, 'charge_id', id), 'charge.submit', 25, '{}', 1, 'default',
 			created_at, 'available', '{}'
@@ -196,7 +239,7 @@ func seedRange(ctx context.Context, conn *pgx.Conn, tenants []string, lo, hi, n 
 			convert_to(jsonb_build_object('id', id, 'object', 'refund', 'status', 'pending', 'reason', 'requested_by_customer',
 				'created', extract(epoch FROM created_at)::bigint)::text, 'UTF8'),
 			created_at, created_at + {ttl}::interval
-		FROM seed_chunk ORDER BY seq`,
+		FROM seed_chunk WHERE seq > {keyfloor} ORDER BY seq`,
 		`UPDATE charges c SET state = 'submitting', attempts = 1, first_attempt_at = s.created_at + interval '20 ms',
 			last_attempt_at = s.created_at + interval '20 ms', updated_at = s.created_at + interval '20 ms'
 		FROM seed_chunk s WHERE c.tenant_id = s.tenant_id AND c.id = s.id`,
@@ -214,7 +257,7 @@ func seedRange(ctx context.Context, conn *pgx.Conn, tenants []string, lo, hi, n 
 	}
 	// The statements' values are numbers, times and ids of our own making,
 	// written as literals: a statement takes just the ones it uses.
-	literals := strings.NewReplacer("{lo}", strconv.Itoa(lo), "{hi}", strconv.Itoa(hi), "{n}", strconv.Itoa(n),
+	literals := strings.NewReplacer("{lo}", strconv.Itoa(lo), "{hi}", strconv.Itoa(hi), "{n}", strconv.Itoa(n), "{keyfloor}", strconv.Itoa(n-keyed),
 		"{tenants}", "'{"+strings.Join(tenantList, ",")+"}'",
 		"{start}", "'"+start.UTC().Format(time.RFC3339Nano)+"'",
 		"{step}", fmt.Sprintf("'%d microseconds'", step.Microseconds()),
@@ -232,7 +275,6 @@ func seedRange(ctx context.Context, conn *pgx.Conn, tenants []string, lo, hi, n 
 	}
 	// The parents of this range's refunds, before the chunk is replaced.
 	if err := run([]string{
-		`CREATE TEMP TABLE IF NOT EXISTS seed_parent (seq bigint PRIMARY KEY, tenant_id text, id text, amount bigint)`,
 		`TRUNCATE seed_parent`,
 		`INSERT INTO seed_parent (seq, tenant_id, id, amount)
 		SELECT seq, tenant_id, id, 500 + seq % 20000 FROM seed_chunk WHERE fate = 'succeeded' AND abs(hashint8(-seq)) % ` + strconv.Itoa(s.RefundEvery) + ` = 0`,
