@@ -12,7 +12,7 @@ import (
 
 // TestSeedShape checks what Seed promises: n charges, the in-flight ones in
 // their numbers, and idempotency records only for the newest charges (the
-// live day's and ExpiredKeys expired ones), written by two connections.
+// live day's and ExpiredKeys expired ones).
 func TestSeedShape(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
