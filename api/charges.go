@@ -34,23 +34,30 @@ func nonEmpty(s string) *string {
 
 // createCharge accepts a charge once per idempotency key. The order of work
 // is docs/api.md's: (authenticate, rate-limit: middleware) → key header →
-// body → strict JSON, card check and fingerprint → replay check → validate
-// as a charge → one transaction. A retry of an accepted request is answered
-// from its record before the body is judged as a charge, so nothing that
-// changed since (a lower --max-amount, a newer currency table, a stricter
-// rule) can refuse what was already accepted.
+// body → strict JSON, card check and fingerprint → validate as a charge →
+// one statement that is the replay check and the write. A body that is not
+// a valid charge gets the replay check on its own before its 400: a retry
+// of an accepted request is answered from its record whatever changed
+// since (a lower --max-amount, a newer currency table, a stricter rule),
+// so nothing can refuse what was already accepted.
 func (s *Server) createCharge(c echo.Context) error {
 	t := tenantOf(c)
-	k, err := s.readKeyed(c, chargesRoute)
+	k, err := s.readRequest(c, chargesRoute)
 	if k.cancel != nil {
 		defer k.cancel()
 	}
-	if err != nil || k.replayed {
+	if err != nil {
 		return err
 	}
 	ctx, fp, keyHash := k.ctx, k.fingerprint, k.keyHash
 	req, err := chargeFromJSON(k.parsed, s.cfg.MaxAmount)
 	if err != nil {
+		// A retry of an accepted request is answered from its record
+		// whatever changed since; only a request that is not one gets
+		// its 400.
+		if replayed, rerr := s.checkReplay(c, &k); replayed || rerr != nil {
+			return rerr
+		}
 		return err
 	}
 
@@ -110,18 +117,13 @@ type keyed struct {
 	parsed      jsoncanon.Value
 	fingerprint []byte
 	keyHash     [32]byte
-	// replayed: the key had a record, and the answer was sent (a replay,
-	// or 422 for another request).
-	replayed bool
 }
 
-// readKeyed is the front every idempotent POST shares (docs/api.md,
+// readRequest is the front every idempotent POST shares (docs/api.md,
 // "Accepting a charge"): the key header, the body, strict JSON with the card
-// check, the fingerprint over route and canonical body, and the replay
-// check — one primary-key read — before the body is judged, so that nothing
-// changed since can refuse what was already accepted. The caller defers
-// cancel when set, and stops when replayed or on an error.
-func (s *Server) readKeyed(c echo.Context, route string) (keyed, error) {
+// check, and the fingerprint over route and canonical body. The caller
+// defers cancel when set.
+func (s *Server) readRequest(c echo.Context, route string) (keyed, error) {
 	key, err := idempotencyKey(c.Request().Header)
 	if err != nil {
 		return keyed{}, err
@@ -136,22 +138,40 @@ func (s *Server) readKeyed(c echo.Context, route string) (keyed, error) {
 	}
 	k := keyed{parsed: parsed, fingerprint: fingerprint(http.MethodPost, route, canonical), keyHash: sha256.Sum256([]byte(key))}
 	k.ctx, k.cancel = s.dbContext(c)
+	return k, nil
+}
+
+// checkReplay is the replay check, one primary-key read, made before the
+// body is judged, so that nothing changed since can refuse what was already
+// accepted: when the key has a record it sends the answer (the replay, or
+// 422 for another request) and reports replayed.
+func (s *Server) checkReplay(c echo.Context, k *keyed) (replayed bool, err error) {
 	rec, err := intent.Idempotency(k.ctx, s.cfg.DB, tenantOf(c).ID, k.keyHash[:])
 	switch {
 	case err == nil:
-		k.replayed = true
-		return k, s.replay(c, rec, k.fingerprint)
+		return true, s.replay(c, rec, k.fingerprint)
 	case !errors.Is(err, intent.ErrNotFound):
-		return k, err
+		return false, err
 	}
-	return k, nil
+	return false, nil
+}
+
+// readKeyed is readRequest and then checkReplay. The caller defers cancel
+// when set, and stops when replayed or on an error.
+func (s *Server) readKeyed(c echo.Context, route string) (keyed, bool, error) {
+	k, err := s.readRequest(c, route)
+	if err != nil {
+		return k, false, err
+	}
+	replayed, err := s.checkReplay(c, &k)
+	return k, replayed, err
 }
 
 // accept writes an accepted charge — the idempotency record, the charge,
 // its event and its charge.submit job — in one statement that is its own
-// transaction: one round trip, one commit. If the key was taken meanwhile
-// (a request with the same key committed after this one's replay check),
-// it returns that request's record instead, having written nothing.
+// transaction and also its replay check: one round trip, one commit. If
+// the key was taken, it returns that request's record instead, having
+// written nothing.
 //
 // The crash point between the writes and the commit needs a moment between
 // them, so while it is armed the same statement runs in an explicit
@@ -160,11 +180,12 @@ func (s *Server) accept(ctx context.Context, a intent.Acceptance) (intent.Idempo
 	if s.cfg.CrashPoints.Has(crashpoint.APIAfterInsertBeforeCommit) {
 		return s.acceptInTx(ctx, a)
 	}
-	inserted, err := intent.Accept(ctx, s.cfg.DB, a)
-	if err != nil || inserted {
-		return intent.IdempotencyRecord{}, inserted, err
+	inserted, rec, found, err := intent.AcceptOrReplay(ctx, s.cfg.DB, a)
+	if err != nil || inserted || found {
+		return rec, inserted, err
 	}
-	rec, err := intent.Idempotency(ctx, s.cfg.DB, a.Charge.TenantID, a.KeyHash)
+	// The key's first request committed while the statement waited on it.
+	rec, err = intent.Idempotency(ctx, s.cfg.DB, a.Charge.TenantID, a.KeyHash)
 	return rec, false, err
 }
 

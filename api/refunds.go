@@ -77,11 +77,11 @@ func refundFromJSON(v jsoncanon.Value) (refundRequest, error) {
 // currency, and what is left of it when the request names no amount.
 func (s *Server) createRefund(c echo.Context) error {
 	t := tenantOf(c)
-	k, err := s.readKeyed(c, refundsRoute)
+	k, replayed, err := s.readKeyed(c, refundsRoute)
 	if k.cancel != nil {
 		defer k.cancel()
 	}
-	if err != nil || k.replayed {
+	if err != nil || replayed {
 		return err
 	}
 	ctx, fp, keyHash := k.ctx, k.fingerprint, k.keyHash

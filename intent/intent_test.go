@@ -78,6 +78,32 @@ func TestAccept(t *testing.T) {
 		require.False(t, inserted)
 		_, err = intent.Get(ctx, b.pool, b.tenantID, again.ID)
 		require.ErrorIs(t, err, intent.ErrNotFound)
+
+		// AcceptOrReplay is the same statement, and returns the record the
+		// key already has: the replay check and the write in one round trip.
+		inserted, replayed, found, err := intent.AcceptOrReplay(ctx, b.pool, intent.Acceptance{
+			Charge: again, Actor: "test", KeyHash: keyHash[:], Fingerprint: []byte("another request"),
+			StatusCode: 201, ResponseBody: []byte(`{}`), ExpiresAt: time.Now().Add(time.Hour),
+		})
+		require.NoError(t, err)
+		require.False(t, inserted)
+		require.True(t, found)
+		require.Equal(t, rec, replayed, "the first request's record, not this one's")
+		_, err = intent.Get(ctx, b.pool, b.tenantID, again.ID)
+		require.ErrorIs(t, err, intent.ErrNotFound)
+
+		// A new key is inserted and has no record to return.
+		fresh := again
+		freshKey := sha256.Sum256([]byte("key-0000000000000002"))
+		inserted, _, found, err = intent.AcceptOrReplay(ctx, b.pool, intent.Acceptance{
+			Charge: fresh, Actor: "test", KeyHash: freshKey[:], Fingerprint: freshKey[:],
+			StatusCode: 201, ResponseBody: []byte(`{}`), ExpiresAt: time.Now().Add(time.Hour),
+		})
+		require.NoError(t, err)
+		require.True(t, inserted)
+		require.False(t, found)
+		_, err = intent.Get(ctx, b.pool, b.tenantID, fresh.ID)
+		require.NoError(t, err)
 	})
 
 	t.Run("RefusesNonPending", func(t *testing.T) {

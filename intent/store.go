@@ -90,7 +90,8 @@ type JobRow struct {
 // Accept writes the idempotency record, the charge, its creation event and,
 // with a.Job, the job that carries it, in one statement. It reports
 // false, and writes nothing, when the tenant already used the key; the
-// caller then reads that record with Idempotency.
+// caller then reads that record with Idempotency, or calls AcceptOrReplay,
+// which returns it.
 //
 // Run on a pool, the statement is its own transaction: one round trip, one
 // commit. If another transaction is inserting the same key, Postgres makes
@@ -98,13 +99,24 @@ type JobRow struct {
 // its rollback Accept inserts. With a lock_timeout on the session the wait
 // ends in an error instead (SQLSTATE 55P03).
 func Accept(ctx context.Context, db DB, a Acceptance) (bool, error) {
+	inserted, _, _, err := AcceptOrReplay(ctx, db, a)
+	return inserted, err
+}
+
+// AcceptOrReplay is Accept, and the replay check in the same statement: when
+// the tenant already used the key and that record is committed, it writes
+// nothing and returns the record (found). One round trip answers a first
+// attempt and a retry alike (docs/api.md, "Accepting a charge"). Neither
+// inserted nor found means the key's first request committed while this
+// statement waited on it: read the record with Idempotency.
+func AcceptOrReplay(ctx context.Context, db DB, a Acceptance) (inserted bool, rec IdempotencyRecord, found bool, err error) {
 	c := a.Charge
 	if c.State != StatePending {
-		return false, fmt.Errorf("%w: a charge is accepted pending, not %q", ErrIllegalMove, c.State)
+		return false, rec, false, fmt.Errorf("%w: a charge is accepted pending, not %q", ErrIllegalMove, c.State)
 	}
 	metadata, err := json.Marshal(c.Metadata)
 	if err != nil {
-		return false, fmt.Errorf("encode metadata: %w", err)
+		return false, rec, false, fmt.Errorf("encode metadata: %w", err)
 	}
 	if c.Metadata == nil {
 		metadata = []byte("{}")
@@ -113,19 +125,29 @@ func Accept(ctx context.Context, db DB, a Acceptance) (bool, error) {
 	if a.Job != nil {
 		job = *a.Job
 		if job.MaxAttempts < 1 {
-			return false, fmt.Errorf("accept charge: job max attempts %d, want at least 1", job.MaxAttempts)
+			return false, rec, false, fmt.Errorf("accept charge: job max attempts %d, want at least 1", job.MaxAttempts)
 		}
 	}
 	if job.Metadata == nil {
 		job.Metadata = []byte("{}")
 	}
 	// notified is read only so that Postgres runs the notified CTE: a
-	// plain SELECT in WITH runs only when something refers to it.
-	var inserted, notified int
+	// plain SELECT in WITH runs only when something refers to it. The
+	// record a committed request left is read in the statement's snapshot
+	// first; only when there is none does the insert run (and, if a request
+	// with the key is still in flight, wait for it and insert nothing).
+	var n, notified int
+	var fingerprint, body []byte
+	var chargeID *string
+	var status *int
+	var created, expires *time.Time
 	err = db.QueryRow(ctx, `
-WITH idem AS (
+WITH existing AS (
+	SELECT fingerprint, charge_id, status_code, response_body, created_at, expires_at
+	FROM idempotency_keys WHERE tenant_id = $1 AND key_hash = $2
+), idem AS (
 	INSERT INTO idempotency_keys (tenant_id, key_hash, fingerprint, charge_id, status_code, response_body, created_at, expires_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+	SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE NOT EXISTS (SELECT 1 FROM existing)
 	ON CONFLICT (tenant_id, key_hash) DO NOTHING
 	RETURNING tenant_id, charge_id
 ), charge AS (
@@ -144,22 +166,27 @@ WITH idem AS (
 ), notified AS (
 	SELECT pg_notify(coalesce(current_schema(), '') || '.' || $23, $24) FROM job WHERE $23 <> ''
 )
-SELECT (SELECT count(*) FROM idem), (SELECT count(*) FROM notified)`,
+SELECT (SELECT count(*) FROM idem), (SELECT count(*) FROM notified), e.*
+FROM (SELECT 1) one LEFT JOIN existing e ON true`,
 		c.TenantID, a.KeyHash, a.Fingerprint, c.ID, a.StatusCode, a.ResponseBody, c.CreatedAt, a.ExpiresAt,
 		c.Amount, c.Currency, c.PaymentMethod, c.Description, metadata, c.Provider, c.ProviderKey, a.Actor,
 		job.Args, job.Kind, job.MaxAttempts, job.Metadata, job.Priority, job.Queue,
 		job.NotifyTopic, job.NotifyPayload, cmp.Or(c.Kind, KindCharge), c.ParentID, c.Reason,
-	).Scan(&inserted, &notified)
+	).Scan(&n, &notified, &fingerprint, &chargeID, &status, &body, &created, &expires)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "CF010":
-		return false, fmt.Errorf("accept refund of %s: %w", c.ParentID, ErrNotRefundable)
+		return false, rec, false, fmt.Errorf("accept refund of %s: %w", c.ParentID, ErrNotRefundable)
 	case errors.As(err, &pgErr) && pgErr.ConstraintName == "charges_refunds_within_amount":
-		return false, fmt.Errorf("accept refund of %s: %w", c.ParentID, ErrRefundExceedsCharge)
+		return false, rec, false, fmt.Errorf("accept refund of %s: %w", c.ParentID, ErrRefundExceedsCharge)
 	case err != nil:
-		return false, fmt.Errorf("accept charge: %w", err)
+		return false, rec, false, fmt.Errorf("accept charge: %w", err)
 	}
-	return inserted == 1, nil
+	if chargeID != nil {
+		rec = IdempotencyRecord{Fingerprint: fingerprint, ChargeID: *chargeID, StatusCode: *status, ResponseBody: body,
+			CreatedAt: *created, ExpiresAt: *expires}
+	}
+	return n == 1, rec, chargeID != nil, nil
 }
 
 // IdempotencyRecord is what a finished request stored under its key.
