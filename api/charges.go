@@ -50,6 +50,9 @@ func (s *Server) createCharge(c echo.Context) error {
 		return err
 	}
 	ctx, fp, keyHash := k.ctx, k.fingerprint, k.keyHash
+	if rec, ok := s.replays.get(t.ID, keyHash, s.cfg.Now()); ok {
+		return s.replay(c, rec, fp)
+	}
 	req, err := chargeFromJSON(k.parsed, s.cfg.MaxAmount)
 	if err != nil {
 		// A retry of an accepted request is answered from its record
@@ -146,9 +149,14 @@ func (s *Server) readRequest(c echo.Context, route string) (keyed, error) {
 // accepted: when the key has a record it sends the answer (the replay, or
 // 422 for another request) and reports replayed.
 func (s *Server) checkReplay(c echo.Context, k *keyed) (replayed bool, err error) {
-	rec, err := intent.Idempotency(k.ctx, s.cfg.DB, tenantOf(c).ID, k.keyHash[:])
+	tenantID := tenantOf(c).ID
+	if rec, ok := s.replays.get(tenantID, k.keyHash, s.cfg.Now()); ok {
+		return true, s.replay(c, rec, k.fingerprint)
+	}
+	rec, err := intent.Idempotency(k.ctx, s.cfg.DB, tenantID, k.keyHash[:])
 	switch {
 	case err == nil:
+		s.replays.put(tenantID, k.keyHash, rec)
 		return true, s.replay(c, rec, k.fingerprint)
 	case !errors.Is(err, intent.ErrNotFound):
 		return false, err
@@ -177,6 +185,22 @@ func (s *Server) readKeyed(c echo.Context, route string) (keyed, bool, error) {
 // them, so while it is armed the same statement runs in an explicit
 // transaction; otherwise there is no such moment to crash in.
 func (s *Server) accept(ctx context.Context, a intent.Acceptance) (intent.IdempotencyRecord, bool, error) {
+	rec, inserted, err := s.acceptOnce(ctx, a)
+	if err != nil {
+		return rec, inserted, err
+	}
+	keyHash := [32]byte(a.KeyHash)
+	if inserted {
+		s.replays.put(a.Charge.TenantID, keyHash, intent.IdempotencyRecord{Fingerprint: a.Fingerprint, ChargeID: a.Charge.ID,
+			StatusCode: a.StatusCode, ResponseBody: a.ResponseBody, CreatedAt: a.Charge.CreatedAt, ExpiresAt: a.ExpiresAt})
+	} else {
+		s.replays.put(a.Charge.TenantID, keyHash, rec)
+	}
+	return rec, inserted, nil
+}
+
+// acceptOnce is accept without the cache: committed when it returns.
+func (s *Server) acceptOnce(ctx context.Context, a intent.Acceptance) (intent.IdempotencyRecord, bool, error) {
 	if s.cfg.CrashPoints.Has(crashpoint.APIAfterInsertBeforeCommit) {
 		return s.acceptInTx(ctx, a)
 	}

@@ -1,10 +1,14 @@
 package api_test
 
 import (
+	"context"
+	"crypto/sha256"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -77,4 +81,55 @@ func TestReplayBeforeValidation(t *testing.T) {
 	requireProblem(t, stricter.post(t, b.tenantA, key, withCard), http.StatusBadRequest, api.CodeCardNumberDetected)
 
 	require.Equal(t, accepted, b.stored(t), "nothing but the first request stored anything")
+}
+
+// A retry is answered from the records this process keeps in memory
+// (Config.ReplayCache) without reading the database — shown here by
+// deleting the row under it, which nothing but retention does, after its
+// expiry. Past the record's expiry the copy is not used, and a process
+// that keeps none reads the database every time.
+func TestReplayFromMemory(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	cached := b.otherServer(t, func(c *api.Config) { c.Now = now })
+	uncached := b.otherServer(t, func(c *api.Config) { c.Now = now; c.ReplayCache = -1 })
+	body := `{"amount": 5000, "currency": "USD", "payment_method": "pm_card_visa"}`
+	forget := func(key string) {
+		t.Helper()
+		hash := sha256.Sum256([]byte(key))
+		tag, err := b.pool.Exec(context.Background(), `DELETE FROM idempotency_keys WHERE key_hash = $1`, hash[:])
+		require.NoError(t, err)
+		require.EqualValues(t, 1, tag.RowsAffected())
+	}
+
+	first := cached.post(t, b.tenantA, "memory-key-00000001", body)
+	require.Equal(t, http.StatusCreated, first.status, "body: %s", first.body)
+	forget("memory-key-00000001")
+	again := cached.post(t, b.tenantA, "memory-key-00000001", body)
+	require.Equal(t, http.StatusCreated, again.status)
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"), "answered from memory")
+	require.Equal(t, first.body, again.body)
+	misuse := cached.post(t, b.tenantA, "memory-key-00000001", `{"amount": 6000, "currency": "USD", "payment_method": "pm_card_visa"}`)
+	requireProblem(t, misuse, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	require.Equal(t, stored{Charges: 1, IdempotencyKeys: 0, Events: 1, Jobs: 1}, b.stored(t))
+
+	// Past the record's expiry, the key is the database's to judge: here a
+	// new request.
+	clock.Add(int64(25 * time.Hour))
+	expired := cached.post(t, b.tenantA, "memory-key-00000001", body)
+	require.Equal(t, http.StatusCreated, expired.status, "body: %s", expired.body)
+	require.Empty(t, expired.header.Get("Idempotent-Replayed"))
+	require.NotEqual(t, first.body, expired.body)
+
+	// Without the cache, the same deletion makes the retry a new request.
+	second := uncached.post(t, b.tenantA, "memory-key-00000002", body)
+	require.Equal(t, http.StatusCreated, second.status)
+	forget("memory-key-00000002")
+	fresh := uncached.post(t, b.tenantA, "memory-key-00000002", body)
+	require.Equal(t, http.StatusCreated, fresh.status)
+	require.Empty(t, fresh.header.Get("Idempotent-Replayed"))
+	require.Equal(t, 4, b.stored(t).Charges)
 }

@@ -104,6 +104,11 @@ type Config struct {
 	AuthCacheTTL time.Duration
 	// DBTimeout bounds the database work of one request. Default 5 s.
 	DBTimeout time.Duration
+	// ReplayCache is how many idempotency records this process keeps in
+	// memory, the ones it wrote or read last, to answer retries without a
+	// database read (docs/api.md, "Replays"). Default 10,000 (a few MB);
+	// negative keeps none.
+	ReplayCache int
 
 	// OpsSessionTTL is how long a sign-in to the operator's page lasts,
 	// from the sign-in: the operator then signs in again. Default 12 h.
@@ -142,6 +147,8 @@ type Server struct {
 	auth      *authenticator
 	limiter   *tenantLimiter
 	telemetry telemetry
+	// replays keeps recent idempotency records (Config.ReplayCache).
+	replays *replayCache
 	// authFailures counts failed authentications per client address.
 	authFailures *authFailureLimiter
 
@@ -177,6 +184,7 @@ func Defaults() Config {
 		ChargeCountMaxAge: 15 * time.Second,
 		ReconcileFloor:    30 * time.Second,
 		OpsSessionTTL:     12 * time.Hour,
+		ReplayCache:       10_000,
 	}
 }
 
@@ -205,6 +213,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.ChargeCountMaxAge = cmp.Or(cfg.ChargeCountMaxAge, d.ChargeCountMaxAge)
 	cfg.ReconcileFloor = cmp.Or(cfg.ReconcileFloor, d.ReconcileFloor)
 	cfg.OpsSessionTTL = cmp.Or(cfg.OpsSessionTTL, d.OpsSessionTTL)
+	cfg.ReplayCache = cmp.Or(cfg.ReplayCache, d.ReplayCache)
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
@@ -223,6 +232,7 @@ func New(cfg Config) (*Server, error) {
 		auth:      newAuthenticator(cfg.DB, cfg.AuthCacheTTL),
 		limiter:   newTenantLimiter(cfg.RateLimit, cfg.RateBurst),
 		telemetry: tel,
+		replays:   newReplayCache(cfg.ReplayCache),
 
 		authFailures: newAuthFailureLimiter(cfg.AuthFailureLimit),
 		pages:        pages,

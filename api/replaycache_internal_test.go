@@ -1,0 +1,70 @@
+package api
+
+import (
+	"crypto/sha256"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"chargeflow/intent"
+)
+
+func TestReplayCache(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	key := func(s string) [32]byte { return sha256.Sum256([]byte(s)) }
+	rec := func(id string, expires time.Time) intent.IdempotencyRecord {
+		return intent.IdempotencyRecord{ChargeID: id, StatusCode: 201, ResponseBody: []byte(`{"id":"` + id + `"}`), ExpiresAt: expires}
+	}
+
+	t.Run("ServesUntilExpiry", func(t *testing.T) {
+		t.Parallel()
+		c := newReplayCache(4)
+		c.put("tn_a", key("k1"), rec("ch_1", now.Add(time.Hour)))
+		got, ok := c.get("tn_a", key("k1"), now)
+		require.True(t, ok)
+		require.Equal(t, "ch_1", got.ChargeID)
+		_, ok = c.get("tn_a", key("k1"), now.Add(time.Hour))
+		require.False(t, ok, "at its expiry the key is the database's to judge again")
+	})
+
+	t.Run("KeyedByTenant", func(t *testing.T) {
+		t.Parallel()
+		c := newReplayCache(4)
+		c.put("tn_a", key("k1"), rec("ch_1", now.Add(time.Hour)))
+		_, ok := c.get("tn_b", key("k1"), now)
+		require.False(t, ok, "another tenant's key is another request")
+	})
+
+	t.Run("OldestMakesRoom", func(t *testing.T) {
+		t.Parallel()
+		c := newReplayCache(2)
+		for _, k := range []string{"k1", "k2", "k3"} {
+			c.put("tn_a", key(k), rec("ch_"+k, now.Add(time.Hour)))
+		}
+		_, ok := c.get("tn_a", key("k1"), now)
+		require.False(t, ok)
+		for _, k := range []string{"k2", "k3"} {
+			got, ok := c.get("tn_a", key(k), now)
+			require.True(t, ok)
+			require.Equal(t, "ch_"+k, got.ChargeID)
+		}
+		c.put("tn_a", key("k3"), rec("ch_k3", now.Add(time.Hour))) // again: no second slot
+		c.put("tn_a", key("k4"), rec("ch_k4", now.Add(time.Hour)))
+		_, ok = c.get("tn_a", key("k2"), now)
+		require.False(t, ok)
+		_, ok = c.get("tn_a", key("k3"), now)
+		require.True(t, ok)
+		require.Len(t, c.entries, 2)
+	})
+
+	t.Run("NilKeepsNothing", func(t *testing.T) {
+		t.Parallel()
+		c := newReplayCache(0)
+		require.Nil(t, c)
+		c.put("tn_a", key("k1"), rec("ch_1", now.Add(time.Hour)))
+		_, ok := c.get("tn_a", key("k1"), now)
+		require.False(t, ok)
+	})
+}
