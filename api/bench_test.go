@@ -5,6 +5,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -100,6 +101,8 @@ func BenchmarkAcceptTelemetry(b *testing.B) {
 						b.Error(err)
 						return
 					}
+					// Read to the end, so the connection is kept.
+					_, _ = io.Copy(io.Discard, resp.Body)
 					_ = resp.Body.Close()
 					if resp.StatusCode != http.StatusCreated {
 						b.Errorf("status %d", resp.StatusCode)
