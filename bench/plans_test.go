@@ -154,6 +154,20 @@ func TestQueryPlansStayFlat(t *testing.T) {
 			_, _, err := intent.DeleteExpiredIdempotency(ctx, db, time.Now().Add(-30*24*time.Hour), time.Now(), 1000)
 			return err
 		}},
+		// The seeded events are all made at seeding, so a cutoff of now
+		// makes every one of them past it: the batch walks and deletes a
+		// full thousand, as on a backlog.
+		check{"event retention batch", func(db intent.DB) error {
+			b, err := webhook.DeleteExpiredEvents(ctx, db, tenant, "", time.Now(), 1000)
+			if err == nil && b.Events != 1000 {
+				err = fmt.Errorf("deleted %d events, not a full batch", b.Events)
+			}
+			return err
+		}},
+		check{"event retention batch, resumed", func(db intent.DB) error {
+			_, err := webhook.DeleteExpiredEvents(ctx, db, tenant, midEvent, time.Now(), 1000)
+			return err
+		}},
 	)
 
 	explain, err := pool.Acquire(ctx)

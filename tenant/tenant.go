@@ -73,6 +73,21 @@ func ByName(ctx context.Context, db DB, name string) (Tenant, bool, error) {
 	return t, true, nil
 }
 
+// IDs returns every tenant's id, in order. Tenants are few and never
+// deleted (tenants_kept), so a job that works tenant by tenant can read them
+// all at its start.
+func IDs(ctx context.Context, db DB) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT id FROM tenants ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	return out, nil
+}
+
 // keys is the kind of a tenant's API key: "cfk_", the tenant id without
 // "tn_", "_", the secret.
 func keys() secret.Kind { return secret.Kind{Prefix: "cfk_", OwnerPrefix: "tn"} }

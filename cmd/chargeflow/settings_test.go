@@ -281,3 +281,29 @@ func TestStrongLookupFlag(t *testing.T) {
 	require.Equal(t, psp.Eventual, consistency(map[string]string{"CHARGEFLOW_STRONG_LOOKUP": "false"}))
 	require.Equal(t, psp.Strong, consistency(map[string]string{"CHARGEFLOW_STRONG_LOOKUP": "false"}, "--strong-lookup"))
 }
+
+// --event-retention, whose 0 keeps events forever, from its default, the
+// command line and the environment, as app.Options takes it (its zero is
+// the default, forever is negative).
+func TestEventRetentionFlag(t *testing.T) {
+	t.Parallel()
+	retention := func(environ map[string]string, args ...string) (time.Duration, error) {
+		var o app.Options
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		bindWorker(fs, &o)
+		err := parseFlags(fs, env{getenv: func(k string) string { return environ[k] }}, args)
+		return o.Worker.EventRetention, err
+	}
+	got, err := retention(nil)
+	require.NoError(t, err)
+	require.Equal(t, 30*24*time.Hour, got)
+	got, err = retention(nil, "--event-retention", "168h")
+	require.NoError(t, err)
+	require.Equal(t, 7*24*time.Hour, got)
+	got, err = retention(map[string]string{"CHARGEFLOW_EVENT_RETENTION": "0"})
+	require.NoError(t, err)
+	require.Negative(t, got, "0 keeps events forever")
+	_, err = retention(nil, "--event-retention", "-1h")
+	require.ErrorContains(t, err, "0 keeps them forever")
+}

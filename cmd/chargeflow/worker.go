@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -21,7 +22,35 @@ func bindWorker(fs *flag.FlagSet, o *app.Options) {
 	fs.DurationVar(&o.Worker.UnknownCheckAfter, "unknown-check-after", d.UnknownCheckAfter, "how soon the reconciler first looks up a charge whose outcome is unknown")
 	fs.DurationVar(&o.Worker.Retry.Base, "retry-base", d.Retry.Base, "first backoff after the provider provably did not apply a charge")
 	fs.DurationVar(&o.Worker.Retry.Cap, "retry-cap", d.Retry.Cap, "longest backoff between attempts")
-	fs.DurationVar(&o.Worker.RetentionInterval, "retention-interval", d.RetentionInterval, "how often expired idempotency records are deleted (by one worker: River's leader)")
+	fs.DurationVar(&o.Worker.RetentionInterval, "retention-interval", d.RetentionInterval, "how often expired idempotency records, and events past --event-retention, are deleted (by one worker: River's leader)")
+	o.Worker.EventRetention = d.EventRetention
+	fs.Var(keepFor{&o.Worker.EventRetention}, "event-retention", "how long events, with their webhook deliveries and attempts, are kept; 0 keeps them forever")
+}
+
+// keepFor is --event-retention: a duration whose 0 keeps events forever,
+// which app.Options spells as negative (its zero takes the default).
+type keepFor struct{ d *time.Duration }
+
+func (f keepFor) String() string {
+	if f.d == nil || *f.d < 0 {
+		return time.Duration(0).String()
+	}
+	return f.d.String()
+}
+
+func (f keepFor) Set(value string) error {
+	d, err := time.ParseDuration(value)
+	if err != nil {
+		return err
+	}
+	if d < 0 {
+		return errors.New("negative: 0 keeps them forever")
+	}
+	if d == 0 {
+		d = -1
+	}
+	*f.d = d
+	return nil
 }
 
 // runWorker runs the outbox worker until interrupted.

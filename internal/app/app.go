@@ -149,9 +149,14 @@ type Worker struct {
 	// after a crash. It must exceed outbox.JobTimeout of the call timeout;
 	// default that plus two minutes.
 	RescueAfter time.Duration
-	// RetentionInterval is how often expired idempotency records are
-	// deleted (by River's elected leader only).
+	// RetentionInterval is how often the retention job runs (by River's
+	// elected leader only): expired idempotency records and events past
+	// EventRetention are deleted.
 	RetentionInterval time.Duration
+	// EventRetention is how long events are kept, with their webhook
+	// deliveries and attempts; negative keeps them forever. Default
+	// retention.DefaultEventRetention (30 days).
+	EventRetention time.Duration
 	// FetchCooldown and FetchPollInterval tune how fast River picks new
 	// jobs up: a notification wakes it at once, at most once per cooldown;
 	// without one it polls.
@@ -173,6 +178,7 @@ func Defaults() Options {
 			UnknownCheckAfter: outbox.DefaultUnknownCheckAfter,
 			Retry:             outbox.RetryPolicy{Base: outbox.DefaultRetryBase, Cap: outbox.DefaultRetryCap},
 			RetentionInterval: 10 * time.Minute,
+			EventRetention:    retention.DefaultEventRetention,
 			FetchCooldown:     20 * time.Millisecond,
 			FetchPollInterval: 250 * time.Millisecond,
 		},
@@ -193,6 +199,7 @@ func (o Options) withDefaults() Options {
 	w.Retry.Base = cmp.Or(w.Retry.Base, dw.Retry.Base)
 	w.Retry.Cap = cmp.Or(w.Retry.Cap, dw.Retry.Cap)
 	w.RetentionInterval = cmp.Or(w.RetentionInterval, dw.RetentionInterval)
+	w.EventRetention = cmp.Or(w.EventRetention, dw.EventRetention)
 	w.FetchCooldown = cmp.Or(w.FetchCooldown, dw.FetchCooldown)
 	w.FetchPollInterval = cmp.Or(w.FetchPollInterval, dw.FetchPollInterval)
 	o.Webhooks.Concurrency = cmp.Or(o.Webhooks.Concurrency, d.Webhooks.Concurrency)
@@ -488,7 +495,8 @@ func NewWorker(pool *pgxpool.Pool, o Options) (*river.Client[pgx.Tx], error) {
 	}
 	// Retention's run has its own timeout, kept below the rescue delay
 	// so that River never reruns a live run as a stuck one.
-	cleanup := retention.NewWorker(pool, 0, o.Logger).WithTimeout(min(retention.DefaultTimeout, rescueAfter-jobTimeout))
+	cleanup := retention.NewWorker(pool, 0, o.Logger).WithTimeout(min(retention.DefaultTimeout, rescueAfter-jobTimeout)).
+		WithEventRetention(o.Worker.EventRetention)
 	if err := river.AddWorkerSafely(workers, cleanup); err != nil {
 		return nil, err
 	}

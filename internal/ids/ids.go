@@ -37,6 +37,22 @@ func New(prefix string, now time.Time) string {
 	return string(out)
 }
 
+// Floor returns prefix + "_" + the ten digits of t's millisecond, without
+// the sixteen random ones: every id New(prefix, …) makes in an earlier
+// millisecond sorts before it, and every id of t's millisecond or later
+// after it. So `id < Floor(prefix, t)` selects the ids made before t's
+// millisecond and `id > Floor(prefix, t)` those made from it on, on the
+// primary key, without reading a timestamp. It is a bound, not an id.
+func Floor(prefix string, t time.Time) string {
+	return FloorOf(New(prefix, t))
+}
+
+// FloorOf is Floor of the millisecond id was made in: id without its random
+// digits.
+func FloorOf(id string) string {
+	return id[:max(len(id)-16, 0)]
+}
+
 // Valid reports whether s looks like an id New(prefix, …) made. Handlers use
 // it to answer 404 or 400 without a query.
 func Valid(prefix, s string) bool {

@@ -25,3 +25,22 @@ func TestNew(t *testing.T) {
 	require.False(t, ids.Valid("ch", "ch_"+strings.Repeat("z", 26)), "first digit overflows 128 bits")
 	require.False(t, ids.Valid("ch", "ch_0000000000000000000000000u"[:29]))
 }
+
+// Floor sorts after every id of an earlier millisecond and before every id
+// of its own millisecond or a later one.
+func TestFloor(t *testing.T) {
+	t.Parallel()
+
+	at := time.UnixMilli(1_700_000_000_123)
+	floor := ids.Floor("evt", at)
+	require.Len(t, floor, len("evt_")+10)
+	require.Equal(t, floor, ids.FloorOf(ids.New("evt", at)))
+	for range 100 {
+		require.Less(t, ids.New("evt", at.Add(-time.Millisecond)), floor)
+		require.Greater(t, ids.New("evt", at), floor)
+		require.Greater(t, ids.New("evt", at.Add(time.Millisecond)), floor)
+	}
+	before := ids.Floor("evt", at.Add(-time.Millisecond))
+	require.Less(t, before+strings.Repeat("z", 16), floor, "the greatest id of the millisecond before is below it")
+	require.Greater(t, floor+strings.Repeat("0", 16), floor, "the least id of its millisecond is above it")
+}
