@@ -73,6 +73,9 @@ type Worker struct {
 	// the last vacuum. A new process starts from the first event once.
 	mu     sync.Mutex
 	floors map[string]string
+	// expiredBefore is where the last run's walk of idempotency records
+	// ended (deleteIdempotency).
+	expiredBefore time.Time
 }
 
 // NewWorker returns the cleanup worker. batchSize defaults to
@@ -162,9 +165,21 @@ func (w *Worker) RunOnce(ctx context.Context) (run Run, err error) {
 	return run, w.deleteEvents(ctx, p, now.Add(-w.eventRetention))
 }
 
-// deleteIdempotency deletes the records expired at now, oldest first.
+// deleteIdempotency deletes the records expired at now, oldest first,
+// starting at the latest expiry an earlier run of this worker deleted:
+// every record that expired before it was deleted then, and a record
+// written since expires at least an hour (the shortest TTL) after it, so
+// the walk skips the index entries of what earlier runs deleted (they stay
+// until vacuum). A new process starts from the first record once.
 func (w *Worker) deleteIdempotency(ctx context.Context, p *pacer, now time.Time) error {
-	from := time.Time{}
+	w.mu.Lock()
+	from := w.expiredBefore
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.expiredBefore = from
+		w.mu.Unlock()
+	}()
 	return p.drain(ctx, func(ctx context.Context) (bool, error) {
 		n, last, err := intent.DeleteExpiredIdempotency(ctx, w.db, from, now, w.batchSize)
 		if err != nil {

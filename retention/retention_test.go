@@ -110,3 +110,46 @@ func TestDeleteResumesWhereTheLastBatchEnded(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys`).Scan(&left))
 	require.Equal(t, 3, left, "the records before from are the next run's")
 }
+
+// A run starts at the latest expiry the worker's last run deleted, not at
+// the first record: every record that expired before it was deleted then.
+// Shown here with a record put behind that point by hand (the API cannot
+// write one: a record expires at least an hour after it is written), which
+// the second run of the same worker does not walk back to, and a new
+// worker does.
+func TestRunStartsWhereTheLastRunEnded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	tenantID := dbtest.Tenant(t, pool, "retention-runs")
+	accept := func(i int, expires time.Time) {
+		created := expires.Add(-24 * time.Hour)
+		id := ids.New("ch", created)
+		keyHash := sha256.Sum256(fmt.Appendf(nil, "key-%d", i))
+		_, err := intent.Accept(ctx, pool, intent.Acceptance{
+			Charge: intent.Charge{TenantID: tenantID, ID: id, State: intent.StatePending, Amount: 1, Currency: "USD",
+				PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: created, UpdatedAt: created},
+			Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:], StatusCode: 201, ResponseBody: []byte(`{}`),
+			ExpiresAt: expires,
+		})
+		require.NoError(t, err)
+	}
+	base := time.Now().UTC().Truncate(time.Second).Add(-10 * time.Hour)
+	for i := range 3 {
+		accept(i, base.Add(time.Duration(i)*time.Hour))
+	}
+	w := retention.NewWorker(pool, 2, nil).WithDuty(1)
+	run, err := w.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, run.Deleted)
+
+	accept(3, base.Add(-time.Hour))  // behind where the run ended
+	accept(4, base.Add(5*time.Hour)) // expired since, after it
+	run, err = w.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, run.Deleted, "the second run starts where the first ended")
+
+	run, err = retention.NewWorker(pool, 2, nil).WithDuty(1).RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, run.Deleted, "a new worker starts from the first record")
+}
