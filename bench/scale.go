@@ -228,34 +228,35 @@ type sample struct {
 	TenantID, ID string
 }
 
-// measureOps times each operation o.Samples times, one at a time.
-func measureOps(ctx context.Context, db *pgxpool.Pool, tenants []string, n, samples int) ([]ScaleOp, error) {
-	// Charges spread over the table: TABLESAMPLE reads a share of its pages.
-	rows, err := db.Query(ctx, `SELECT tenant_id, id FROM charges TABLESAMPLE SYSTEM ($1) WHERE kind = 'charge' LIMIT $2`,
-		min(100, 100*float64(20*samples)/float64(n)), samples)
+// pick runs query, a TABLESAMPLE of about 20 × samples rows of a table of
+// about n, for at most samples rows.
+func pick(ctx context.Context, db *pgxpool.Pool, what, query string, n, samples int) ([]sample, error) {
+	rows, err := db.Query(ctx, query, min(100, 100*float64(20*samples)/float64(n)), samples)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pick %s: %w", what, err)
 	}
 	picked, err := pgx.CollectRows(rows, pgx.RowToStructByPos[sample])
 	if err != nil {
-		return nil, fmt.Errorf("pick charges: %w", err)
+		return nil, fmt.Errorf("pick %s: %w", what, err)
 	}
 	if len(picked) == 0 {
-		return nil, errors.New("pick charges: none")
+		return nil, fmt.Errorf("pick %s: none", what)
 	}
-	// Replays read the records retention has not deleted yet: those of the
-	// newest charges (SeedShape.ExpiredKeys).
-	rows, err = db.Query(ctx, `SELECT tenant_id, charge_id FROM idempotency_keys TABLESAMPLE SYSTEM ($1) LIMIT $2`,
-		min(100, 100*float64(20*samples)/float64(n)), samples)
+	return picked, nil
+}
+
+// measureOps times each operation o.Samples times, one at a time.
+func measureOps(ctx context.Context, db *pgxpool.Pool, tenants []string, n, samples int) ([]ScaleOp, error) {
+	// Charges spread over the table: TABLESAMPLE reads a share of its pages.
+	picked, err := pick(ctx, db, "charges", `SELECT tenant_id, id FROM charges TABLESAMPLE SYSTEM ($1) WHERE kind = 'charge' LIMIT $2`, n, samples)
 	if err != nil {
 		return nil, err
 	}
-	keyed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[sample])
+	// Replays read the records retention has not deleted yet: those of the
+	// newest charges (SeedShape.ExpiredKeys).
+	keyed, err := pick(ctx, db, "idempotency records", `SELECT tenant_id, charge_id FROM idempotency_keys TABLESAMPLE SYSTEM ($1) LIMIT $2`, n, samples)
 	if err != nil {
-		return nil, fmt.Errorf("pick idempotency records: %w", err)
-	}
-	if len(keyed) == 0 {
-		return nil, errors.New("pick idempotency records: none")
+		return nil, err
 	}
 	tenant := tenants[0]
 	// The cursor of a page half way down the tenant's charges.

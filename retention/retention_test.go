@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
@@ -26,15 +27,7 @@ func TestCleanup(t *testing.T) {
 	tenantID := dbtest.Tenant(t, pool, "retention")
 
 	accept := func(i int, created time.Time, ttl time.Duration) {
-		id := ids.New("ch", created)
-		keyHash := sha256.Sum256(fmt.Appendf(nil, "key-%d", i))
-		_, err := intent.Accept(ctx, pool, intent.Acceptance{
-			Charge: intent.Charge{TenantID: tenantID, ID: id, State: intent.StatePending, Amount: 1, Currency: "USD",
-				PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: created, UpdatedAt: created},
-			Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:], StatusCode: 201, ResponseBody: []byte(`{}`),
-			ExpiresAt: created.Add(ttl),
-		})
-		require.NoError(t, err)
+		acceptExpiring(t, pool, tenantID, i, created, created.Add(ttl))
 	}
 	old := time.Now().Add(-48 * time.Hour)
 	for i := range 7 {
@@ -81,15 +74,7 @@ func TestDeleteResumesWhereTheLastBatchEnded(t *testing.T) {
 	day := time.Now().UTC().Truncate(time.Second).Add(-72 * time.Hour)
 	for i := range 6 {
 		created := day.Add(time.Duration(i) * time.Hour)
-		id := ids.New("ch", created)
-		keyHash := sha256.Sum256(fmt.Appendf(nil, "key-%d", i))
-		_, err := intent.Accept(ctx, pool, intent.Acceptance{
-			Charge: intent.Charge{TenantID: tenantID, ID: id, State: intent.StatePending, Amount: 1, Currency: "USD",
-				PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: created, UpdatedAt: created},
-			Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:], StatusCode: 201, ResponseBody: []byte(`{}`),
-			ExpiresAt: created.Add(24 * time.Hour),
-		})
-		require.NoError(t, err)
+		acceptExpiring(t, pool, tenantID, i, created, created.Add(24*time.Hour))
 	}
 	now := time.Now()
 	// From the fourth expiry on: the three before it stay.
@@ -123,16 +108,7 @@ func TestRunStartsWhereTheLastRunEnded(t *testing.T) {
 	pool := dbtest.Pool(t)
 	tenantID := dbtest.Tenant(t, pool, "retention-runs")
 	accept := func(i int, expires time.Time) {
-		created := expires.Add(-24 * time.Hour)
-		id := ids.New("ch", created)
-		keyHash := sha256.Sum256(fmt.Appendf(nil, "key-%d", i))
-		_, err := intent.Accept(ctx, pool, intent.Acceptance{
-			Charge: intent.Charge{TenantID: tenantID, ID: id, State: intent.StatePending, Amount: 1, Currency: "USD",
-				PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: created, UpdatedAt: created},
-			Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:], StatusCode: 201, ResponseBody: []byte(`{}`),
-			ExpiresAt: expires,
-		})
-		require.NoError(t, err)
+		acceptExpiring(t, pool, tenantID, i, expires.Add(-24*time.Hour), expires)
 	}
 	base := time.Now().UTC().Truncate(time.Second).Add(-10 * time.Hour)
 	for i := range 3 {
@@ -152,4 +128,19 @@ func TestRunStartsWhereTheLastRunEnded(t *testing.T) {
 	run, err = retention.NewWorker(pool, 2, nil).WithDuty(1).RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, run.Deleted, "a new worker starts from the first record")
+}
+
+// acceptExpiring accepts charge i with an idempotency record that expires
+// at expires, made at created.
+func acceptExpiring(t *testing.T, pool *pgxpool.Pool, tenantID string, i int, created, expires time.Time) {
+	t.Helper()
+	id := ids.New("ch", created)
+	keyHash := sha256.Sum256(fmt.Appendf(nil, "key-%d", i))
+	_, err := intent.Accept(context.Background(), pool, intent.Acceptance{
+		Charge: intent.Charge{TenantID: tenantID, ID: id, State: intent.StatePending, Amount: 1, Currency: "USD",
+			PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: created, UpdatedAt: created},
+		Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:], StatusCode: 201, ResponseBody: []byte(`{}`),
+		ExpiresAt: expires,
+	})
+	require.NoError(t, err)
 }
