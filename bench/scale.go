@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chargeflow/intent"
+	"chargeflow/internal/app"
 	"chargeflow/internal/childproc"
 	"chargeflow/internal/ids"
 	"chargeflow/retention"
@@ -141,6 +142,8 @@ func scaleOne(ctx context.Context, o ScaleOptions, n int) (_ []ScaleOp, _ Retent
 	}
 	cfg.MaxConns = int32(o.Concurrency + 4)
 	cfg.MinConns = cfg.MaxConns
+	// The operations run as the system's roles run them.
+	app.NoJIT(cfg.ConnConfig.RuntimeParams)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, RetentionRun{}, DiskUse{}, err

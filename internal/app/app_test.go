@@ -68,3 +68,20 @@ func TestAPIServesJobsUI(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &jobs), body)
 }
+
+// Every role's sessions run without JIT compilation, unless the database
+// URL asks for it: the statements are index reads of a few rows, which the
+// planner can price past jit_above_cost on a large table (NoJIT).
+func TestPoolSessionsRunWithoutJIT(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.URL(t)
+	for _, c := range []struct{ url, want string }{{url, "off"}, {url + "&jit=on", "on"}} {
+		pool, err := app.OpenPool(ctx, c.url, "test", app.Pool{MaxConns: 1})
+		require.NoError(t, err)
+		var jit string
+		require.NoError(t, pool.QueryRow(ctx, `SHOW jit`).Scan(&jit))
+		pool.Close()
+		require.Equal(t, c.want, jit, "with %s", c.url)
+	}
+}
