@@ -25,8 +25,10 @@ type SeedShape struct {
 	// accepted a minute ago.
 	Span time.Duration
 	// The newest charges are left in flight, in these numbers, newest
-	// first: pending (each with a live charge.submit job), submitting,
-	// unknown, needs_review.
+	// first: pending (each with a live charge.submit job), submitting
+	// (sent a minute before the seed, as by a worker that died mid-call:
+	// the reconciler's lease takes them however long the seeding took, so
+	// it does the same work at every size), unknown, needs_review.
 	Pending, Submitting, Unknown, NeedsReview int
 	// FailedPercent of the settled charges failed (declined); one in
 	// RefundEvery succeeded charges has a succeeded refund of half.
@@ -195,7 +197,7 @@ func seedRange(ctx context.Context, conn *pgx.Conn, tenants []string, lo, hi, n,
 		FROM seed_chunk WHERE fate = 'pending'`,
 		// pending -> submitting, the first attempt a moment after accept.
 		`UPDATE charges c SET state = 'submitting', attempts = 1, first_attempt_at = s.created_at + interval '20 ms',
-			last_attempt_at = CASE WHEN s.fate = 'submitting' THEN now() ELSE s.created_at + interval '20 ms' END,
+			last_attempt_at = CASE WHEN s.fate = 'submitting' THEN now() - interval '1 minute' ELSE s.created_at + interval '20 ms' END,
 			updated_at = s.created_at + interval '20 ms'
 		FROM seed_chunk s WHERE c.tenant_id = s.tenant_id AND c.id = s.id AND s.fate <> 'pending'`,
 		`INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
