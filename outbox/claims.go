@@ -7,6 +7,7 @@ import (
 
 	"chargeflow/crashpoint"
 	"chargeflow/intent"
+	"chargeflow/internal/batch"
 )
 
 // The two moves every run makes are made with the runs asking at the same
@@ -31,15 +32,15 @@ type moved struct {
 
 // newClaims claims charges for their runs: pending → submitting, counting
 // an attempt, as MoveCharge's claim does (intent.MoveMany).
-func newClaims(db intent.DB) *batcher[intent.Ref, moved] {
-	return &batcher[intent.Ref, moved]{max: maxBatch, run: func(ctx context.Context, refs []intent.Ref) ([]moved, error) {
+func newClaims(db intent.DB) *batch.Batcher[intent.Ref, moved] {
+	return batch.New(maxBatch, func(ctx context.Context, refs []intent.Ref) ([]moved, error) {
 		moves := make([]intent.Move, len(refs))
 		for i, ref := range refs {
 			moves[i] = intent.Move{TenantID: ref.TenantID, ChargeID: ref.ChargeID,
 				From: intent.StatePending, To: intent.StateSubmitting, Actor: actor, Reason: "submit", CountAttempt: true}
 		}
 		return moveOnce(ctx, db, moves)
-	}}
+	})
 }
 
 // newSettles writes the moves the runs' answers prove, in one transaction
@@ -47,8 +48,8 @@ func newClaims(db intent.DB) *batcher[intent.Ref, moved] {
 // the commit.
 func newSettles(db interface {
 	Begin(context.Context) (pgx.Tx, error)
-}, points *crashpoint.Set) *batcher[intent.Move, moved] {
-	return &batcher[intent.Move, moved]{max: maxBatch, run: func(ctx context.Context, moves []intent.Move) ([]moved, error) {
+}, points *crashpoint.Set) *batch.Batcher[intent.Move, moved] {
+	return batch.New(maxBatch, func(ctx context.Context, moves []intent.Move) ([]moved, error) {
 		var out []moved
 		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 			var err error
@@ -58,7 +59,7 @@ func newSettles(db interface {
 			return points.Hit(ctx, crashpoint.WorkerAfterSaveBeforeCommit)
 		})
 		return out, err
-	}}
+	})
 }
 
 // moveOnce makes a batch's moves in one statement. Two runs of one charge

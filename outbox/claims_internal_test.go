@@ -19,13 +19,18 @@ import (
 )
 
 // countingDB is the real pool, counting the statements sent through it.
+// With gate set, a query waits for it first.
 type countingDB struct {
 	intent.DB
 	statements atomic.Int64
+	gate       chan struct{}
 }
 
 func (c *countingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	c.statements.Add(1)
+	if c.gate != nil {
+		<-c.gate
+	}
 	return c.DB.Query(ctx, sql, args...)
 }
 
@@ -69,7 +74,7 @@ func TestClaimsShareStatements(t *testing.T) {
 	for i, ref := range asks {
 		wg.Go(func() {
 			<-start
-			res, err := cl.do(ctx, ref)
+			res, err := cl.Do(ctx, ref)
 			c := res.charge
 			assert.NoError(t, err)
 			if res.ok {
@@ -92,8 +97,7 @@ func TestClaimsShareStatements(t *testing.T) {
 	require.Equal(t, n, submitting)
 	require.Equal(t, n, audit, "one audit row per move")
 	require.Less(t, db.statements.Load(), int64(len(asks)), "claims asked at once share statements")
-	require.Empty(t, cl.queue)
-	require.False(t, cl.running)
+	require.True(t, cl.Idle())
 }
 
 // TestClaimWithdrawn checks that a job whose context ends while it waits
@@ -103,19 +107,31 @@ func TestClaimWithdrawn(t *testing.T) {
 	pool := dbtest.Pool(t)
 	tenantID := dbtest.Tenant(t, pool, "claims test")
 	c := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenantID})
-	cl := newClaims(pool)
-	// Another job's claim is in flight: this one queues behind it.
-	cl.running = true
+	other := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenantID})
+	db := &countingDB{DB: pool, gate: make(chan struct{})}
+	cl := newClaims(db)
+	// Another job's claim is in flight, held at its statement: this one
+	// queues behind it.
+	first := make(chan error, 1)
+	go func() {
+		_, err := cl.Do(context.Background(), intent.Ref{TenantID: tenantID, ChargeID: other.ID})
+		first <- err
+	}()
+	require.Eventually(t, func() bool { return db.statements.Load() == 1 }, 5e9, 1e6)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := cl.do(ctx, intent.Ref{TenantID: tenantID, ChargeID: c.ID})
+		_, err := cl.Do(ctx, intent.Ref{TenantID: tenantID, ChargeID: c.ID})
 		done <- err
 	}()
-	require.Eventually(t, func() bool { cl.mu.Lock(); defer cl.mu.Unlock(); return len(cl.queue) == 1 }, 5e9, 1e6)
+	require.Eventually(t, func() bool { return cl.Queued() == 1 }, 5e9, 1e6)
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
-	require.Empty(t, cl.queue)
+	require.Zero(t, cl.Queued())
+	close(db.gate)
+	require.NoError(t, <-first)
+	require.True(t, cl.Idle())
+	require.Equal(t, int64(1), db.statements.Load(), "the withdrawn claim sent no statement")
 	got, err := intent.Get(context.Background(), pool, tenantID, c.ID)
 	require.NoError(t, err)
 	require.Equal(t, intent.StatePending, got.State, "a withdrawn claim moves nothing")
@@ -173,7 +189,7 @@ func TestSettlesShareATransaction(t *testing.T) {
 	for i, m := range asks {
 		wg.Go(func() {
 			<-start
-			res, err := st.do(ctx, m)
+			res, err := st.Do(ctx, m)
 			assert.NoError(t, err)
 			if res.ok {
 				assert.Equal(t, m.To, res.charge.State)
@@ -205,7 +221,7 @@ func TestSettlesShareATransaction(t *testing.T) {
 	}
 	require.Zero(t, holders[n-1].Load(), "a charge no longer submitting is not moved")
 	require.Less(t, db.begins.Load(), int64(len(asks)), "settles made at once share transactions")
-	require.Empty(t, st.queue)
+	require.True(t, st.Idle())
 }
 
 // TestEndedRunWritesNothing checks that a run whose context has ended —
@@ -218,7 +234,7 @@ func TestEndedRunWritesNothing(t *testing.T) {
 	c := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenantID})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := newClaims(pool).do(ctx, intent.Ref{TenantID: tenantID, ChargeID: c.ID})
+	_, err := newClaims(pool).Do(ctx, intent.Ref{TenantID: tenantID, ChargeID: c.ID})
 	require.ErrorIs(t, err, context.Canceled)
 	got, err := intent.Get(context.Background(), pool, tenantID, c.ID)
 	require.NoError(t, err)

@@ -41,6 +41,7 @@ import (
 
 	"chargeflow/crashpoint"
 	"chargeflow/intent"
+	"chargeflow/internal/batch"
 	"chargeflow/psp"
 	"chargeflow/settle"
 	"chargeflow/submit"
@@ -85,8 +86,8 @@ type Worker struct {
 	telemetry telemetry
 	// claims and settles make the run's two moves with the runs asking
 	// at the same time (claims.go).
-	claims  *batchers[intent.Ref, moved]
-	settles *batchers[intent.Move, moved]
+	claims  *batch.Spread[intent.Ref, moved]
+	settles *batch.Spread[intent.Move, moved]
 }
 
 // BatchesInFlight is how many claim statements, and how many settling
@@ -105,8 +106,8 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	return &Worker{cfg: cfg, telemetry: tel,
-		claims:  newBatchers(BatchesInFlight, func() *batcher[intent.Ref, moved] { return newClaims(cfg.DB) }),
-		settles: newBatchers(BatchesInFlight, func() *batcher[intent.Move, moved] { return newSettles(cfg.DB, cfg.CrashPoints) }),
+		claims:  batch.NewSpread(BatchesInFlight, func() *batch.Batcher[intent.Ref, moved] { return newClaims(cfg.DB) }),
+		settles: batch.NewSpread(BatchesInFlight, func() *batch.Batcher[intent.Move, moved] { return newSettles(cfg.DB, cfg.CrashPoints) }),
 	}, nil
 }
 
@@ -146,7 +147,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[submit.ChargeArgs], lo
 	// Claimed with the other runs asking at the same time (claims.go); a
 	// charge the claim did not move is asked about alone, which says why
 	// (or moves it, if it became pending meanwhile).
-	claimed, err := w.claims.do(ctx, intent.Ref{TenantID: args.TenantID, ChargeID: args.ChargeID})
+	claimed, err := w.claims.Do(ctx, intent.Ref{TenantID: args.TenantID, ChargeID: args.ChargeID})
 	charge := claimed.charge
 	if err == nil && !claimed.ok {
 		charge, err = intent.MoveCharge(ctx, w.cfg.DB, intent.Move{
@@ -250,7 +251,7 @@ func (w *Worker) notApplied(ctx context.Context, job *river.Job[submit.ChargeArg
 // mismatch) alone.
 func (w *Worker) finish(ctx context.Context, job *river.Job[submit.ChargeArgs], log *slog.Logger, moves ...intent.Move) error {
 	if len(moves) == 1 {
-		settled, err := w.settles.do(ctx, moves[0])
+		settled, err := w.settles.Do(ctx, moves[0])
 		if err != nil {
 			return w.lostRace(ctx, log, err)
 		}

@@ -1,4 +1,6 @@
-package outbox
+// Package batch runs the requests of concurrent callers together, a batch
+// to a statement, as a database's group commit does.
+package batch
 
 import (
 	"context"
@@ -8,14 +10,14 @@ import (
 	"time"
 )
 
-// batcher runs the requests of concurrently running jobs together, as a
+// Batcher runs the requests of concurrent callers together, as a
 // database's group commit does: every request made while a batch is in
 // flight waits, and the next batch takes them all (up to max). Nobody waits
 // on a timer: a request made when no batch is in flight runs at once,
-// alone, so a quiet worker adds no latency, and a busy one batches as deep
-// as its backlog. The job whose request heads the queue runs the next
+// alone, so a quiet process adds no latency, and a busy one batches as deep
+// as its backlog. The caller whose request heads the queue runs the next
 // batch; run answers each request of a batch, in order.
-type batcher[T, R any] struct {
+type Batcher[T, R any] struct {
 	run func(ctx context.Context, items []T) ([]R, error)
 	max int
 
@@ -24,7 +26,13 @@ type batcher[T, R any] struct {
 	running bool
 }
 
-// batchTimeout bounds one batch, whatever the context of the job that
+// New is a Batcher of at most max requests a batch, each batch answered
+// by run.
+func New[T, R any](max int, run func(ctx context.Context, items []T) ([]R, error)) *Batcher[T, R] {
+	return &Batcher[T, R]{run: run, max: max}
+}
+
+// batchTimeout bounds one batch, whatever the context of the caller that
 // happens to run it.
 const batchTimeout = 30 * time.Second
 
@@ -38,12 +46,12 @@ type batchRequest[T, R any] struct {
 	err  error
 }
 
-// do runs item in the next batch and returns its answer. A request whose
+// Do runs item in the next batch and returns its answer. A request whose
 // context ends before a batch took it is withdrawn (ctx.Err()); once taken,
 // its answer is moments away and is waited for.
-func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
+func (b *Batcher[T, R]) Do(ctx context.Context, item T) (R, error) {
 	var zero R
-	// A run whose context ended (its job cancelled, the worker stopping)
+	// A request whose context ended (its job cancelled, its client gone)
 	// writes nothing, as a transaction begun on that context would not.
 	if err := ctx.Err(); err != nil {
 		return zero, err
@@ -82,7 +90,7 @@ func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
 
 // runNext runs the requests at the head of the queue as one batch, then
 // hands the next batch to the request at the head of what is left.
-func (b *batcher[T, R]) runNext(ctx context.Context) {
+func (b *Batcher[T, R]) runNext(ctx context.Context) {
 	b.mu.Lock()
 	n := min(len(b.queue), b.max)
 	batch := slices.Clone(b.queue[:n])
@@ -111,7 +119,7 @@ func (b *batcher[T, R]) runNext(ctx context.Context) {
 
 // handOff gives the next batch to the request at the head of the queue, or
 // notes that none is running. b.mu is held.
-func (b *batcher[T, R]) handOff() {
+func (b *Batcher[T, R]) handOff() {
 	if len(b.queue) > 0 {
 		b.queue[0].lead <- struct{}{}
 	} else {
@@ -121,7 +129,7 @@ func (b *batcher[T, R]) handOff() {
 
 // withdraw takes r out of the queue if no batch has taken it yet, passing
 // on the next batch if it was r's to run.
-func (b *batcher[T, R]) withdraw(r *batchRequest[T, R]) bool {
+func (b *Batcher[T, R]) withdraw(r *batchRequest[T, R]) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	i := slices.Index(b.queue, r)
@@ -137,24 +145,40 @@ func (b *batcher[T, R]) withdraw(r *batchRequest[T, R]) bool {
 	return true
 }
 
-// batchers spreads requests over several batchers, round robin, so that
+// Spread spreads requests over several Batchers, round robin, so that
 // several batches can be in flight at once: one batch at a time would put
-// all of a worker's settling on one database backend — one CPU of the
-// server, however many it has, and a small share of it beside the API's
-// many backends on a busy one.
-type batchers[T, R any] struct {
-	each []*batcher[T, R]
+// all of a process's batched writes on one database backend — one CPU of
+// the server, however many it has, and a small share of it beside the
+// other backends of a busy one.
+type Spread[T, R any] struct {
+	each []*Batcher[T, R]
 	next atomic.Uint64
 }
 
-func newBatchers[T, R any](n int, newOne func() *batcher[T, R]) *batchers[T, R] {
-	b := &batchers[T, R]{each: make([]*batcher[T, R], max(n, 1))}
+// NewSpread is n Batchers made by newOne.
+func NewSpread[T, R any](n int, newOne func() *Batcher[T, R]) *Spread[T, R] {
+	b := &Spread[T, R]{each: make([]*Batcher[T, R], max(n, 1))}
 	for i := range b.each {
 		b.each[i] = newOne()
 	}
 	return b
 }
 
-func (b *batchers[T, R]) do(ctx context.Context, item T) (R, error) {
-	return b.each[b.next.Add(1)%uint64(len(b.each))].do(ctx, item)
+// Do runs item in the next batch of one of the Batchers.
+func (b *Spread[T, R]) Do(ctx context.Context, item T) (R, error) {
+	return b.each[b.next.Add(1)%uint64(len(b.each))].Do(ctx, item)
+}
+
+// Queued is how many requests wait for a batch to take them.
+func (b *Batcher[T, R]) Queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
+// Idle reports that no request waits and no batch is in flight.
+func (b *Batcher[T, R]) Idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue) == 0 && !b.running
 }
