@@ -4,12 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"chargeflow/api"
 	"chargeflow/intent"
@@ -32,25 +36,7 @@ func TestAcceptOneStatement(t *testing.T) {
 		b := setup(t, func(o *setupOpts) { o.lockTimeout = "100ms" })
 		ctx := context.Background()
 		const key = "held-elsewhere-key-01"
-
-		tx, err := b.pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		now := time.Now().UTC().Truncate(time.Microsecond)
-		id := ids.New("ch", now)
-		keyHash := sha256.Sum256([]byte(key))
-		held := []byte(`{"id":"` + id + `","held":true}`)
-		fp := heldFingerprint(t, b)
-		job, err := submit.RowOf(ctx, submit.ChargeArgs{TenantID: b.tenantA.ID, ChargeID: id}, 1)
-		require.NoError(t, err)
-		inserted, err := intent.Accept(ctx, tx, intent.Acceptance{
-			Charge: intent.Charge{TenantID: b.tenantA.ID, ID: id, State: intent.StatePending, Amount: 1000, Currency: "USD",
-				PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now},
-			Actor: "test", KeyHash: keyHash[:], Fingerprint: fp, StatusCode: http.StatusCreated, ResponseBody: held,
-			ExpiresAt: now.Add(time.Hour), Job: job,
-		})
-		require.NoError(t, err)
-		require.True(t, inserted)
+		tx, held := holdKey(t, b, key)
 
 		waiting := b.post(t, b.tenantA, key, validBody)
 		requireProblem(t, waiting, http.StatusConflict, api.CodeRequestInProgress)
@@ -96,6 +82,34 @@ func TestAcceptOneStatement(t *testing.T) {
 	})
 }
 
+// holdKey accepts validBody under key as tenant A inside a transaction it
+// leaves open, as a request between its insert and its commit would: other
+// requests with the key wait on it. It returns the transaction and the
+// response body it stored.
+func holdKey(t *testing.T, b *testBundle, key string) (pgx.Tx, []byte) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	id := ids.New("ch", now)
+	keyHash := sha256.Sum256([]byte(key))
+	held := []byte(`{"id":"` + id + `","held":true}`)
+	fp := heldFingerprint(t, b)
+	job, err := submit.RowOf(ctx, submit.ChargeArgs{TenantID: b.tenantA.ID, ChargeID: id}, 1)
+	require.NoError(t, err)
+	inserted, err := intent.Accept(ctx, tx, intent.Acceptance{
+		Charge: intent.Charge{TenantID: b.tenantA.ID, ID: id, State: intent.StatePending, Amount: 1000, Currency: "USD",
+			PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now},
+		Actor: "test", KeyHash: keyHash[:], Fingerprint: fp, StatusCode: http.StatusCreated, ResponseBody: held,
+		ExpiresAt: now.Add(time.Hour), Job: job,
+	})
+	require.NoError(t, err)
+	require.True(t, inserted)
+	return tx, held
+}
+
 // heldFingerprint is the fingerprint the API gives validBody: it posts it
 // once as tenant B and reads the record back (one charge, record, event and
 // job that the caller counts).
@@ -110,4 +124,129 @@ func heldFingerprint(t *testing.T, b *testBundle) []byte {
 	require.NoError(t, err)
 	require.Equal(t, view.ID, rec.ChargeID)
 	return rec.Fingerprint
+}
+
+// TestAcceptsShareACommit sends charges at once to an API with one accept
+// batcher: every one is accepted once, with its own answer, and they
+// shared statements. When a batch's statement fails — a key another
+// request still holds, past the lock timeout — every other charge of the
+// batch is accepted alone, and that key alone gets its 409.
+func TestAcceptsShareACommit(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ConcurrentChargesShareStatements", func(t *testing.T) {
+		t.Parallel()
+		reader := sdkmetric.NewManualReader()
+		b := setup(t, func(o *setupOpts) {
+			o.config = func(c *api.Config) {
+				c.AcceptBatches = 1
+				c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+			}
+		})
+		const n, dup = 40, 4
+		start := make(chan struct{})
+		resps := make([]response, n+dup)
+		var wg sync.WaitGroup
+		for i := range resps {
+			key := fmt.Sprintf("together-%02d-000000", i)
+			if i >= n {
+				key = "together-duplicate-00" // one client's retries, racing
+			}
+			wg.Go(func() {
+				<-start
+				resps[i] = b.post(t, b.tenantA, key, validBody)
+			})
+		}
+		close(start)
+		wg.Wait()
+
+		seen := map[string]bool{}
+		for i, r := range resps[:n] {
+			require.Equal(t, http.StatusCreated, r.status, "charge %d: %s", i, r.body)
+			require.Empty(t, r.header.Get("Idempotent-Replayed"))
+			var view struct{ ID string }
+			require.NoError(t, json.Unmarshal(r.body, &view))
+			require.False(t, seen[view.ID], "charge %d has its own id", i)
+			seen[view.ID] = true
+			require.Equal(t, 1, b.jobsFor(t, view.ID))
+		}
+		fresh := 0
+		for _, r := range resps[n:] {
+			require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+			require.Equal(t, resps[n].body, r.body, "every use of the key gets the first answer")
+			if r.header.Get("Idempotent-Replayed") == "" {
+				fresh++
+			}
+		}
+		require.Equal(t, 1, fresh, "one request with the key created the charge, the others were replays")
+		require.Equal(t, stored{Charges: n + 1, IdempotencyKeys: n + 1, Events: n + 1, Jobs: n + 1}, b.stored(t))
+
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(context.Background(), &rm))
+		h := histogramOf(t, rm, api.MetricAcceptBatch)
+		require.Equal(t, int64(n+dup), h.Sum, "every charge went through an accept statement once")
+		require.Less(t, h.Count, uint64(n+dup), "charges sent at once shared statements")
+		t.Logf("%d charges in %d statements", h.Sum, h.Count)
+	})
+
+	t.Run("AFailedBatchAcceptsEachAlone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, func(o *setupOpts) {
+			o.lockTimeout = "500ms"
+			o.config = func(c *api.Config) { c.AcceptBatches = 1 }
+		})
+		const key = "held-by-another-001"
+		holdKey(t, b, key)
+		before := b.stored(t)
+
+		// The first request with the held key runs alone and waits on it;
+		// what arrives meanwhile is the next batch: the key again, and
+		// five new charges. That statement waits on the key too, fails,
+		// and each of its charges is then accepted alone.
+		first := make(chan response, 1)
+		go func() { first <- b.post(t, b.tenantA, key, validBody) }()
+		require.Eventually(t, func() bool {
+			var waiting int
+			require.NoError(t, b.pool.QueryRow(context.Background(),
+				`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
+			return waiting == 1
+		}, 10*time.Second, 5*time.Millisecond)
+		resps := make([]response, 6)
+		var wg sync.WaitGroup
+		for i := range resps {
+			k := fmt.Sprintf("beside-held-%02d-0000", i)
+			if i == 0 {
+				k = key
+			}
+			wg.Go(func() { resps[i] = b.post(t, b.tenantA, k, validBody) })
+		}
+		wg.Wait()
+
+		requireProblem(t, <-first, http.StatusConflict, api.CodeRequestInProgress)
+		requireProblem(t, resps[0], http.StatusConflict, api.CodeRequestInProgress)
+		for i, r := range resps[1:] {
+			require.Equal(t, http.StatusCreated, r.status, "charge %d: %s", i+1, r.body)
+		}
+		after := b.stored(t)
+		require.Equal(t, stored{Charges: before.Charges + 5, IdempotencyKeys: before.IdempotencyKeys + 5,
+			Events: before.Events + 5, Jobs: before.Jobs + 5}, after, "the five new charges, nothing for the held key")
+		require.Contains(t, b.logs.String(), "accept batch failed; accepting its charges one by one")
+	})
+}
+
+// histogramOf is the one data point of an int64 histogram.
+func histogramOf(t *testing.T, rm metricdata.ResourceMetrics, name string) metricdata.HistogramDataPoint[int64] {
+	t.Helper()
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == name {
+				h, ok := m.Data.(metricdata.Histogram[int64])
+				require.True(t, ok, "%s is an int64 histogram", name)
+				require.Len(t, h.DataPoints, 1)
+				return h.DataPoints[0]
+			}
+		}
+	}
+	require.Failf(t, "no metric", "%s was not recorded", name)
+	return metricdata.HistogramDataPoint[int64]{}
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -204,8 +205,18 @@ func (s *Server) acceptOnce(ctx context.Context, a intent.Acceptance) (intent.Id
 	if s.cfg.CrashPoints.Has(crashpoint.APIAfterInsertBeforeCommit) {
 		return s.acceptInTx(ctx, a)
 	}
-	inserted, rec, found, err := intent.AcceptOrReplay(ctx, s.cfg.DB, a)
-	if err != nil || inserted || found {
+	var got intent.Accepted
+	var err error
+	if s.accepts != nil && batchable(a) {
+		var ans acceptAnswer
+		ans, err = s.accepts.Do(ctx, a)
+		got = ans.Accepted
+		err = cmp.Or(err, ans.err)
+	} else {
+		got.Inserted, got.Record, got.Found, err = intent.AcceptOrReplay(ctx, s.cfg.DB, a)
+	}
+	rec, inserted := got.Record, got.Inserted
+	if err != nil || got.Inserted || got.Found {
 		return rec, inserted, err
 	}
 	// The key's first request committed while the statement waited on it.

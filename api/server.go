@@ -28,6 +28,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"chargeflow/crashpoint"
+	"chargeflow/intent"
+	"chargeflow/internal/batch"
 	"chargeflow/psp"
 	"chargeflow/submit"
 )
@@ -109,6 +111,12 @@ type Config struct {
 	// database read (docs/api.md, "Replays"). Default 10,000 (a few MB);
 	// negative keeps none.
 	ReplayCache int
+	// AcceptBatches is how many accept statements this process runs at
+	// once; the charges that arrive while one runs are accepted together
+	// by the next, in one statement and one commit (docs/architecture.md,
+	// "Accepts share a commit"). Default 4; negative sends every accept in
+	// a statement of its own.
+	AcceptBatches int
 
 	// OpsSessionTTL is how long a sign-in to the operator's page lasts,
 	// from the sign-in: the operator then signs in again. Default 12 h.
@@ -149,6 +157,9 @@ type Server struct {
 	telemetry telemetry
 	// replays keeps recent idempotency records (Config.ReplayCache).
 	replays *replayCache
+	// accepts batches new charges (Config.AcceptBatches); nil sends each
+	// alone.
+	accepts *batch.Spread[intent.Acceptance, acceptAnswer]
 	// authFailures counts failed authentications per client address.
 	authFailures *authFailureLimiter
 
@@ -185,6 +196,7 @@ func Defaults() Config {
 		ReconcileFloor:    30 * time.Second,
 		OpsSessionTTL:     12 * time.Hour,
 		ReplayCache:       10_000,
+		AcceptBatches:     4,
 	}
 }
 
@@ -214,6 +226,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.ReconcileFloor = cmp.Or(cfg.ReconcileFloor, d.ReconcileFloor)
 	cfg.OpsSessionTTL = cmp.Or(cfg.OpsSessionTTL, d.OpsSessionTTL)
 	cfg.ReplayCache = cmp.Or(cfg.ReplayCache, d.ReplayCache)
+	cfg.AcceptBatches = cmp.Or(cfg.AcceptBatches, d.AcceptBatches)
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
@@ -239,6 +252,11 @@ func New(cfg Config) (*Server, error) {
 		// Browsers say where a request comes from; programs say nothing
 		// and pass (they hold no session cookie to abuse).
 		crossOrigin: http.NewCrossOriginProtection(),
+	}
+	if cfg.AcceptBatches > 0 {
+		s.accepts = batch.NewSpread(cfg.AcceptBatches, func() *batch.Batcher[intent.Acceptance, acceptAnswer] {
+			return batch.New(maxAcceptBatch, s.acceptBatch)
+		})
 	}
 	e := echo.New()
 	e.HideBanner = true

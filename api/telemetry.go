@@ -42,6 +42,11 @@ const (
 	// intent.Census): label estimate is "true" on a settled state's count
 	// estimated from the planner's statistics, "false" on an exact one.
 	MetricCharges = "chargeflow.charges"
+
+	// MetricAcceptBatch is the number of charges each accept statement
+	// wrote together (docs/architecture.md, "Accepts share a commit"):
+	// 1 when the API is quiet, deeper as it gets busier.
+	MetricAcceptBatch = "chargeflow.api.accept_batch_size"
 )
 
 // instrumentationName names the tracer and meter of this package.
@@ -69,6 +74,7 @@ type telemetry struct {
 	requestDuration metric.Float64Histogram
 	replays         metric.Int64Counter
 	problems        metric.Int64Counter
+	acceptBatch     metric.Int64Histogram
 	// charges counts charges by state for the charges gauge and for the
 	// operator's page, which share its bound on how often it queries.
 	charges *chargeCounter
@@ -100,6 +106,12 @@ func newTelemetry(cfg Config) (telemetry, error) {
 		metric.WithDescription("Problem responses, by code (request_in_progress is the 409 of a concurrent duplicate)."),
 		metric.WithUnit("{response}")); err != nil {
 		return telemetry{}, fmt.Errorf("api: metric %s: %w", MetricProblems, err)
+	}
+	if t.acceptBatch, err = meter.Int64Histogram(MetricAcceptBatch,
+		metric.WithDescription("Charges accepted together by one statement and one commit."),
+		metric.WithUnit("{charge}"),
+		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128)); err != nil {
+		return telemetry{}, fmt.Errorf("api: metric %s: %w", MetricAcceptBatch, err)
 	}
 	// The counters are exported from the start, at zero, so that rate()
 	// and increase() see their first increment.

@@ -21,6 +21,7 @@ func bindAPI(fs *flag.FlagSet, o *app.Options, addr *string) {
 	fs.Int64Var(&o.API.MaxAmount, "max-amount", da.MaxAmount, "largest amount accepted, in minor units of a two-decimal currency (USD, EUR): the same number of major units caps every currency, scaled to its minor unit (JPY 999,999, KWD 999,999,990 by default)")
 	fs.DurationVar(&o.API.IdempotencyTTL, "idempotency-ttl", da.IdempotencyTTL, "how long idempotency keys are remembered (1h to 168h)")
 	fs.IntVar(&o.API.ReplayCache, "replay-cache", da.ReplayCache, "idempotency records kept in memory (per API process) to answer retries without a database read; negative keeps none")
+	fs.IntVar(&o.API.AcceptBatches, "accept-batches", da.AcceptBatches, "accept statements run at once (per API process); the charges arriving while one runs share the next statement and commit; negative sends each charge in its own")
 	bindSubmitMaxAttempts(fs, o)
 	fs.IntVar(&o.APIPool.MaxConns, "max-conns", d.APIPool.MaxConns, "database connections")
 	fs.DurationVar(&o.API.ReconcileFloor, "reconcile-floor", da.ReconcileFloor, "least time between an operator's forced lookup of a charge and the previous lookup")

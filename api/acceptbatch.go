@@ -1,0 +1,60 @@
+package api
+
+import (
+	"context"
+
+	"chargeflow/intent"
+)
+
+// Accepts share a commit (docs/architecture.md, "Accepts share a commit").
+// The charges that arrive while an accept statement runs are accepted
+// together by the next one (package internal/batch: no timer, so a quiet
+// API sends each charge alone, at once), and each keeps everything it
+// had alone: its idempotency record, its creation audit row and its job
+// are written with it or not at all, and its 201 is sent only after the
+// commit that holds them. What a batch saves is what every statement pays
+// whatever it writes — a round trip, the executor's start, a commit and
+// its WAL flush — which was most of an accept's cost.
+
+// maxAcceptBatch bounds one statement.
+const maxAcceptBatch = 64
+
+// acceptAnswer is one charge's part of a batch: what the statement did
+// with it, or why it was not accepted.
+type acceptAnswer struct {
+	intent.Accepted
+	err error
+}
+
+// batchable reports whether a goes in a batch: a charge, never a refund,
+// whose accounting may refuse it and would then fail the charges beside
+// it.
+func batchable(a intent.Acceptance) bool {
+	return a.Job != nil && a.Charge.ParentID == "" && (a.Charge.Kind == "" || a.Charge.Kind == intent.KindCharge)
+}
+
+// acceptBatch accepts the charges of one batch. Alone, a charge gets the
+// statement it always had. Together, they get one (intent.AcceptMany); if
+// that fails it wrote nothing — typically one key another request still
+// holds past the lock timeout — and each is then accepted alone, so each
+// gets its own answer (that one key its 409, the others their 201).
+func (s *Server) acceptBatch(ctx context.Context, as []intent.Acceptance) ([]acceptAnswer, error) {
+	out := make([]acceptAnswer, len(as))
+	if len(as) > 1 {
+		got, err := intent.AcceptMany(ctx, s.cfg.DB, as)
+		if err == nil {
+			s.telemetry.acceptBatch.Record(ctx, int64(len(as)))
+			for i, g := range got {
+				out[i].Accepted = g
+			}
+			return out, nil
+		}
+		s.cfg.Logger.WarnContext(ctx, "accept batch failed; accepting its charges one by one", "charges", len(as), "err", err.Error())
+	}
+	for i, a := range as {
+		s.telemetry.acceptBatch.Record(ctx, 1)
+		g := &out[i]
+		g.Inserted, g.Record, g.Found, g.err = intent.AcceptOrReplay(ctx, s.cfg.DB, a)
+	}
+	return out, nil
+}
