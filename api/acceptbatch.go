@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 
 	"chargeflow/intent"
 )
@@ -33,28 +34,35 @@ func batchable(a intent.Acceptance) bool {
 	return a.Job != nil && a.Charge.ParentID == "" && (a.Charge.Kind == "" || a.Charge.Kind == intent.KindCharge)
 }
 
+// errAcceptAlone answers each charge of a batch whose statement failed:
+// it wrote nothing, and each caller then sends its charge alone.
+var errAcceptAlone = errors.New("accept batch failed")
+
 // acceptBatch accepts the charges of one batch. Alone, a charge gets the
 // statement it always had. Together, they get one (intent.AcceptMany); if
 // that fails it wrote nothing — typically one key another request still
-// holds past the lock timeout — and each is then accepted alone, so each
-// gets its own answer (that one key its 409, the others their 201).
+// holds past the lock timeout — and each caller then sends its charge
+// alone, outside the batch's turn (acceptOnce), so each gets its own
+// answer (that one key its 409, the others their 201) and the next batch
+// does not wait for them.
 func (s *Server) acceptBatch(ctx context.Context, as []intent.Acceptance) ([]acceptAnswer, error) {
+	s.telemetry.acceptBatch.Record(ctx, int64(len(as)))
 	out := make([]acceptAnswer, len(as))
-	if len(as) > 1 {
-		got, err := intent.AcceptMany(ctx, s.cfg.DB, as)
-		if err == nil {
-			s.telemetry.acceptBatch.Record(ctx, int64(len(as)))
-			for i, g := range got {
-				out[i].Accepted = g
-			}
-			return out, nil
-		}
-		s.cfg.Logger.WarnContext(ctx, "accept batch failed; accepting its charges one by one", "charges", len(as), "err", err.Error())
+	if len(as) == 1 {
+		g := &out[0]
+		g.Inserted, g.Record, g.Found, g.err = intent.AcceptOrReplay(ctx, s.cfg.DB, as[0])
+		return out, nil
 	}
-	for i, a := range as {
-		s.telemetry.acceptBatch.Record(ctx, 1)
-		g := &out[i]
-		g.Inserted, g.Record, g.Found, g.err = intent.AcceptOrReplay(ctx, s.cfg.DB, a)
+	got, err := intent.AcceptMany(ctx, s.cfg.DB, as)
+	if err != nil {
+		s.cfg.Logger.WarnContext(ctx, "accept batch failed; accepting its charges one by one", "charges", len(as), "err", err.Error())
+		for i := range out {
+			out[i].err = errAcceptAlone
+		}
+		return out, nil
+	}
+	for i, g := range got {
+		out[i].Accepted = g
 	}
 	return out, nil
 }

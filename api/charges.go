@@ -207,12 +207,15 @@ func (s *Server) acceptOnce(ctx context.Context, a intent.Acceptance) (intent.Id
 	}
 	var got intent.Accepted
 	var err error
-	if s.accepts != nil && batchable(a) {
+	alone := s.accepts == nil || !batchable(a)
+	if !alone {
 		var ans acceptAnswer
 		ans, err = s.accepts.Do(ctx, a)
 		got = ans.Accepted
 		err = cmp.Or(err, ans.err)
-	} else {
+		alone = errors.Is(err, errAcceptAlone)
+	}
+	if alone {
 		got.Inserted, got.Record, got.Found, err = intent.AcceptOrReplay(ctx, s.cfg.DB, a)
 	}
 	rec, inserted := got.Record, got.Inserted

@@ -112,10 +112,11 @@ type Config struct {
 	// negative keeps none.
 	ReplayCache int
 	// AcceptBatches is how many accept statements this process runs at
-	// once; the charges that arrive while one runs are accepted together
-	// by the next, in one statement and one commit (docs/architecture.md,
-	// "Accepts share a commit"). Default 4; negative sends every accept in
-	// a statement of its own.
+	// most at once. The charges that arrive while one runs are accepted
+	// together by the next, in one statement and one commit; another
+	// statement starts beside it only when a full batch waits
+	// (docs/architecture.md, "Accepts share a commit"). Default 4;
+	// negative sends every accept in a statement of its own.
 	AcceptBatches int
 
 	// OpsSessionTTL is how long a sign-in to the operator's page lasts,
@@ -159,7 +160,7 @@ type Server struct {
 	replays *replayCache
 	// accepts batches new charges (Config.AcceptBatches); nil sends each
 	// alone.
-	accepts *batch.Spread[intent.Acceptance, acceptAnswer]
+	accepts *batch.Batcher[intent.Acceptance, acceptAnswer]
 	// authFailures counts failed authentications per client address.
 	authFailures *authFailureLimiter
 
@@ -254,9 +255,7 @@ func New(cfg Config) (*Server, error) {
 		crossOrigin: http.NewCrossOriginProtection(),
 	}
 	if cfg.AcceptBatches > 0 {
-		s.accepts = batch.NewSpread(cfg.AcceptBatches, func() *batch.Batcher[intent.Acceptance, acceptAnswer] {
-			return batch.New(maxAcceptBatch, s.acceptBatch)
-		})
+		s.accepts = batch.NewParallel(maxAcceptBatch, cfg.AcceptBatches, s.acceptBatch)
 	}
 	e := echo.New()
 	e.HideBanner = true

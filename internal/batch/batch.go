@@ -17,19 +17,32 @@ import (
 // alone, so a quiet process adds no latency, and a busy one batches as deep
 // as its backlog. The caller whose request heads the queue runs the next
 // batch; run answers each request of a batch, in order.
+//
+// Made by NewParallel, a Batcher runs more than one batch at a time only
+// when it must: another batch starts beside those in flight when a full
+// one (max requests) is waiting, so batches stay as deep as the load
+// allows and the database's other backends are used only when one
+// statement at a time cannot keep up.
 type Batcher[T, R any] struct {
-	run func(ctx context.Context, items []T) ([]R, error)
-	max int
+	run      func(ctx context.Context, items []T) ([]R, error)
+	max      int
+	parallel int
 
 	mu      sync.Mutex
 	queue   []*batchRequest[T, R]
-	running bool
+	running int
 }
 
-// New is a Batcher of at most max requests a batch, each batch answered
-// by run.
+// New is a Batcher of at most max requests a batch, one batch at a time,
+// each answered by run.
 func New[T, R any](max int, run func(ctx context.Context, items []T) ([]R, error)) *Batcher[T, R] {
-	return &Batcher[T, R]{run: run, max: max}
+	return NewParallel(max, 1, run)
+}
+
+// NewParallel is New, running up to parallel batches at once: a batch
+// beyond the first starts only when max requests are waiting.
+func NewParallel[T, R any](maxItems, parallel int, run func(ctx context.Context, items []T) ([]R, error)) *Batcher[T, R] {
+	return &Batcher[T, R]{run: run, max: maxItems, parallel: max(parallel, 1)}
 }
 
 // batchTimeout bounds one batch, whatever the context of the caller that
@@ -38,8 +51,10 @@ const batchTimeout = 30 * time.Second
 
 type batchRequest[T, R any] struct {
 	item T
-	// lead, when it receives, makes this request's job run the next batch.
-	lead chan struct{}
+	// lead, when it receives, makes this request's caller run the next
+	// batch; leads records that it was sent (b.mu).
+	lead  chan struct{}
+	leads bool
 	// done is closed once a batch took this request; res and err are set.
 	done chan struct{}
 	res  R
@@ -59,23 +74,34 @@ func (b *Batcher[T, R]) Do(ctx context.Context, item T) (R, error) {
 	r := &batchRequest[T, R]{item: item, lead: make(chan struct{}, 1), done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
-	if !b.running {
-		b.running = true
+	if b.running == 0 || (len(b.queue) >= b.max && b.running < b.parallel) {
+		// This request starts a batch: the first one, or one more beside
+		// those in flight because a full batch waits. It holds a turn (a
+		// running count) from here until its batch hands on or ends.
+		b.running++
+		r.leads = true
 		r.lead <- struct{}{}
 	}
 	b.mu.Unlock()
 	for {
 		select {
 		case <-r.done:
+			b.passTurn(ctx, r)
 			return r.res, r.err
 		case <-r.lead:
 			if ctx.Err() != nil {
-				// Ended while queued: hand the batch to the next.
+				// Ended while queued: hand the turn on, and go unless a
+				// batch already took the request.
 				b.mu.Lock()
+				queued := slices.Contains(b.queue, r)
 				b.queue = slices.DeleteFunc(b.queue, func(q *batchRequest[T, R]) bool { return q == r })
 				b.handOff()
 				b.mu.Unlock()
-				return zero, ctx.Err()
+				if queued {
+					return zero, ctx.Err()
+				}
+				<-r.done
+				return r.res, r.err
 			}
 			b.runNext(ctx)
 		case <-ctx.Done():
@@ -83,8 +109,19 @@ func (b *Batcher[T, R]) Do(ctx context.Context, item T) (R, error) {
 				return zero, ctx.Err()
 			}
 			<-r.done
+			b.passTurn(ctx, r)
 			return r.res, r.err
 		}
+	}
+}
+
+// passTurn runs or hands on the turn r was given while another turn's
+// batch took it (only with more than one turn: NewParallel).
+func (b *Batcher[T, R]) passTurn(ctx context.Context, r *batchRequest[T, R]) {
+	select {
+	case <-r.lead:
+		b.runNext(ctx)
+	default:
 	}
 }
 
@@ -96,6 +133,14 @@ func (b *Batcher[T, R]) runNext(ctx context.Context) {
 	batch := slices.Clone(b.queue[:n])
 	b.queue = slices.Delete(b.queue, 0, n)
 	b.mu.Unlock()
+	if n == 0 {
+		// Another turn took this request's batch (one that started beside
+		// it): nothing is left for this one.
+		b.mu.Lock()
+		b.handOff()
+		b.mu.Unlock()
+		return
+	}
 
 	items := make([]T, len(batch))
 	for i, r := range batch {
@@ -117,14 +162,17 @@ func (b *Batcher[T, R]) runNext(ctx context.Context) {
 	b.mu.Unlock()
 }
 
-// handOff gives the next batch to the request at the head of the queue, or
-// notes that none is running. b.mu is held.
+// handOff gives the turn that just ended to the first queued request not
+// already holding one, or ends it. b.mu is held.
 func (b *Batcher[T, R]) handOff() {
-	if len(b.queue) > 0 {
-		b.queue[0].lead <- struct{}{}
-	} else {
-		b.running = false
+	for _, q := range b.queue {
+		if !q.leads {
+			q.leads = true
+			q.lead <- struct{}{}
+			return
+		}
 	}
+	b.running--
 }
 
 // withdraw takes r out of the queue if no batch has taken it yet, passing
@@ -180,5 +228,5 @@ func (b *Batcher[T, R]) Queued() int {
 func (b *Batcher[T, R]) Idle() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.queue) == 0 && !b.running
+	return len(b.queue) == 0 && b.running == 0
 }

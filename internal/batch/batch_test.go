@@ -3,8 +3,10 @@ package batch_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -75,5 +77,77 @@ func TestABatchsErrorIsEveryRequestsError(t *testing.T) {
 	r, err := b.Do(context.Background(), 2)
 	require.NoError(t, err)
 	require.Equal(t, 2, r)
+	require.True(t, b.Idle())
+}
+
+// TestParallelTurns sends requests from many callers, some of which give
+// up, to a Batcher that may run three batches at once: each request that
+// was answered ran exactly once, with its own answer, each one that gave
+// up did not run, no more than three batches ever ran at once, more than
+// one did when full batches waited, and nothing is left running.
+func TestParallelTurns(t *testing.T) {
+	t.Parallel()
+	const callers, rounds, maxItems, parallel = 64, 40, 4, 3
+	var mu sync.Mutex
+	ran := map[int]int{}
+	var inFlight, most int
+	b := batch.NewParallel(maxItems, parallel, func(_ context.Context, items []int) ([]int, error) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		for _, v := range items {
+			ran[v]++
+		}
+		mu.Unlock()
+		time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		out := make([]int, len(items))
+		for i, v := range items {
+			out[i] = -v
+		}
+		return out, nil
+	})
+	answered := make([][]bool, callers)
+	var wg sync.WaitGroup
+	for c := range callers {
+		answered[c] = make([]bool, rounds)
+		wg.Go(func() {
+			for r := range rounds {
+				item := c*rounds + r
+				ctx, cancel := context.WithCancel(context.Background())
+				if rand.IntN(8) == 0 {
+					go func() {
+						time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+						cancel()
+					}()
+				}
+				got, err := b.Do(ctx, item)
+				cancel()
+				if err == nil {
+					require.Equal(t, -item, got)
+					answered[c][r] = true
+				} else {
+					require.ErrorIs(t, err, context.Canceled)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for c := range callers {
+		for r := range rounds {
+			item := c*rounds + r
+			if answered[c][r] {
+				require.Equal(t, 1, ran[item], "item %d answered: it ran once", item)
+			} else {
+				require.Zero(t, ran[item], "item %d withdrawn: it did not run", item)
+			}
+		}
+	}
+	require.LessOrEqual(t, most, parallel)
+	require.Greater(t, most, 1, "full batches waiting started more turns")
 	require.True(t, b.Idle())
 }
