@@ -18,7 +18,7 @@ import (
 // its WAL flush — which was most of an accept's cost.
 
 // maxAcceptBatch bounds one statement.
-const maxAcceptBatch = 16
+const maxAcceptBatch = 8
 
 // acceptAnswer is one charge's part of a batch: what the statement did
 // with it, or why it was not accepted.
