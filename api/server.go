@@ -2,7 +2,8 @@
 // merchants, parses charge requests strictly, and accepts each charge exactly
 // once per idempotency key, writing the charge, its idempotency record, its
 // first event and its charge.submit River job in one Postgres statement —
-// one round trip, one transaction, one commit.
+// one round trip, one transaction, one commit, shared with the charges that
+// arrive while the previous statement runs (acceptbatch.go).
 //
 // routes.go shows the whole surface on one screen; problem.go is the one
 // place errors become HTTP statuses; openapi.yaml describes what is served
