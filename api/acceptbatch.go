@@ -27,13 +27,6 @@ type acceptAnswer struct {
 	err error
 }
 
-// batchable reports whether a goes in a batch: a charge, never a refund,
-// whose accounting may refuse it and would then fail the charges beside
-// it.
-func batchable(a intent.Acceptance) bool {
-	return a.Job != nil && a.Charge.ParentID == "" && (a.Charge.Kind == "" || a.Charge.Kind == intent.KindCharge)
-}
-
 // errAcceptAlone answers each charge of a batch whose statement failed:
 // it wrote nothing, and each caller then sends its charge alone.
 var errAcceptAlone = errors.New("accept batch failed")

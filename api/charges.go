@@ -207,7 +207,7 @@ func (s *Server) acceptOnce(ctx context.Context, a intent.Acceptance) (intent.Id
 	}
 	var got intent.Accepted
 	var err error
-	alone := s.accepts == nil || !batchable(a)
+	alone := s.accepts == nil || !a.Batchable()
 	if !alone {
 		var ans acceptAnswer
 		ans, err = s.accepts.Do(ctx, a)
@@ -218,9 +218,9 @@ func (s *Server) acceptOnce(ctx context.Context, a intent.Acceptance) (intent.Id
 	if alone {
 		got.Inserted, got.Record, got.Found, err = intent.AcceptOrReplay(ctx, s.cfg.DB, a)
 	}
-	rec, inserted := got.Record, got.Inserted
+	rec := got.Record
 	if err != nil || got.Inserted || got.Found {
-		return rec, inserted, err
+		return rec, got.Inserted, err
 	}
 	// The key's first request committed while the statement waited on it.
 	rec, err = intent.Idempotency(ctx, s.cfg.DB, a.Charge.TenantID, a.KeyHash)

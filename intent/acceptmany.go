@@ -23,6 +23,12 @@ type Accepted struct {
 // charge of the statement, so refunds are accepted alone.
 var ErrBatchOfCharges = errors.New("AcceptMany takes charges with their jobs only")
 
+// Batchable reports whether a may go in AcceptMany: a charge with its
+// job, never a refund (ErrBatchOfCharges).
+func (a Acceptance) Batchable() bool {
+	return a.Job != nil && a.Charge.ParentID == "" && (a.Charge.Kind == "" || a.Charge.Kind == KindCharge)
+}
+
 // AcceptMany is AcceptOrReplay for many charges in one statement, and so
 // one commit (docs/architecture.md, "Accepts share a commit"). Each charge
 // is written with its idempotency record, its creation audit row and its
@@ -55,7 +61,7 @@ func AcceptMany(ctx context.Context, db DB, as []Acceptance) ([]Accepted, error)
 		if c.State != StatePending {
 			return nil, fmt.Errorf("%w: a charge is accepted pending, not %q", ErrIllegalMove, c.State)
 		}
-		if (c.Kind != "" && c.Kind != KindCharge) || c.ParentID != "" || a.Job == nil {
+		if !a.Batchable() {
 			return nil, ErrBatchOfCharges
 		}
 		if a.Job.MaxAttempts < 1 {
