@@ -118,7 +118,30 @@ func charge(key string, p chargeflow.ChargeParams) request {
 // traffic sends n charges through 16 concurrent clients; done, when set,
 // gets each one's final answer.
 func (s *system) traffic(ctx context.Context, name string, n int, done func(request, answer)) {
-	s.client.load(ctx, n, 16, func(i int) request { return s.request(name, i) }, done)
+	s.trafficFrom(ctx, name, 0, n, done)
+}
+
+// trafficFrom sends the charges numbered from to from+n-1.
+func (s *system) trafficFrom(ctx context.Context, name string, from, n int, done func(request, answer)) {
+	s.client.load(ctx, n, 16, func(i int) request { return s.request(name, from+i) }, done)
+}
+
+// midTraffic sends n charges and runs event a third of the way in: the
+// first third is sent and answered, then the rest is sent while event
+// runs. The event therefore always meets traffic in flight, however fast
+// the API answers; waiting on a count of acknowledgements beside one
+// stream of traffic could see the whole stream finish first.
+func (s *system) midTraffic(ctx context.Context, name string, n int, event func() error) error {
+	first := n / 3
+	s.trafficFrom(ctx, name, 0, first, nil)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.trafficFrom(ctx, name, first, n-first, nil)
+	}()
+	err := event()
+	<-done
+	return err
 }
 
 // rejectCard sends a request with a card number in it, which must be
@@ -502,24 +525,9 @@ func (t timings) settleWindow() time.Duration {
 
 // postgresRestart sends traffic while PostgreSQL crashes and comes back.
 func postgresRestart(ctx context.Context, s *system) error {
-	n := s.charges(200, 2000)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.traffic(ctx, "pg", n, nil)
-	}()
-	for s.client.ackedCount() < n/3 {
-		select {
-		case <-done:
-			return errors.New("the traffic finished before Postgres could be crashed")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	if err := s.crashPostgres(ctx, 2*time.Second); err != nil {
-		return err
-	}
-	<-done
-	return nil
+	return s.midTraffic(ctx, "pg", s.charges(200, 2000), func() error {
+		return s.crashPostgres(ctx, 2*time.Second)
+	})
 }
 
 // leaseExpiry runs the traffic, then waits until a stalled reconciler has

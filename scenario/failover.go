@@ -227,22 +227,9 @@ func failoverRun(short, full int) func(ctx context.Context, s *system) error {
 			return err
 		}
 		n := s.charges(short, full)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			s.traffic(ctx, "failover", n, nil)
-		}()
-		for s.client.ackedCount() < n/3 {
-			select {
-			case <-done:
-				return errors.New("the traffic finished before the primary could be killed")
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-		if err := s.failOver(ctx); err != nil {
+		if err := s.midTraffic(ctx, "failover", n, func() error { return s.failOver(ctx) }); err != nil {
 			return err
 		}
-		<-done
 		if got := s.client.ackedCount(); got < n {
 			return fmt.Errorf("only %d of %d charges were acknowledged; the clients gave up on the rest", got, n)
 		}

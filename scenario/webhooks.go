@@ -124,28 +124,17 @@ func webhooksReceiverDown() Scenario {
 		Faults:   webhookFaults,
 		Webhooks: &WebhookPlan{},
 		Run: func(ctx context.Context, s *system) error {
-			n := s.charges(30, 300)
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				s.traffic(ctx, "hooks", n, nil)
-			}()
-			for s.client.ackedCount() < n/3 {
-				select {
-				case <-done:
-					return fmt.Errorf("the traffic finished before the receiver could go down")
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
 			down := 4 * time.Second
 			if !s.runner.cfg.Short {
 				down = 15 * time.Second
 			}
-			s.logf("the webhook receiver goes down for %s", down)
-			s.receiver.Down()
-			time.Sleep(down)
-			s.receiver.Up()
-			<-done
+			_ = s.midTraffic(ctx, "hooks", s.charges(30, 300), func() error {
+				s.logf("the webhook receiver goes down for %s", down)
+				s.receiver.Down()
+				time.Sleep(down)
+				s.receiver.Up()
+				return nil
+			})
 			s.settleUnderFaults(ctx)
 			return nil
 		},
