@@ -33,7 +33,7 @@ type moved struct {
 // newClaims claims charges for their runs: pending → submitting, counting
 // an attempt, as MoveCharge's claim does (intent.MoveMany).
 func newClaims(db intent.DB) *batch.Batcher[intent.Ref, moved] {
-	return batch.New(maxBatch, func(ctx context.Context, refs []intent.Ref) ([]moved, error) {
+	return batch.NewParallel(maxBatch, BatchesInFlight, func(ctx context.Context, refs []intent.Ref) ([]moved, error) {
 		moves := make([]intent.Move, len(refs))
 		for i, ref := range refs {
 			moves[i] = intent.Move{TenantID: ref.TenantID, ChargeID: ref.ChargeID,
@@ -49,7 +49,7 @@ func newClaims(db intent.DB) *batch.Batcher[intent.Ref, moved] {
 func newSettles(db interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, points *crashpoint.Set) *batch.Batcher[intent.Move, moved] {
-	return batch.New(maxBatch, func(ctx context.Context, moves []intent.Move) ([]moved, error) {
+	return batch.NewParallel(maxBatch, BatchesInFlight, func(ctx context.Context, moves []intent.Move) ([]moved, error) {
 		var out []moved
 		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 			var err error

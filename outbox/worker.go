@@ -86,12 +86,13 @@ type Worker struct {
 	telemetry telemetry
 	// claims and settles make the run's two moves with the runs asking
 	// at the same time (claims.go).
-	claims  *batch.Spread[intent.Ref, moved]
-	settles *batch.Spread[intent.Move, moved]
+	claims  *batch.Batcher[intent.Ref, moved]
+	settles *batch.Batcher[intent.Move, moved]
 }
 
 // BatchesInFlight is how many claim statements, and how many settling
-// transactions, a worker runs at once (claims.go).
+// transactions, a worker runs at once at most (claims.go): a second starts
+// only when a full batch waits (batch.NewParallel).
 const BatchesInFlight = 4
 
 // NewWorker checks cfg and fills its defaults.
@@ -106,8 +107,8 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	return &Worker{cfg: cfg, telemetry: tel,
-		claims:  batch.NewSpread(BatchesInFlight, func() *batch.Batcher[intent.Ref, moved] { return newClaims(cfg.DB) }),
-		settles: batch.NewSpread(BatchesInFlight, func() *batch.Batcher[intent.Move, moved] { return newSettles(cfg.DB, cfg.CrashPoints) }),
+		claims:  newClaims(cfg.DB),
+		settles: newSettles(cfg.DB, cfg.CrashPoints),
 	}, nil
 }
 

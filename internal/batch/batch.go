@@ -6,7 +6,6 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -191,30 +190,6 @@ func (b *Batcher[T, R]) withdraw(r *batchRequest[T, R]) bool {
 	default:
 	}
 	return true
-}
-
-// Spread spreads requests over several Batchers, round robin, so that
-// several batches can be in flight at once: one batch at a time would put
-// all of a process's batched writes on one database backend — one CPU of
-// the server, however many it has, and a small share of it beside the
-// other backends of a busy one.
-type Spread[T, R any] struct {
-	each []*Batcher[T, R]
-	next atomic.Uint64
-}
-
-// NewSpread is n Batchers made by newOne.
-func NewSpread[T, R any](n int, newOne func() *Batcher[T, R]) *Spread[T, R] {
-	b := &Spread[T, R]{each: make([]*Batcher[T, R], max(n, 1))}
-	for i := range b.each {
-		b.each[i] = newOne()
-	}
-	return b
-}
-
-// Do runs item in the next batch of one of the Batchers.
-func (b *Spread[T, R]) Do(ctx context.Context, item T) (R, error) {
-	return b.each[b.next.Add(1)%uint64(len(b.each))].Do(ctx, item)
 }
 
 // Queued is how many requests wait for a batch to take them.
