@@ -207,7 +207,8 @@ func (s *Set) Has(name string) bool {
 // Armed reports whether any point is armed.
 func (s *Set) Armed() bool { return s != nil && len(s.arms) > 0 }
 
-// WithExit replaces os.Exit, for tests of this package.
+// WithExit replaces os.Exit: tests of this package give a recorder, and a
+// process whose log lines are written asynchronously flushes them first.
 func (s *Set) WithExit(exit func(code int)) *Set {
 	s.exit = exit
 	return s

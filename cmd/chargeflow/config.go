@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -70,6 +71,13 @@ func crashPoints(e env, logger *slog.Logger) (*crashpoint.Set, error) {
 	set, err := crashpoint.Parse(e.getenv("CHARGEFLOW_CRASHPOINTS"), seed, logger)
 	if err != nil {
 		return nil, fmt.Errorf("CHARGEFLOW_CRASHPOINTS: %w", err)
+	}
+	if set.Armed() {
+		// A crash point's "fired" line must reach the log before the exit.
+		set.WithExit(func(code int) {
+			flushLogs(e.stderr)
+			os.Exit(code)
+		})
 	}
 	if set.Armed() {
 		logger.Warn("crash points armed", "spec", e.getenv("CHARGEFLOW_CRASHPOINTS"), "seed", seed)

@@ -28,6 +28,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"chargeflow/internal/logsink"
 )
 
 func main() {
@@ -39,11 +41,25 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+	// Log lines are handed to a goroutine that writes them in groups, so
+	// no request waits on a write(2) (internal/logsink).
+	sink := logsink.New(os.Stderr)
+	defer sink.Close()
+	var stderr io.Writer = sink
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "chargeflow:", err)
+			fmt.Fprintln(stderr, "chargeflow:", err)
 		}
+		flushLogs(stderr)
 		os.Exit(2)
+	}
+}
+
+// flushLogs waits until what was written to stderr reached the file, when
+// stderr is a logsink.Writer.
+func flushLogs(stderr io.Writer) {
+	if f, ok := stderr.(interface{ Flush() }); ok {
+		f.Flush()
 	}
 }
 
