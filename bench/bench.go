@@ -95,6 +95,8 @@ type Machine struct {
 	API               string `json:"api"`
 	APIMaxConns       int    `json:"api_max_conns"`
 	WorkerConcurrency int    `json:"worker_concurrency"`
+	// ProviderLedger is the folder of the fake provider's ledger file.
+	ProviderLedger string `json:"provider_ledger,omitempty"`
 }
 
 // ReportOptions are the options the report was taken with.
@@ -220,7 +222,7 @@ func Run(ctx context.Context, sys *System, opts Options) (Report, error) {
 
 	rep := Report{
 		Machine: Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), API: sys.Mode,
-			APIMaxConns: sys.APIMaxConns, WorkerConcurrency: sys.WorkerConcurrency},
+			APIMaxConns: sys.APIMaxConns, WorkerConcurrency: sys.WorkerConcurrency, ProviderLedger: sys.ProviderLedger},
 		Options: ReportOptions{DurationSeconds: opts.Duration.Seconds(), SustainDurationSeconds: opts.SustainDuration.Seconds(),
 			Concurrency: opts.Concurrency},
 	}

@@ -87,6 +87,9 @@ func TestRun(t *testing.T) {
 	require.Positive(t, settle.Slow.SettledPerSecond)
 	require.Zero(t, settle.Slow.NotSucceeded)
 	require.Positive(t, settle.Slow.Ratio)
+	require.Positive(t, settle.Slow.InstantPerSecond, "the instant drains beside the slow ones ran")
+	require.InDelta(t, settle.Slow.SettledPerSecond/settle.Slow.InstantPerSecond, settle.Slow.Ratio, 1e-9,
+		"the slow drains are compared with the instant drains beside them")
 
 	require.True(t, rep.Storm.Met, "violations: %v", rep.Storm.Violations)
 	require.Equal(t, StormRequests, rep.Storm.Requests)

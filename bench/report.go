@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,8 +25,12 @@ func PrintTable(w io.Writer, r Report) error {
 	if !m.Autovacuum {
 		autovacuum = "off"
 	}
-	fmt.Fprintf(w, "chargeflow bench: %d CPUs, %s, PostgreSQL %s (autovacuum %s); API %s (pool %d), worker concurrency %d; %ss per measurement\n\n",
-		m.CPUs, m.GoVersion, m.Postgres, autovacuum, api, m.APIMaxConns, m.WorkerConcurrency, strconv.FormatFloat(r.Options.DurationSeconds, 'f', -1, 64))
+	ledger := ""
+	if m.ProviderLedger != "" {
+		ledger = "; the fake provider's ledger in " + filepath.Dir(m.ProviderLedger)
+	}
+	fmt.Fprintf(w, "chargeflow bench: %d CPUs, %s, PostgreSQL %s (autovacuum %s); API %s (pool %d), worker concurrency %d%s; %ss per measurement\n\n",
+		m.CPUs, m.GoVersion, m.Postgres, autovacuum, api, m.APIMaxConns, m.WorkerConcurrency, ledger, strconv.FormatFloat(r.Options.DurationSeconds, 'f', -1, 64))
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MEASUREMENT\tCLIENTS\tRESULT\tBASELINE\tRATIO\tTARGET\tVERDICT")
@@ -65,9 +70,9 @@ func PrintTable(w io.Writer, r Report) error {
 	fmt.Fprintf(tw, "  latency\t%d\taccepted → succeeded p50 %.0f ms, p99 %.0f ms (%s charges at %s/s, half the rate carried)\t\t\t\t\n",
 		s.Concurrency, e.Latency.P50, e.Latency.P99, count(float64(e.Latency.Charges)), count(e.Latency.OfferedPerSecond))
 	sl := s.Slow
-	fmt.Fprintf(tw, "  slow provider\t%d\t%s/s pending → succeeded, provider answering in 150–400 ms (backlog %s, drained in %.1f s)\t%s/s with instant answers\t%.2f×\t≥ %.2f×\t%s\n",
+	fmt.Fprintf(tw, "  slow provider\t%d\t%s/s pending → succeeded, provider answering in 150–400 ms (two backlogs, %s charges, drained in %.1f s)\t%s/s with instant answers, drained beside them\t%.2f×\t≥ %.2f×\t%s\n",
 		s.Concurrency, count(sl.SettledPerSecond), count(float64(sl.Backlog)), sl.DrainSeconds,
-		count(s.SettledPerSecond), sl.Ratio, SlowProviderTarget, verdict(sl.Met))
+		count(sl.InstantPerSecond), sl.Ratio, SlowProviderTarget, verdict(sl.Met))
 	if s.NotSucceeded > 0 {
 		failures = append(failures, fmt.Sprintf("settle: %d charges ended failed or in review", s.NotSucceeded))
 	}
@@ -125,8 +130,12 @@ func PrintTable(w io.Writer, r Report) error {
 		}
 		fmt.Fprintf(w, "\nCPU per settled charge, µs, over the drain (worker = the worker process, or this one in process):\n")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "worker\tfake provider\tPostgres\ttotal\tper accepted charge (API + Postgres)\t")
-		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", c.Worker, c.Provider, c.Postgres, c.Total(), accepted)
+		fmt.Fprintln(tw, "drain\tworker\tfake provider\tPostgres\ttotal\tper accepted charge (API + Postgres)\t")
+		fmt.Fprintf(tw, "settle\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", c.Worker, c.Provider, c.Postgres, c.Total(), accepted)
+		if i, sl := s.Slow.InstantCPU, s.Slow.CPU; i != nil && sl != nil {
+			fmt.Fprintf(tw, "instant, beside the slow\t%.0f\t%.0f\t%.0f\t%.0f\t\t\n", i.Worker, i.Provider, i.Postgres, i.Total())
+			fmt.Fprintf(tw, "slow provider\t%.0f\t%.0f\t%.0f\t%.0f\t\t\n", sl.Worker, sl.Provider, sl.Postgres, sl.Total())
+		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}

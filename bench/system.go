@@ -59,6 +59,9 @@ type System struct {
 	// otherwise.
 	PSPPID    int
 	WorkerPID int
+	// ProviderLedger is the folder of the fake provider's ledger when it
+	// runs as its own process.
+	ProviderLedger string
 
 	startWorker func(ctx context.Context) (stop func() error, err error)
 	close       func(ctx context.Context) error

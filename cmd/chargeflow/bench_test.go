@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +48,14 @@ func TestBenchCommand(t *testing.T) {
 		require.NotNil(t, rep.Accept[0].CPU)
 		require.NotNil(t, rep.Settle.CPU, "CPU per settled charge: the worker, the provider and Postgres from /proc")
 		require.Positive(t, rep.Settle.CPU.Worker)
+		require.NotNil(t, rep.Settle.Slow.CPU, "CPU per settled charge over the slow drains, each worker read while it ran")
+		require.NotNil(t, rep.Settle.Slow.InstantCPU)
+		require.Positive(t, rep.Settle.Slow.CPU.Provider)
+		if _, err := os.Stat("/dev/shm"); err == nil {
+			require.True(t, strings.HasPrefix(rep.Machine.ProviderLedger, "/dev/shm/"), "the fake provider's ledger in memory: %q", rep.Machine.ProviderLedger)
+			_, err := os.Stat(rep.Machine.ProviderLedger)
+			require.ErrorIs(t, err, os.ErrNotExist, "removed with the run")
+		}
 	}
 }
 
