@@ -187,6 +187,15 @@ func crash(point string) []string {
 	return []string{"CHARGEFLOW_CRASHPOINTS=" + point + "=exit#6"}
 }
 
+// crashPerBatch arms a point that a worker hits once per settling
+// transaction, not once per charge: the answers that arrive together
+// commit in one (docs/architecture.md, "The outbox worker"), so a short run
+// may make only a few. Every incarnation dies at its second: its first
+// commits, and the second is certain to come while charges remain.
+func crashPerBatch(point string) string {
+	return point + "=exit#2"
+}
+
 // Catalogue lists every scenario, in the order `run all` runs them.
 func Catalogue() []Scenario {
 	return []Scenario{
@@ -207,7 +216,7 @@ func Catalogue() []Scenario {
 		{
 			Name:      "crash-before-worker-commit",
 			Summary:   "workers die with the provider's answer written but not committed",
-			WorkerEnv: crash("worker.after_save_before_commit"),
+			WorkerEnv: []string{"CHARGEFLOW_CRASHPOINTS=" + crashPerBatch("worker.after_save_before_commit")},
 			Run:       standard(20, 100),
 			MustFire:  []string{"crashpoint:worker.after_save_before_commit"},
 		},

@@ -159,14 +159,15 @@ func webhooksReceiverErrors() Scenario {
 // delivery: before the move commits (no event may be delivered for it),
 // after it committed and before the POST, and after the receiver took the
 // event and before the attempt is logged (delivered again, with the same
-// webhook-id). Each point fires on a fifth of its hits, drawn from the
-// run's seed; a killed delivery waits for River's rescue, hence Slow.
+// webhook-id). Each delivery point fires on a fifth of its hits, drawn
+// from the run's seed, and each worker dies at its second settling
+// transaction; a killed delivery waits for River's rescue, hence Slow.
 func webhooksCrash() Scenario {
 	return Scenario{
 		Name:    "webhooks-crash",
 		Summary: "workers die before a settling move commits, after it and before the delivery's POST, and after the receiver took it and before the log",
 		Faults:  webhookFaults,
-		WorkerEnv: []string{"CHARGEFLOW_CRASHPOINTS=worker.after_save_before_commit=exit@0.2," +
+		WorkerEnv: []string{"CHARGEFLOW_CRASHPOINTS=" + crashPerBatch("worker.after_save_before_commit") + "," +
 			"delivery.before_post=exit@0.2,delivery.after_post_before_record=exit@0.2"},
 		Webhooks: &WebhookPlan{},
 		Run:      standard(30, 100),
