@@ -409,16 +409,16 @@ func (r *runner) drainWith(ctx context.Context, client *apiClient, concurrency i
 // any drain's is), backlogs, seconds and charges not succeeded added up.
 func merge(ds []drained) drained {
 	m := drained{cpu: &SettleCPU{}}
+	n := float64(len(ds))
 	for _, d := range ds {
 		m.backlog += d.backlog
 		m.seconds += d.seconds
 		m.notSucceeded += d.notSucceeded
-		m.perSecond += d.perSecond / float64(len(ds))
+		m.perSecond += d.perSecond / n
 		if d.cpu == nil || m.cpu == nil {
 			m.cpu = nil
 			continue
 		}
-		n := float64(len(ds))
 		m.cpu.Worker += d.cpu.Worker / n
 		m.cpu.Provider += d.cpu.Provider / n
 		m.cpu.Postgres += d.cpu.Postgres / n

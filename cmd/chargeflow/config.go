@@ -78,8 +78,6 @@ func crashPoints(e env, logger *slog.Logger) (*crashpoint.Set, error) {
 			flushLogs(e.stderr)
 			os.Exit(code)
 		})
-	}
-	if set.Armed() {
 		logger.Warn("crash points armed", "spec", e.getenv("CHARGEFLOW_CRASHPOINTS"), "seed", seed)
 	}
 	return set, nil
