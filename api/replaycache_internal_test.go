@@ -2,6 +2,7 @@ package api
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"testing"
 	"time"
 
@@ -56,7 +57,39 @@ func TestReplayCache(t *testing.T) {
 		require.False(t, ok)
 		_, ok = c.get("tn_a", key("k3"), now)
 		require.True(t, ok)
-		require.Len(t, c.entries, 2)
+		require.Len(t, c.index, 2)
+	})
+
+	t.Run("ReplayedKeysStay", func(t *testing.T) {
+		t.Parallel()
+		// A key being retried outlives any number of new records that
+		// are never replayed; insertion order would have dropped it at
+		// the third.
+		c := newReplayCache(3)
+		c.put("tn_a", key("retried"), rec("ch_retried", now.Add(time.Hour)))
+		for i := range 20 {
+			_, ok := c.get("tn_a", key("retried"), now)
+			require.True(t, ok, "after %d new records", i)
+			k := fmt.Sprintf("new-%d", i)
+			c.put("tn_a", key(k), rec("ch_"+k, now.Add(time.Hour)))
+		}
+		// The newest two are what is left besides it: the others made
+		// room in the order they came.
+		_, ok := c.get("tn_a", key("new-19"), now)
+		require.True(t, ok)
+		_, ok = c.get("tn_a", key("new-18"), now)
+		require.True(t, ok)
+		_, ok = c.get("tn_a", key("new-17"), now)
+		require.False(t, ok)
+		require.Len(t, c.index, 3)
+
+		// Once it is no longer retried, it goes like any other.
+		for i := range 3 {
+			k := fmt.Sprintf("later-%d", i)
+			c.put("tn_a", key(k), rec("ch_"+k, now.Add(time.Hour)))
+		}
+		_, ok = c.get("tn_a", key("retried"), now)
+		require.False(t, ok)
 	})
 
 	t.Run("NilKeepsNothing", func(t *testing.T) {
