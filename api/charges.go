@@ -52,7 +52,7 @@ func (s *Server) createCharge(c echo.Context) error {
 	}
 	ctx, fp, keyHash := k.ctx, k.fingerprint, k.keyHash
 	if rec, ok := s.replays.get(t.ID, keyHash, s.cfg.Now()); ok {
-		return s.replay(c, rec, fp)
+		return s.replayFromMemory(c, rec, fp)
 	}
 	req, err := chargeFromJSON(k.parsed, s.cfg.MaxAmount)
 	if err != nil {
@@ -152,7 +152,7 @@ func (s *Server) readRequest(c echo.Context, route string) (keyed, error) {
 func (s *Server) checkReplay(c echo.Context, k *keyed) (replayed bool, err error) {
 	tenantID := tenantOf(c).ID
 	if rec, ok := s.replays.get(tenantID, k.keyHash, s.cfg.Now()); ok {
-		return true, s.replay(c, rec, k.fingerprint)
+		return true, s.replayFromMemory(c, rec, k.fingerprint)
 	}
 	rec, err := intent.Idempotency(k.ctx, s.cfg.DB, tenantID, k.keyHash[:])
 	switch {
@@ -253,6 +253,14 @@ func (s *Server) acceptInTx(ctx context.Context, a intent.Acceptance) (intent.Id
 		return intent.IdempotencyRecord{}, false, fmt.Errorf("commit accept: %w", err)
 	}
 	return intent.IdempotencyRecord{}, true, nil
+}
+
+// replayFromMemory is replay with a record from the replay cache; the
+// replays metric counts these apart (docs/operations.md), which is how an
+// operator sizes --replay-cache.
+func (s *Server) replayFromMemory(c echo.Context, rec intent.IdempotencyRecord, fp []byte) error {
+	c.Set(logReplayMemoryKey, true)
+	return s.replay(c, rec, fp)
 }
 
 // replay answers a retry with the stored response, byte for byte, or refuses

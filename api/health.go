@@ -49,7 +49,10 @@ const (
 	logChargeKey  = "chargeflow.log.charge_id"
 	logProblemKey = "chargeflow.log.problem"
 	logReplayKey  = "chargeflow.log.replayed"
-	logTenantKey  = "chargeflow.log.tenant_id"
+	// logReplayMemoryKey is set when the replay's record came from this
+	// process's memory rather than from Postgres.
+	logReplayMemoryKey = "chargeflow.log.replayed_from_memory"
+	logTenantKey       = "chargeflow.log.tenant_id"
 	// logOperatorKey is the operator's id (never the token) on /ops/ routes.
 	logOperatorKey = "chargeflow.log.operator_id"
 )

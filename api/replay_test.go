@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"chargeflow/api"
 	"chargeflow/internal/lockedbuf"
@@ -94,8 +96,16 @@ func TestReplayFromMemory(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	cached := b.otherServer(t, func(c *api.Config) { c.Now = now })
-	uncached := b.otherServer(t, func(c *api.Config) { c.Now = now; c.ReplayCache = -1 })
+	cachedMetrics, uncachedMetrics := sdkmetric.NewManualReader(), sdkmetric.NewManualReader()
+	cached := b.otherServer(t, func(c *api.Config) {
+		c.Now = now
+		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(cachedMetrics))
+	})
+	uncached := b.otherServer(t, func(c *api.Config) {
+		c.Now = now
+		c.ReplayCache = -1
+		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(uncachedMetrics))
+	})
 	body := `{"amount": 5000, "currency": "USD", "payment_method": "pm_card_visa"}`
 	forget := func(key string) {
 		t.Helper()
@@ -115,6 +125,8 @@ func TestReplayFromMemory(t *testing.T) {
 	misuse := cached.post(t, b.tenantA, "memory-key-00000001", `{"amount": 6000, "currency": "USD", "payment_method": "pm_card_visa"}`)
 	requireProblem(t, misuse, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
 	require.Equal(t, stored{Charges: 1, IdempotencyKeys: 0, Events: 1, Jobs: 1}, b.stored(t))
+	require.Equal(t, map[string]int64{"memory": 1, "database": 0}, replaysBySource(t, cachedMetrics),
+		"the replay is counted as answered from memory; the 422 is no replay")
 
 	// Past the record's expiry, the key is the database's to judge: here a
 	// new request.
@@ -124,12 +136,40 @@ func TestReplayFromMemory(t *testing.T) {
 	require.Empty(t, expired.header.Get("Idempotent-Replayed"))
 	require.NotEqual(t, first.body, expired.body)
 
-	// Without the cache, the same deletion makes the retry a new request.
+	// Without the cache, a retry reads the record, and the same deletion
+	// makes the retry a new request.
 	second := uncached.post(t, b.tenantA, "memory-key-00000002", body)
 	require.Equal(t, http.StatusCreated, second.status)
+	retry := uncached.post(t, b.tenantA, "memory-key-00000002", body)
+	require.Equal(t, "true", retry.header.Get("Idempotent-Replayed"))
+	require.Equal(t, map[string]int64{"memory": 0, "database": 1}, replaysBySource(t, uncachedMetrics))
 	forget("memory-key-00000002")
 	fresh := uncached.post(t, b.tenantA, "memory-key-00000002", body)
 	require.Equal(t, http.StatusCreated, fresh.status)
 	require.Empty(t, fresh.header.Get("Idempotent-Replayed"))
 	require.Equal(t, 4, b.stored(t).Charges)
+}
+
+// replaysBySource is the replays counter's value by its source attribute.
+func replaysBySource(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != api.MetricReplays {
+				continue
+			}
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			require.True(t, ok, "%s is an int64 sum", m.Name)
+			got := map[string]int64{}
+			for _, p := range sum.DataPoints {
+				source, _ := p.Attributes.Value("source")
+				got[source.AsString()] += p.Value
+			}
+			return got
+		}
+	}
+	require.Failf(t, "no metric", "%s was not recorded", api.MetricReplays)
+	return nil
 }

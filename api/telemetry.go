@@ -30,7 +30,8 @@ const (
 	MetricRequestDuration = "http.server.request.duration"
 
 	// MetricReplays counts requests answered with a stored response
-	// (Idempotent-Replayed: true).
+	// (Idempotent-Replayed: true), by source: "memory" when this process
+	// kept the record (--replay-cache), "database" when it read it.
 	MetricReplays = "chargeflow.api.idempotent_replays"
 
 	// MetricProblems counts problem responses by code; request_in_progress
@@ -47,6 +48,12 @@ const (
 	// wrote together (docs/architecture.md, "Accepts share a commit"):
 	// 1 when the API is quiet, deeper as it gets busier.
 	MetricAcceptBatch = "chargeflow.api.accept_batch_size"
+)
+
+// The replays metric's source attribute, made once.
+var (
+	replaySourceMemory   = metric.WithAttributes(attribute.String("source", "memory"))
+	replaySourceDatabase = metric.WithAttributes(attribute.String("source", "database"))
 )
 
 // instrumentationName names the tracer and meter of this package.
@@ -98,7 +105,7 @@ func newTelemetry(cfg Config) (telemetry, error) {
 		return telemetry{}, fmt.Errorf("api: metric %s: %w", MetricRequestDuration, err)
 	}
 	if t.replays, err = meter.Int64Counter(MetricReplays,
-		metric.WithDescription("Requests answered with the stored response of an earlier request with the same Idempotency-Key."),
+		metric.WithDescription("Requests answered with the stored response of an earlier request with the same Idempotency-Key, by where the record came from (memory: this process's replay cache; database)."),
 		metric.WithUnit("{request}")); err != nil {
 		return telemetry{}, fmt.Errorf("api: metric %s: %w", MetricReplays, err)
 	}
@@ -115,7 +122,8 @@ func newTelemetry(cfg Config) (telemetry, error) {
 	}
 	// The counters are exported from the start, at zero, so that rate()
 	// and increase() see their first increment.
-	t.replays.Add(context.Background(), 0)
+	t.replays.Add(context.Background(), 0, replaySourceMemory)
+	t.replays.Add(context.Background(), 0, replaySourceDatabase)
 	for _, code := range Codes() {
 		t.problems.Add(context.Background(), 0, metric.WithAttributes(attribute.String("code", string(code))))
 	}
@@ -236,7 +244,11 @@ func (s *Server) instrument(next echo.HandlerFunc) echo.HandlerFunc {
 			attribute.Int("http.response.status_code", status)))
 		replayed, _ := c.Get(logReplayKey).(bool)
 		if replayed {
-			s.telemetry.replays.Add(ctx, 1)
+			source := replaySourceDatabase
+			if fromMemory, _ := c.Get(logReplayMemoryKey).(bool); fromMemory {
+				source = replaySourceMemory
+			}
+			s.telemetry.replays.Add(ctx, 1, source)
 		}
 		p, _ := c.Get(logProblemKey).(*Problem)
 		if p != nil {

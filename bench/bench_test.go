@@ -69,6 +69,7 @@ func TestRun(t *testing.T) {
 	require.Zero(t, replay.Replay.Failures, replay.Replay.FirstFailure)
 	require.Zero(t, replay.Select.Failures, replay.Select.FirstFailure)
 	require.Positive(t, replay.Replay.P99)
+	require.Equal(t, 1.0, replay.FromMemory, "this API created every key the probe replays, and kept them")
 
 	settle := rep.Settle
 	require.Positive(t, settle.Backlog)

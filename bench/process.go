@@ -140,6 +140,7 @@ func StartProcesses(ctx context.Context, cfg ProcessConfig) (_ *System, err erro
 		return nil, err
 	}
 	sys.APIPID = apiProc.cmd.Process.Pid
+	sys.replays = func(ctx context.Context) (replaySources, error) { return scrapeReplays(ctx, sys.APIURL) }
 	if err := childproc.WaitReady(ctx, sys.APIURL); err != nil {
 		return nil, err
 	}

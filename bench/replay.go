@@ -32,6 +32,12 @@ type ReplayResult struct {
 	Select Latency `json:"select"`
 	// Background is the accept load that kept the system busy.
 	Background Throughput `json:"background"`
+	// FromMemory is the share of the probe's replays the API answered
+	// from its replay cache rather than from a read of the record (its
+	// replays metric, by source); -1 when not read. The probe's keys
+	// were all created by this API process, so anything under 1 is
+	// records the cache let go while they were being retried.
+	FromMemory float64 `json:"replays_from_memory"`
 	// Ratio is Replay.P99 ÷ Select.P99; the target is at most ReplayTarget.
 	Ratio float64 `json:"ratio_p99"`
 	Met   bool    `json:"met"`
@@ -73,6 +79,10 @@ func (r *runner) measureReplay(ctx context.Context, concurrency int) (ReplayResu
 			return ReplayResult{}, fmt.Errorf("create a charge to replay: %w", err)
 		}
 	}
+	sourcesBefore, err := r.sys.replays(ctx)
+	if err != nil {
+		return ReplayResult{}, fmt.Errorf("read the API's replays metric: %w", err)
+	}
 	var next atomic.Int64
 	replay := func(ctx context.Context, _ int64) error {
 		a, err := probe.post(ctx, probe.key(next.Add(1)%replayKeys), false)
@@ -112,6 +122,11 @@ func (r *runner) measureReplay(ctx context.Context, concurrency int) (ReplayResu
 			return ReplayResult{}, err
 		}
 	}
+	sourcesAfter, err := r.sys.replays(ctx)
+	if err != nil {
+		return ReplayResult{}, fmt.Errorf("read the API's replays metric: %w", err)
+	}
+	res.FromMemory = sourcesAfter.memoryShare(sourcesBefore)
 	res.Replay, res.Select = latencyOf(replays), latencyOf(selects)
 	res.Background = throughputOf(loads)
 	if res.Select.P99 > 0 {

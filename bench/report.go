@@ -83,8 +83,8 @@ func PrintTable(w io.Writer, r Report) error {
 		if p.Replay.Failures > 0 {
 			failures = append(failures, fmt.Sprintf("replay at %d: %d failed, first: %s", p.Concurrency, p.Replay.Failures, p.Replay.FirstFailure))
 		}
-		fmt.Fprintf(tw, "replay p99\t%d\tp50 %.2f ms, p99 %.2f ms replay (under %s/s accepts%s)\tp50 %.2f ms, p99 %.2f ms primary-key select\t%.2f×\t≤ %.2f×\t%s\n",
-			p.Concurrency, p.Replay.P50, p.Replay.P99, count(p.Background.PerSecond), failed(fmt.Sprintf("replay background at %d", p.Concurrency), p.Background),
+		fmt.Fprintf(tw, "replay p99\t%d\tp50 %.2f ms, p99 %.2f ms replay, %s from memory (under %s/s accepts%s)\tp50 %.2f ms, p99 %.2f ms primary-key select\t%.2f×\t≤ %.2f×\t%s\n",
+			p.Concurrency, p.Replay.P50, p.Replay.P99, share(p.FromMemory), count(p.Background.PerSecond), failed(fmt.Sprintf("replay background at %d", p.Concurrency), p.Background),
 			p.Select.P50, p.Select.P99, p.Ratio, ReplayTarget, verdict(p.Met))
 	}
 	d := r.Storm
@@ -183,4 +183,13 @@ func statuses(m map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s×%d", s, m[s]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// share formats a share as a percentage with one decimal, or "n/a" when
+// negative (not measured).
+func share(f float64) string {
+	if f < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f%%", 100*f)
 }

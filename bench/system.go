@@ -65,6 +65,8 @@ type System struct {
 
 	startWorker func(ctx context.Context) (stop func() error, err error)
 	close       func(ctx context.Context) error
+	// replays reads the API's replays counter by source.
+	replays func(ctx context.Context) (replaySources, error)
 }
 
 // StartWorker starts the outbox worker; the function it returns stops it
@@ -137,7 +139,9 @@ func StartInProcess(ctx context.Context, cfg InProcessConfig) (_ *System, err er
 	sys.PSPURL = pspURL
 
 	tracerProvider := sdktrace.NewTracerProvider()
-	meterProvider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	metrics := sdkmetric.NewManualReader()
+	meterProvider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(metrics))
+	sys.replays = func(ctx context.Context) (replaySources, error) { return collectReplays(ctx, metrics) }
 	closers = append(closers, func(ctx context.Context) error {
 		return errors.Join(tracerProvider.Shutdown(ctx), meterProvider.Shutdown(ctx))
 	})

@@ -37,6 +37,7 @@ func TestBenchCommand(t *testing.T) {
 	require.Positive(t, rep.Accept[0].Raw.Ops)
 	require.Len(t, rep.Replay, 1)
 	require.Positive(t, rep.Replay[0].Replay.Samples)
+	require.Equal(t, 1.0, rep.Replay[0].FromMemory, "read from the API process's /metrics")
 	require.Positive(t, rep.Settle.SettledPerSecond)
 	require.Positive(t, rep.Settle.Slow.SettledPerSecond, "the drain against a slow provider ran")
 	require.NotEmpty(t, rep.Settle.EndToEnd.Probes, "the end-to-end search ran")

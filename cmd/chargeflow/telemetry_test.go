@@ -346,7 +346,8 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	}
 	require.Equal(t, 3.0, value("http_server_request_duration_seconds",
 		"http_request_method", "POST", "http_route", "/v1/charges", "http_response_status_code", "201"), "two new charges and a replay")
-	require.Equal(t, 1.0, value("chargeflow_api_idempotent_replays_total"))
+	require.Equal(t, 1.0, value("chargeflow_api_idempotent_replays_total", "source", "memory"), "the process that wrote the record kept it")
+	require.Equal(t, 0.0, value("chargeflow_api_idempotent_replays_total", "source", "database"))
 	require.Equal(t, 1.0, value("chargeflow_api_problems_total", "code", "invalid_json"))
 	require.Equal(t, 1.0, value("chargeflow_api_problems_total", "code", "request_in_progress"))
 	require.Equal(t, 2.0, value("chargeflow_charges", "state", "succeeded"))
