@@ -2,8 +2,10 @@ package webhook_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -100,4 +102,68 @@ func TestEventsAreWrittenWithTheirMoves(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, more)
 	require.Len(t, rest, 3)
+}
+
+// TestEventsOfABatchedMove moves six charges in one statement, as the
+// worker's settles do: the trigger runs once for the statement and still
+// writes one event per row it settled, none for the rows it moved to a
+// state that settles nothing, each with its own row's snapshot, and the
+// deliveries of only the events an endpoint subscribes to.
+func TestEventsOfABatchedMove(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	tenant := dbtest.Tenant(t, pool, "batched events")
+	_, err := webhook.CreateEndpoint(ctx, pool, tenant, "https://merchant.example/hooks", []string{"charge.succeeded"})
+	require.NoError(t, err)
+
+	var moves []intent.Move
+	want := map[string]string{} // charge id → event type
+	for i := range 6 {
+		c := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenant, Amount: int64(100 + i)})
+		_, err := intent.MoveCharge(ctx, pool, intent.Move{TenantID: tenant, ChargeID: c.ID, From: intent.StatePending,
+			To: intent.StateSubmitting, Actor: "test", Reason: "test", CountAttempt: true})
+		require.NoError(t, err)
+		m := intent.Move{TenantID: tenant, ChargeID: c.ID, From: intent.StateSubmitting, Actor: "test", Reason: "test"}
+		switch i % 3 {
+		case 0:
+			m.To, m.ProviderChargeID = intent.StateSucceeded, fmt.Sprintf("py_%d", i)
+			want[c.ID] = "charge.succeeded"
+		case 1:
+			m.To, m.FailureCode = intent.StateFailed, "card_declined"
+			want[c.ID] = "charge.failed"
+		case 2:
+			m.To, m.CheckAfter = intent.StateUnknown, time.Minute
+		}
+		moves = append(moves, m)
+	}
+	require.Empty(t, mustList(ctx, t, pool, tenant), "the claims settled nothing")
+
+	moved, err := intent.MoveMany(ctx, pool, moves)
+	require.NoError(t, err)
+	require.Len(t, moved, 6)
+
+	got := map[string]string{}
+	for _, e := range mustList(ctx, t, pool, tenant) {
+		require.NotContains(t, got, e.Object.ID, "one event per settled charge")
+		got[e.Object.ID] = e.Type
+		c, err := intent.Get(ctx, pool, tenant, e.Object.ID)
+		require.NoError(t, err)
+		require.Equal(t, []any{c.State, c.Amount, c.ProviderChargeID, c.FailureCode},
+			[]any{e.Object.State, e.Object.Amount, e.Object.ProviderChargeID, e.Object.FailureCode}, "the snapshot is its own row's")
+	}
+	require.Equal(t, want, got)
+
+	var deliveries, jobs int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE tenant_id = $1`, tenant).Scan(&deliveries))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'webhook.deliver' AND args->>'tenant_id' = $1`, tenant).Scan(&jobs))
+	require.Equal(t, []int{2, 2}, []int{deliveries, jobs}, "the two charge.succeeded events, to the one subscribed endpoint")
+}
+
+// mustList is the tenant's events, newest first.
+func mustList(ctx context.Context, t *testing.T, pool intent.DB, tenant string) []webhook.Event {
+	t.Helper()
+	events, _, err := webhook.List(ctx, pool, webhook.ListParams{TenantID: tenant, Limit: 100})
+	require.NoError(t, err)
+	return events
 }
