@@ -50,10 +50,18 @@ const (
 	MetricAcceptBatch = "chargeflow.api.accept_batch_size"
 )
 
+// The values of the replays metric's source attribute.
+const (
+	// ReplaySourceMemory: this process kept the record (--replay-cache).
+	ReplaySourceMemory = "memory"
+	// ReplaySourceDatabase: the record was read from Postgres.
+	ReplaySourceDatabase = "database"
+)
+
 // The replays metric's source attribute, made once.
 var (
-	replaySourceMemory   = metric.WithAttributes(attribute.String("source", "memory"))
-	replaySourceDatabase = metric.WithAttributes(attribute.String("source", "database"))
+	replaySourceMemory   = metric.WithAttributes(attribute.String("source", ReplaySourceMemory))
+	replaySourceDatabase = metric.WithAttributes(attribute.String("source", ReplaySourceDatabase))
 )
 
 // instrumentationName names the tracer and meter of this package.

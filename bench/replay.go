@@ -34,7 +34,8 @@ type ReplayResult struct {
 	Background Throughput `json:"background"`
 	// FromMemory is the share of the probe's replays the API answered
 	// from its replay cache rather than from a read of the record (its
-	// replays metric, by source); -1 when not read. The probe's keys
+	// replays metric, by source); -1 when the metric counted no replay
+	// over the probe. The probe's keys
 	// were all created by this API process, so anything under 1 is
 	// records the cache let go while they were being retried.
 	FromMemory float64 `json:"replays_from_memory"`

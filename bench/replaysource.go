@@ -33,9 +33,9 @@ func (s replaySources) memoryShare(from replaySources) float64 {
 // add counts n replays of source.
 func (s *replaySources) add(source string, n int64) error {
 	switch source {
-	case "memory":
+	case api.ReplaySourceMemory:
 		s.memory += n
-	case "database":
+	case api.ReplaySourceDatabase:
 		s.database += n
 	default:
 		return fmt.Errorf("%s: unknown source %q", api.MetricReplays, source)
