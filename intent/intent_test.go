@@ -626,3 +626,95 @@ func TestMoveManyRefusesWhatMoveChargeRefuses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, intent.StateSubmitting, moved[intent.Ref{TenantID: b.tenantID, ChargeID: c.ID}].State)
 }
+
+// TestMoveManyWritesWhatMoveChargeWrites checks that each move of a mixed
+// batch writes its own facts, exactly as MoveCharge writes them. Each path
+// of moves is walked twice, on twin charges: one twin alone by MoveCharge,
+// the other in one MoveMany statement per step with the other paths' twins.
+// The rows and their audit trails must match. A statement that read one
+// move's facts for another (its place in the batch's arrays) fails here.
+func TestMoveManyWritesWhatMoveChargeWrites(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+
+	claim := intent.Move{From: intent.StatePending, To: intent.StateSubmitting, Reason: "submit", CountAttempt: true}
+	paths := [][]intent.Move{
+		{claim, {From: intent.StateSubmitting, To: intent.StateSucceeded, Reason: "provider_succeeded", ProviderChargeID: "py_many_1"}},
+		{claim, {From: intent.StateSubmitting, To: intent.StateFailed, Reason: "provider_declined", FailureCode: "card_declined", Evidence: "declined twice"}},
+		{claim, {From: intent.StateSubmitting, To: intent.StateUnknown, Reason: "unknown:timeout", CheckAfter: 90 * time.Second},
+			{From: intent.StateUnknown, To: intent.StateNeedsReview, Reason: "amount_mismatch", ReviewReason: "amount_mismatch"}},
+		{claim, {From: intent.StateSubmitting, To: intent.StateUnknown, Reason: "unknown:reset", CheckAfter: 3 * time.Second, ProviderChargeID: "py_many_4"},
+			{From: intent.StateUnknown, To: intent.StateSucceeded, Reason: "lookup_found", ProviderChargeID: "py_many_4"}},
+		{claim, {From: intent.StateSubmitting, To: intent.StatePending, Reason: "not_applied:refused"}},
+		{{From: intent.StatePending, To: intent.StateFailed, Reason: "attempts_exhausted", FailureCode: "provider_unavailable"}},
+	}
+	type twin struct{ alone, batched string }
+	twins := make([]twin, len(paths))
+	for i := range paths {
+		twins[i] = twin{b.accept(ctx, t, fmt.Sprintf("many-alone-%012d", i)).ID, b.accept(ctx, t, fmt.Sprintf("many-batch-%012d", i)).ID}
+	}
+	for step := 0; ; step++ {
+		var batch []intent.Move
+		for i, path := range paths {
+			if step >= len(path) {
+				continue
+			}
+			m := path[step]
+			m.TenantID, m.Actor = b.tenantID, "worker"
+			m.ChargeID = twins[i].alone
+			_, err := intent.MoveCharge(ctx, b.pool, m)
+			require.NoError(t, err, "path %d, step %d", i, step)
+			m.ChargeID = twins[i].batched
+			batch = append(batch, m)
+		}
+		if len(batch) == 0 {
+			break
+		}
+		moved, err := intent.MoveMany(ctx, b.pool, batch)
+		require.NoError(t, err)
+		require.Len(t, moved, len(batch), "step %d", step)
+		for _, m := range batch {
+			stored, err := intent.Get(ctx, b.pool, b.tenantID, m.ChargeID)
+			require.NoError(t, err)
+			require.Equal(t, facts(stored), facts(moved[intent.Ref{TenantID: b.tenantID, ChargeID: m.ChargeID}]),
+				"MoveMany returns the row as stored")
+		}
+	}
+
+	for i, tw := range twins {
+		alone, err := intent.Get(ctx, b.pool, b.tenantID, tw.alone)
+		require.NoError(t, err)
+		batched, err := intent.Get(ctx, b.pool, b.tenantID, tw.batched)
+		require.NoError(t, err)
+		require.Equal(t, facts(alone), facts(batched), "path %d", i)
+		require.Equal(t, paths[i][len(paths[i])-1].To, batched.State)
+
+		aloneEvents, err := intent.Events(ctx, b.pool, b.tenantID, tw.alone)
+		require.NoError(t, err)
+		batchedEvents, err := intent.Events(ctx, b.pool, b.tenantID, tw.batched)
+		require.NoError(t, err)
+		require.Equal(t, eventFacts(aloneEvents), eventFacts(batchedEvents), "path %d", i)
+	}
+}
+
+// facts is what a move writes on a charge, without its ids and times; a
+// time is kept as whether it is set, and the check's delay as the gap
+// between unknown_since and next_check_at.
+func facts(c intent.Charge) []any {
+	var checkAfter time.Duration
+	if c.UnknownSince != nil && c.NextCheckAt != nil {
+		checkAfter = c.NextCheckAt.Sub(*c.UnknownSince).Round(time.Second)
+	}
+	return []any{c.State, c.Attempts, c.ProviderChargeID, c.FailureCode, c.ReviewReason, c.LookupFailures,
+		c.FirstAttemptAt != nil, c.LastAttemptAt != nil, c.UnknownSince != nil, c.NextCheckAt != nil, checkAfter,
+		c.LeaseOwner, c.LeaseExpiresAt != nil}
+}
+
+// eventFacts is a charge's audit trail without ids and times.
+func eventFacts(events []intent.Event) [][]any {
+	var out [][]any
+	for _, e := range events {
+		out = append(out, []any{e.From, e.To, e.Actor, e.Reason, e.Attempt, e.Evidence, e.Action})
+	}
+	return out
+}

@@ -50,40 +50,7 @@ func MoveMany(ctx context.Context, db DB, moves []Move) (map[Ref]Charge, error) 
 		actors[i], reasons[i], evidence[i] = m.Actor, m.Reason, m.Evidence
 		counts[i], checkAfter[i] = m.CountAttempt, m.CheckAfter
 	}
-	rows, err := db.Query(ctx, `
-WITH req AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::text[], $7::text[], $8::text[],
-		$9::interval[], $10::text[], $11::text[], $12::text[])
-		AS r(tenant_id, id, from_state, to_state, count_attempt, provider_charge_id, failure_code, review_reason,
-		     check_after, actor, reason, evidence)
-), locked AS (
-	SELECT c.tenant_id, c.id FROM charges c
-	JOIN req r ON c.tenant_id = r.tenant_id AND c.id = r.id AND c.state = r.from_state
-	ORDER BY c.tenant_id, c.id
-	FOR UPDATE OF c
-), moved AS (
-	UPDATE charges c SET
-		state = r.to_state,
-		updated_at = now(),
-		attempts = c.attempts + CASE WHEN r.count_attempt THEN 1 ELSE 0 END,
-		first_attempt_at = CASE WHEN r.count_attempt THEN coalesce(c.first_attempt_at, now()) ELSE c.first_attempt_at END,
-		last_attempt_at = CASE WHEN r.count_attempt THEN now() ELSE c.last_attempt_at END,
-		provider_charge_id = coalesce(nullif(r.provider_charge_id, ''), c.provider_charge_id),
-		failure_code = CASE WHEN r.to_state = 'failed' THEN r.failure_code ELSE c.failure_code END,
-		review_reason = CASE WHEN r.to_state = 'needs_review' THEN r.review_reason ELSE c.review_reason END,
-		unknown_since = CASE WHEN r.to_state = 'unknown' THEN now() ELSE NULL END,
-		next_check_at = CASE WHEN r.to_state = 'unknown' THEN now() + r.check_after ELSE NULL END,
-		lookup_failures = 0,
-		lease_owner = NULL,
-		lease_expires_at = NULL
-	FROM req r, locked l
-	WHERE c.tenant_id = l.tenant_id AND c.id = l.id AND r.tenant_id = c.tenant_id AND r.id = c.id AND c.state = r.from_state
-	RETURNING c.*, r.from_state AS req_from, r.actor AS req_actor, r.reason AS req_reason, r.evidence AS req_evidence
-), event AS (
-	INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, evidence)
-	SELECT tenant_id, id, req_from, state, req_actor, req_reason, attempts, nullif(req_evidence, '') FROM moved
-)
-SELECT `+chargeColumns+` FROM moved`,
+	rows, err := db.Query(ctx, moveManyStatement,
 		tenants, ids, from, to, counts, chargeIDs, failures, reviews, checkAfter, actors, reasons, evidence)
 	if err != nil {
 		return nil, fmt.Errorf("move %d charges: %w", n, err)
@@ -98,3 +65,41 @@ SELECT `+chargeColumns+` FROM moved`,
 	}
 	return out, nil
 }
+
+// moveManyStatement is MoveMany's statement. Every relation an UPDATE or a
+// FOR UPDATE joins besides its target is copied, a whole row for each row,
+// for the recheck of a row another transaction changed meanwhile; so req
+// and locked carry only the keys and each move's place i in the arrays, and
+// the rest of a move is read by subscript, $n[i] (docs/benchmarks.md,
+// step 20).
+const moveManyStatement = `
+WITH req AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS r(tenant_id, id, from_state, i)
+), locked AS (
+	SELECT c.tenant_id, c.id, r.i::int AS i FROM charges c
+	JOIN req r ON c.tenant_id = r.tenant_id AND c.id = r.id AND c.state = r.from_state
+	ORDER BY c.tenant_id, c.id
+	FOR UPDATE OF c
+), moved AS (
+	UPDATE charges c SET
+		state = ($4::text[])[l.i],
+		updated_at = now(),
+		attempts = c.attempts + CASE WHEN ($5::bool[])[l.i] THEN 1 ELSE 0 END,
+		first_attempt_at = CASE WHEN ($5::bool[])[l.i] THEN coalesce(c.first_attempt_at, now()) ELSE c.first_attempt_at END,
+		last_attempt_at = CASE WHEN ($5::bool[])[l.i] THEN now() ELSE c.last_attempt_at END,
+		provider_charge_id = coalesce(nullif(($6::text[])[l.i], ''), c.provider_charge_id),
+		failure_code = CASE WHEN ($4::text[])[l.i] = 'failed' THEN ($7::text[])[l.i] ELSE c.failure_code END,
+		review_reason = CASE WHEN ($4::text[])[l.i] = 'needs_review' THEN ($8::text[])[l.i] ELSE c.review_reason END,
+		unknown_since = CASE WHEN ($4::text[])[l.i] = 'unknown' THEN now() ELSE NULL END,
+		next_check_at = CASE WHEN ($4::text[])[l.i] = 'unknown' THEN now() + ($9::interval[])[l.i] ELSE NULL END,
+		lookup_failures = 0,
+		lease_owner = NULL,
+		lease_expires_at = NULL
+	FROM locked l
+	WHERE c.tenant_id = l.tenant_id AND c.id = l.id AND c.state = ($3::text[])[l.i]
+	RETURNING c.*, l.i
+), event AS (
+	INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, evidence)
+	SELECT tenant_id, id, ($3::text[])[i], state, ($10::text[])[i], ($11::text[])[i], attempts, nullif(($12::text[])[i], '') FROM moved
+)
+SELECT ` + chargeColumns + ` FROM moved`
