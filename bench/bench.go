@@ -209,6 +209,18 @@ func (r *runner) half() until {
 	return until{duration: r.opts.Duration / 2}
 }
 
+// machine describes where the run measures.
+func (r *runner) machine(ctx context.Context) (Machine, error) {
+	sys := r.sys
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), API: sys.Mode,
+		APIMaxConns: sys.APIMaxConns, WorkerConcurrency: sys.WorkerConcurrency, ProviderLedger: sys.ProviderLedger}
+	if err := r.admin.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('autovacuum')::bool`).
+		Scan(&m.Postgres, &m.Autovacuum); err != nil {
+		return m, fmt.Errorf("read the server's settings: %w", err)
+	}
+	return m, nil
+}
+
 // Run measures every target against sys and reports. A measurement that
 // cannot be carried out is an error; a missed target or a violated
 // invariant is in the report.
@@ -221,14 +233,11 @@ func Run(ctx context.Context, sys *System, opts Options) (Report, error) {
 	opts, progress := r.opts, r.opts.Progress
 
 	rep := Report{
-		Machine: Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), API: sys.Mode,
-			APIMaxConns: sys.APIMaxConns, WorkerConcurrency: sys.WorkerConcurrency, ProviderLedger: sys.ProviderLedger},
 		Options: ReportOptions{DurationSeconds: opts.Duration.Seconds(), SustainDurationSeconds: opts.SustainDuration.Seconds(),
 			Concurrency: opts.Concurrency},
 	}
-	if err := r.admin.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('autovacuum')::bool`).
-		Scan(&rep.Machine.Postgres, &rep.Machine.Autovacuum); err != nil {
-		return rep, fmt.Errorf("read the server's settings: %w", err)
+	if rep.Machine, err = r.machine(ctx); err != nil {
+		return rep, err
 	}
 	var sampler *memorySampler
 	if sys.APIPID != 0 {

@@ -106,6 +106,41 @@ func TestRun(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// TestRates offers two rates to the whole system for a fraction of a second
+// each: every probe carries its charges, reads every process's CPU, and
+// the report prints and encodes. It asserts no speed.
+func TestRates(t *testing.T) {
+	t.Parallel()
+	sys := setup(t, 4, 64)
+
+	rep, err := Rates(context.Background(), sys, RatesOptions{Rates: []float64{40, 80}, Duration: 500 * time.Millisecond})
+	require.NoError(t, err)
+	require.Len(t, rep.Probes, 2)
+	for i, p := range rep.Probes {
+		require.Equal(t, []float64{40, 80}[i], p.OfferedPerSecond)
+		require.Positive(t, p.Accepted.Ops, "probe %d", i)
+		require.Zero(t, p.Accepted.Failures, p.Accepted.FirstFailure)
+		require.True(t, p.Drained, "probe %d: the backlog drains after the load", i)
+		require.Equal(t, p.Accepted.Ops, p.Charges, "probe %d: every charge accepted was settled, and only those", i)
+		require.NotNil(t, p.CPU, "CPU is read on Linux with Postgres on this machine")
+		require.Positive(t, p.CPU.Postgres)
+		require.Positive(t, p.CPU.Worker, "in process, the worker's share is this process's")
+		require.Zero(t, p.AcceptBatch, "an API in this process has no metrics endpoint to read")
+	}
+	require.NotEmpty(t, rep.Machine.Postgres)
+
+	var table bytes.Buffer
+	require.NoError(t, PrintRates(&table, rep))
+	require.Contains(t, table.String(), "CPU per charge")
+	_, err = json.Marshal(rep)
+	require.NoError(t, err)
+
+	_, err = Rates(context.Background(), sys, RatesOptions{Rates: []float64{100, 0}})
+	require.ErrorContains(t, err, "not positive")
+	_, err = Rates(context.Background(), sys, RatesOptions{})
+	require.ErrorContains(t, err, "no rates")
+}
+
 // TestRawAcceptMakesTheAPIsWrites checks that the baseline writes what an
 // accepted charge writes: the same rows in the same four tables, and a job
 // the worker accepts.

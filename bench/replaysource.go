@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -45,22 +46,9 @@ func (s *replaySources) add(source string, n int64) error {
 
 // scrapeReplays reads the counter from the API's GET /metrics.
 func scrapeReplays(ctx context.Context, apiURL string) (replaySources, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, apiURL+"/metrics", nil)
+	families, err := scrapeMetrics(ctx, apiURL)
 	if err != nil {
 		return replaySources{}, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return replaySources{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return replaySources{}, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return replaySources{}, fmt.Errorf("GET /metrics: %w", err)
 	}
 	// The Prometheus name of the OpenTelemetry counter.
 	const name = "chargeflow_api_idempotent_replays_total"
@@ -79,6 +67,28 @@ func scrapeReplays(ctx context.Context, apiURL string) (replaySources, error) {
 		}
 	}
 	return s, nil
+}
+
+// scrapeMetrics reads every metric family from the API's GET /metrics.
+func scrapeMetrics(ctx context.Context, apiURL string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, apiURL+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("GET /metrics: %w", err)
+	}
+	return families, nil
 }
 
 // collectReplays reads the counter from an in-process API's metric reader.

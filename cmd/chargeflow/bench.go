@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -21,6 +23,7 @@ import (
 //
 //	chargeflow bench [--duration 10s] [--concurrency 16,32] [--json]
 //	chargeflow bench --scale N [--samples 200] [--duration 10s] [--json]
+//	chargeflow bench --rates 200,1000 [--duration 10s] [--json]
 //
 // It creates a fresh database on DATABASE_URL's server, migrates it, starts
 // the API and the fake provider (and, for the settle measurement, the
@@ -33,6 +36,10 @@ import (
 // charges and of N, every operation timed on both, retention run over
 // each one's expired records while accepts run (--duration is the window
 // of accepts alone), and the bytes per charge.
+//
+// With --rates it offers each rate in turn to the whole system for
+// --duration and prints what every process spent per charge at that rate
+// (bench.Rates).
 func runBench(ctx context.Context, e env, args []string) error {
 	var c common
 	var duration time.Duration
@@ -55,6 +62,8 @@ func runBench(ctx context.Context, e env, args []string) error {
 	fs.IntVar(&scale, "scale", 0, "instead of the ratios: seed databases of 1,000 charges and of this many, and time every operation on both (docs/benchmarks.md, \"At scale\")")
 	fs.IntVar(&samples, "samples", 200, "with --scale: how many times each operation runs at each size")
 	fs.Float64Var(&duty, "retention-duty", retention.DefaultDuty, "with --scale: the share of its wall time the retention run spends deleting")
+	var rates string
+	fs.StringVar(&rates, "rates", "", "instead of the ratios: offer these charges a second in turn (comma-separated) and print each process's CPU per charge at each (docs/benchmarks.md, \"Where end to end's CPU goes\")")
 	if err := parseToolFlags(fs, e, args, "database-url", "log-level"); err != nil {
 		return err
 	}
@@ -81,6 +90,12 @@ func runBench(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
+	var offered []float64
+	if rates != "" {
+		if offered, err = parseRates(rates); err != nil {
+			return err
+		}
+	}
 	binary, err := os.Executable()
 	if err != nil {
 		return err
@@ -97,18 +112,18 @@ func runBench(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if offered != nil {
+		report, runErr := bench.Rates(ctx, sys, bench.RatesOptions{Rates: offered, Duration: duration, Progress: e.stderr})
+		if err := errors.Join(runErr, sys.Close(context.WithoutCancel(ctx))); err != nil {
+			return err
+		}
+		return printReport(e, asJSON, report, bench.PrintRates)
+	}
 	report, runErr := bench.Run(ctx, sys, bench.Options{Duration: duration, SustainDuration: sustain, Concurrency: levels, Progress: e.stderr})
 	if err := errors.Join(runErr, sys.Close(context.WithoutCancel(ctx))); err != nil {
 		return err
 	}
-	if asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(report)
-	} else {
-		err = bench.PrintTable(e.stdout, report)
-	}
-	if err != nil {
+	if err := printReport(e, asJSON, report, bench.PrintTable); err != nil {
 		return err
 	}
 	if v := report.Violations(); len(v) > 0 {
@@ -144,10 +159,28 @@ func runScale(ctx context.Context, e env, serverURL string, o bench.ScaleOptions
 	if err != nil {
 		return err
 	}
+	return printReport(e, asJSON, report, bench.PrintScale)
+}
+
+// printReport writes report as indented JSON, or as print's table.
+func printReport[R any](e env, asJSON bool, report R, print func(io.Writer, R) error) error {
 	if asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(report)
 	}
-	return bench.PrintScale(e.stdout, report)
+	return print(e.stdout, report)
+}
+
+// parseRates reads "200,1000".
+func parseRates(s string) ([]float64, error) {
+	var rates []float64
+	for part := range strings.SplitSeq(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("--rates %q: want positive charges a second separated by commas", s)
+		}
+		rates = append(rates, v)
+	}
+	return rates, nil
 }

@@ -13,24 +13,31 @@ import (
 	"chargeflow/bench"
 )
 
+// benchJSON runs `chargeflow bench --json` with args, this test binary
+// standing in for chargeflow, and decodes its report.
+func benchJSON[R any](t *testing.T, timeout time.Duration, args ...string) R {
+	t.Helper()
+	p := start(t, []string{"DATABASE_URL=" + serverURL()}, append(append([]string{"bench"}, args...), "--json")...)
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("chargeflow bench %s still running after %s:\n%s", strings.Join(args, " "), timeout, p.stderr.String())
+	}
+	require.NoError(t, p.err, "stderr:\n%s", p.stderr.String())
+	var rep R
+	require.NoError(t, json.Unmarshal([]byte(p.stdout.String()), &rep), "stdout:\n%s", p.stdout.String())
+	return rep
+}
+
 // `chargeflow bench` end to end, for a fraction of a second per
 // measurement, with this test binary standing in for chargeflow (the API,
 // the worker and the fake provider are its children). It proves the
 // command works and reports every measurement; it asserts no speed.
 func TestBenchCommand(t *testing.T) {
 	t.Parallel()
-	p := start(t, []string{"DATABASE_URL=" + serverURL()}, "bench",
+	rep := benchJSON[bench.Report](t, 3*time.Minute,
 		"--duration", "300ms", "--sustain", "300ms", "--concurrency", "2", "--api-max-conns", "4", "--worker-concurrency", "64",
-		"--json", "--dir", t.TempDir())
-	select {
-	case <-p.done:
-	case <-time.After(3 * time.Minute):
-		t.Fatalf("chargeflow bench still running after 3 minutes:\n%s", p.stderr.String())
-	}
-	require.NoError(t, p.err, "stderr:\n%s", p.stderr.String())
-
-	var rep bench.Report
-	require.NoError(t, json.Unmarshal([]byte(p.stdout.String()), &rep), "stdout:\n%s", p.stdout.String())
+		"--dir", t.TempDir())
 	require.Equal(t, "process", rep.Machine.API)
 	require.Len(t, rep.Accept, 1)
 	require.Positive(t, rep.Accept[0].API.Ops)
@@ -71,6 +78,39 @@ func TestParseConcurrency(t *testing.T) {
 	}
 }
 
+// `chargeflow bench --rates` end to end: one rate for a fraction of a
+// second, the API and worker as processes, the accept batches read from
+// the API's /metrics. It asserts no speed.
+func TestBenchRatesCommand(t *testing.T) {
+	t.Parallel()
+	rep := benchJSON[bench.RatesReport](t, 2*time.Minute, "--rates", "60", "--duration", "500ms",
+		"--api-max-conns", "4", "--worker-concurrency", "64", "--dir", t.TempDir())
+	require.Equal(t, "process", rep.Machine.API)
+	require.Len(t, rep.Probes, 1)
+	probe := rep.Probes[0]
+	require.Equal(t, 60.0, probe.OfferedPerSecond)
+	require.Positive(t, probe.Accepted.Ops)
+	require.Equal(t, probe.Accepted.Ops, probe.Charges, "every charge accepted was settled")
+	require.GreaterOrEqual(t, probe.AcceptBatch, 1.0, "read from the API process's /metrics")
+	if runtime.GOOS == "linux" {
+		require.NotNil(t, probe.CPU)
+		require.Positive(t, probe.CPU.API)
+		require.Positive(t, probe.CPU.Worker)
+		require.Positive(t, probe.CPU.Postgres)
+	}
+}
+
+func TestParseRates(t *testing.T) {
+	t.Parallel()
+	rates, err := parseRates("200, 1000,1500.5")
+	require.NoError(t, err)
+	require.Equal(t, []float64{200, 1000, 1500.5}, rates)
+	for _, bad := range []string{"", "0", "200,", "x", "-4", "NaN", "Inf"} {
+		_, err := parseRates(bad)
+		require.Error(t, err, bad)
+	}
+}
+
 // `chargeflow bench --scale` end to end at a small size, so the command
 // that measures the system at millions of charges cannot rot: both
 // databases seeded, every operation timed at both sizes, retention run
@@ -78,17 +118,8 @@ func TestParseConcurrency(t *testing.T) {
 // asserts no speed.
 func TestBenchScaleCommand(t *testing.T) {
 	t.Parallel()
-	p := start(t, []string{"DATABASE_URL=" + serverURL()}, "bench", "--scale", "5000", "--samples", "20",
-		"--duration", "300ms", "--concurrency", "2", "--json")
-	select {
-	case <-p.done:
-	case <-time.After(5 * time.Minute):
-		t.Fatalf("chargeflow bench --scale still running after 5 minutes:\n%s", p.stderr.String())
-	}
-	require.NoError(t, p.err, "stderr:\n%s", p.stderr.String())
-
-	var rep bench.ScaleReport
-	require.NoError(t, json.Unmarshal([]byte(p.stdout.String()), &rep), "stdout:\n%s", p.stdout.String())
+	rep := benchJSON[bench.ScaleReport](t, 5*time.Minute, "--scale", "5000", "--samples", "20",
+		"--duration", "300ms", "--concurrency", "2")
 	require.Equal(t, 1000, rep.Empty)
 	require.Equal(t, 5000, rep.Size)
 	require.Len(t, rep.Ops, 13)
