@@ -586,9 +586,17 @@ func (s *system) waitConverged(ctx context.Context, bound time.Duration) bool {
 }
 
 // settleUnderFaults waits, with the faults still armed, until every charge
-// settled or the convergence bound passed (the check after calm decides).
+// settled and, with a webhook receiver, every delivery was delivered or
+// given up on, or the convergence bound passed (the checks after calm
+// decide). Deliveries follow their charges' moves: a chaos that ended
+// when the last charge settled would leave most of them to calm, unarmed,
+// processes, and the delivery crash points little to hit.
 func (s *system) settleUnderFaults(ctx context.Context) {
-	s.waitConverged(ctx, s.t.convergenceBound())
+	deadline := time.Now().Add(s.t.convergenceBound())
+	s.waitConverged(ctx, time.Until(deadline))
+	if s.receiver != nil {
+		_, _ = s.waitDelivered(ctx, time.Until(deadline))
+	}
 }
 
 // reportProgress prints a line every five seconds until stopped.

@@ -78,20 +78,9 @@ func (s *system) checkWebhooks(ctx context.Context, rep *Report, bound time.Dura
 	if s.receiver == nil {
 		return nil
 	}
-	deadline := time.Now().Add(bound)
-	var pending int
-	for {
-		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'`).Scan(&pending); err != nil {
-			return err
-		}
-		if pending == 0 || time.Now().After(deadline) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	pending, err := s.waitDelivered(ctx, bound)
+	if err != nil {
+		return err
 	}
 	if pending > 0 {
 		rep.Violations = append(rep.Violations, Violation{InvariantWebhooks, "",
@@ -108,6 +97,26 @@ func (s *system) checkWebhooks(ctx context.Context, rep *Report, bound time.Dura
 	rep.Fired["webhooks:failed"] = stats.Failed
 	rep.Fired["webhooks:dropped"] = stats.Dropped
 	return nil
+}
+
+// waitDelivered waits, up to bound, for every webhook delivery to be
+// delivered or given up on, and returns how many are still pending.
+func (s *system) waitDelivered(ctx context.Context, bound time.Duration) (int, error) {
+	deadline := time.Now().Add(bound)
+	for {
+		var pending int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'`).Scan(&pending); err != nil {
+			return 0, err
+		}
+		if pending == 0 || time.Now().After(deadline) {
+			return pending, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // The webhook scenarios. Each sends charges through a provider that loses
