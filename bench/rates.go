@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -159,8 +158,7 @@ func (r *runner) acceptBatches(ctx context.Context) (histogram, bool) {
 		return histogram{}, false
 	}
 	var h histogram
-	// The Prometheus name of the OpenTelemetry histogram.
-	for _, m := range families[strings.ReplaceAll(api.MetricAcceptBatch, ".", "_")].GetMetric() {
+	for _, m := range families[prometheusName(api.MetricAcceptBatch)].GetMetric() {
 		h.sum += m.GetHistogram().GetSampleSum()
 		h.count += float64(m.GetHistogram().GetSampleCount())
 	}

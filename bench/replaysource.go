@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -50,8 +51,7 @@ func scrapeReplays(ctx context.Context, apiURL string) (replaySources, error) {
 	if err != nil {
 		return replaySources{}, err
 	}
-	// The Prometheus name of the OpenTelemetry counter.
-	const name = "chargeflow_api_idempotent_replays_total"
+	name := prometheusName(api.MetricReplays) + "_total"
 	family, ok := families[name]
 	if !ok {
 		return replaySources{}, fmt.Errorf("GET /metrics: no %s", name)
@@ -90,6 +90,10 @@ func scrapeMetrics(ctx context.Context, apiURL string) (map[string]*dto.MetricFa
 	}
 	return families, nil
 }
+
+// prometheusName is an OpenTelemetry metric's name as the API's
+// Prometheus exporter writes it (a counter's also ends in _total).
+func prometheusName(otel string) string { return strings.ReplaceAll(otel, ".", "_") }
 
 // collectReplays reads the counter from an in-process API's metric reader.
 func collectReplays(ctx context.Context, reader *sdkmetric.ManualReader) (replaySources, error) {
