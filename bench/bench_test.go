@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"chargeflow/intent"
 	"chargeflow/internal/dbtest"
+	"chargeflow/outbox"
 )
 
 // setup starts an in-process System on a fresh database. Tests keep its
@@ -91,6 +93,10 @@ func TestRun(t *testing.T) {
 	require.Positive(t, settle.Slow.InstantPerSecond, "the instant drains beside the slow ones ran")
 	require.InDelta(t, settle.Slow.SettledPerSecond/settle.Slow.InstantPerSecond, settle.Slow.Ratio, 1e-9,
 		"the slow drains are compared with the instant drains beside them")
+	for name, b := range map[string]Batches{"settle": settle.Batches, "slow": settle.Slow.Batches, "instant": settle.Slow.InstantBatches} {
+		require.True(t, b.Claim >= 1 && b.Claim <= outbox.MaxBatch, "%s: claim batch %.2f", name, b.Claim)
+		require.True(t, b.Settle >= 1 && b.Settle <= outbox.MaxBatch, "%s: settle batch %.2f", name, b.Settle)
+	}
 
 	require.True(t, rep.Storm.Met, "violations: %v", rep.Storm.Violations)
 	require.Equal(t, StormRequests, rep.Storm.Requests)
@@ -99,7 +105,7 @@ func TestRun(t *testing.T) {
 
 	var table bytes.Buffer
 	require.NoError(t, PrintTable(&table, rep))
-	for _, row := range []string{"accept", "vs minimal design", "settle", "end to end", "latency", "slow provider", "replay p99", "duplicate storm", "memory", "CPU per settled charge"} {
+	for _, row := range []string{"accept", "vs minimal design", "settle", "end to end", "latency", "slow provider", "replay p99", "duplicate storm", "memory", "CPU per settled charge", "settle batch"} {
 		require.Contains(t, table.String(), row)
 	}
 	_, err = json.Marshal(rep)
@@ -229,4 +235,51 @@ func TestMinimalDesignInsertsOneUniqueJob(t *testing.T) {
 	var charges int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM charges`).Scan(&charges))
 	require.Zero(t, charges, "the minimal design writes no charge row")
+}
+
+// TestBatchesCountsStatements makes a drain's moves in statements of known
+// sizes and requires the batches read back from the audit trail: three
+// claims of 1, 99 and the rest of the seed's charges, and two settling
+// transactions of half each.
+func TestBatchesCountsStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sys := setup(t, 2, 2)
+	r := setupRunner(t, sys, Options{})
+
+	rows, err := r.admin.Query(ctx, `SELECT id FROM charges WHERE tenant_id = $1 AND state = 'pending' ORDER BY id`, sys.TenantID)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, ids, seedCharges)
+
+	moves := func(ids []string, from, to intent.State) []intent.Move {
+		ms := make([]intent.Move, len(ids))
+		for i, id := range ids {
+			ms[i] = intent.Move{TenantID: sys.TenantID, ChargeID: id, From: from, To: to, Actor: "test", Reason: "test"}
+			if to == intent.StateSucceeded {
+				ms[i].ProviderChargeID = "ch_" + id
+			}
+		}
+		return ms
+	}
+	for _, part := range [][]string{ids[:1], ids[1:100], ids[100:]} {
+		moved, err := intent.MoveMany(ctx, r.admin, moves(part, intent.StatePending, intent.StateSubmitting))
+		require.NoError(t, err)
+		require.Len(t, moved, len(part))
+	}
+	half := len(ids) / 2
+	for _, part := range [][]string{ids[:half], ids[half:]} {
+		err := pgx.BeginFunc(ctx, r.admin, func(tx pgx.Tx) error {
+			moved, err := intent.MoveMany(ctx, tx, moves(part, intent.StateSubmitting, intent.StateSucceeded))
+			require.Len(t, moved, len(part))
+			return err
+		})
+		require.NoError(t, err)
+	}
+
+	got, err := r.batches(ctx)
+	require.NoError(t, err)
+	require.InDelta(t, float64(seedCharges)/3, got.Claim, 1e-9)
+	require.InDelta(t, float64(seedCharges)/2, got.Settle, 1e-9)
 }

@@ -122,23 +122,19 @@ func PrintTable(w io.Writer, r Report) error {
 			return err
 		}
 	}
-	if c := s.CPU; c != nil {
-		accepted := 0.0
-		if len(r.Accept) > 0 && r.Accept[0].CPU != nil {
-			a := r.Accept[0].CPU
-			accepted = a.API + a.APIPostgres
-		}
-		fmt.Fprintf(w, "\nCPU per settled charge, µs, over the drain (worker = the worker process, or this one in process):\n")
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "drain\tworker\tfake provider\tPostgres\ttotal\tper accepted charge (API + Postgres)\t")
-		fmt.Fprintf(tw, "settle\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", c.Worker, c.Provider, c.Postgres, c.Total(), accepted)
-		if i, sl := s.Slow.InstantCPU, s.Slow.CPU; i != nil && sl != nil {
-			fmt.Fprintf(tw, "instant, beside the slow\t%.0f\t%.0f\t%.0f\t%.0f\t\t\n", i.Worker, i.Provider, i.Postgres, i.Total())
-			fmt.Fprintf(tw, "slow provider\t%.0f\t%.0f\t%.0f\t%.0f\t\t\n", sl.Worker, sl.Provider, sl.Postgres, sl.Total())
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+	accepted := "—"
+	if len(r.Accept) > 0 && r.Accept[0].CPU != nil {
+		a := r.Accept[0].CPU
+		accepted = fmt.Sprintf("%.0f", a.API+a.APIPostgres)
+	}
+	fmt.Fprintf(w, "\nCPU per settled charge, µs, over the drain (worker = the worker process, or this one in process; — where it cannot be read), and charges per worker statement:\n")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "drain\tworker\tfake provider\tPostgres\ttotal\tper accepted charge (API + Postgres)\tclaim batch\tsettle batch\t")
+	drainRow(tw, "settle", s.CPU, s.Batches, accepted)
+	drainRow(tw, "instant, beside the slow", s.Slow.InstantCPU, s.Slow.InstantBatches, "")
+	drainRow(tw, "slow provider", s.Slow.CPU, s.Slow.Batches, "")
+	if err := tw.Flush(); err != nil {
+		return err
 	}
 	for _, v := range d.Violations {
 		failures = append(failures, "duplicate storm: "+v)
@@ -150,6 +146,15 @@ func PrintTable(w io.Writer, r Report) error {
 		}
 	}
 	return nil
+}
+
+// drainRow writes one drain's CPU per settled charge and batches.
+func drainRow(w io.Writer, name string, c *SettleCPU, b Batches, accepted string) {
+	cpu := "—\t—\t—\t—"
+	if c != nil {
+		cpu = fmt.Sprintf("%.0f\t%.0f\t%.0f\t%.0f", c.Worker, c.Provider, c.Postgres, c.Total())
+	}
+	fmt.Fprintf(w, "%s\t%s\t%s\t%.1f\t%.1f\t\n", name, cpu, accepted, b.Claim, b.Settle)
 }
 
 func verdict(met bool) string {

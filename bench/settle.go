@@ -36,6 +36,8 @@ type SettleResult struct {
 	// CPU is what each settled charge cost, per process, over the drain;
 	// nil where it could not be read (not Linux, or Postgres elsewhere).
 	CPU *SettleCPU `json:"cpu_per_settled_charge_us,omitempty"`
+	// Batches is how deep the worker's statements were over the drain.
+	Batches Batches `json:"batches"`
 	// EndToEnd is the API and the worker running together: the highest
 	// rate both carry, and the latency at half of it.
 	EndToEnd EndToEnd `json:"end_to_end"`
@@ -62,10 +64,26 @@ type SlowProvider struct {
 	// nil where it could not be read.
 	CPU        *SettleCPU `json:"cpu_per_settled_charge_us,omitempty"`
 	InstantCPU *SettleCPU `json:"instant_cpu_per_settled_charge_us,omitempty"`
+	// Batches and InstantBatches are how deep the worker's statements
+	// were over the slow drains and over the instant ones (averaged).
+	Batches        Batches `json:"batches"`
+	InstantBatches Batches `json:"instant_batches"`
 	// Ratio is SettledPerSecond ÷ InstantPerSecond; the target is at least
 	// SlowProviderTarget.
 	Ratio float64 `json:"ratio"`
 	Met   bool    `json:"met"`
+}
+
+// Batches is how many charges the worker's statements moved on average
+// over a drain: a claim (pending → submitting, before the calls) and a
+// settling transaction (the moves the answers prove), each at most
+// outbox.MaxBatch. What a statement costs whatever it moves is shared by
+// that many charges (docs/benchmarks.md, "What still limits the slow
+// provider"). They are read from the drain's audit trail, where every
+// row a statement wrote carries its transaction's id.
+type Batches struct {
+	Claim  float64 `json:"claim"`
+	Settle float64 `json:"settle"`
 }
 
 // Sustained is a run in which the API is offered charges at a steady rate
@@ -317,8 +335,8 @@ func (r *runner) measureSettle(ctx context.Context, concurrency int) (SettleResu
 	if err != nil {
 		return res, nil, err
 	}
-	res.Accept, res.Backlog, res.SettledPerSecond, res.DrainSeconds, res.NotSucceeded, res.CPU =
-		fast.accept, fast.backlog, fast.perSecond, fast.seconds, fast.notSucceeded, fast.cpu
+	res.Accept, res.Backlog, res.SettledPerSecond, res.DrainSeconds, res.NotSucceeded, res.CPU, res.Batches =
+		fast.accept, fast.backlog, fast.perSecond, fast.seconds, fast.notSucceeded, fast.cpu, fast.batches
 	if res.Accept.PerSecond > 0 {
 		res.Ratio = res.SettledPerSecond / res.Accept.PerSecond
 	}
@@ -351,7 +369,8 @@ func (r *runner) measureSettle(ctx context.Context, concurrency int) (SettleResu
 	}
 	sl, in := merge(slow), merge(instant)
 	res.Slow = SlowProvider{SettledPerSecond: sl.perSecond, Backlog: sl.backlog, DrainSeconds: sl.seconds,
-		NotSucceeded: sl.notSucceeded, InstantPerSecond: in.perSecond, CPU: sl.cpu, InstantCPU: in.cpu}
+		NotSucceeded: sl.notSucceeded, InstantPerSecond: in.perSecond, CPU: sl.cpu, InstantCPU: in.cpu,
+		Batches: sl.batches, InstantBatches: in.batches}
 	if res.Slow.InstantPerSecond > 0 {
 		res.Slow.Ratio = res.Slow.SettledPerSecond / res.Slow.InstantPerSecond
 	}
@@ -384,6 +403,7 @@ type drained struct {
 	seconds      float64
 	notSucceeded int64
 	cpu          *SettleCPU
+	batches      Batches
 }
 
 // drainWith is a drain with the provider answering at once or, with
@@ -405,8 +425,9 @@ func (r *runner) drainWith(ctx context.Context, client *apiClient, concurrency i
 	return d, err
 }
 
-// merge sums drains: rates and CPU per charge averaged (the CPU nil if
-// any drain's is), backlogs, seconds and charges not succeeded added up.
+// merge sums drains: rates, CPU per charge and batches averaged (the CPU
+// nil if any drain's is), backlogs, seconds and charges not succeeded
+// added up.
 func merge(ds []drained) drained {
 	m := drained{cpu: &SettleCPU{}}
 	n := float64(len(ds))
@@ -415,6 +436,8 @@ func merge(ds []drained) drained {
 		m.seconds += d.seconds
 		m.notSucceeded += d.notSucceeded
 		m.perSecond += d.perSecond / n
+		m.batches.Claim += d.batches.Claim / n
+		m.batches.Settle += d.batches.Settle / n
 		if d.cpu == nil || m.cpu == nil {
 			m.cpu = nil
 			continue
@@ -515,6 +538,9 @@ func (r *runner) drain(ctx context.Context, client *apiClient, concurrency int) 
 		return fail(err)
 	}
 	d.cpu = cpuAfter.sub(cpuBefore).perCharge(d.backlog)
+	if d.batches, err = r.batches(ctx); err != nil {
+		return fail(err)
+	}
 	if span := at90.Sub(at10); span > 0 && n90 > n10 {
 		d.perSecond = float64(n90-n10) / span.Seconds()
 	} else if d.seconds > 0 {
@@ -523,6 +549,31 @@ func (r *runner) drain(ctx context.Context, client *apiClient, concurrency int) 
 		d.perSecond = float64(d.backlog) / d.seconds
 	}
 	return d, stopWorker, nil
+}
+
+// batches reads how deep the worker's statements were over a drain from
+// its audit trail (the tables hold that drain's charges only): the rows
+// of one claim, or of one settling transaction, share their transaction
+// id (xmin).
+func (r *runner) batches(ctx context.Context) (Batches, error) {
+	var claimed, claims, settled, settles int64
+	err := r.admin.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE to_state = 'submitting'),
+		count(DISTINCT xmin::text) FILTER (WHERE to_state = 'submitting'),
+		count(*) FILTER (WHERE from_state = 'submitting'),
+		count(DISTINCT xmin::text) FILTER (WHERE from_state = 'submitting')
+		FROM charge_events WHERE tenant_id = $1`, r.sys.TenantID).Scan(&claimed, &claims, &settled, &settles)
+	if err != nil {
+		return Batches{}, fmt.Errorf("count the worker's statements: %w", err)
+	}
+	var b Batches
+	if claims > 0 {
+		b.Claim = float64(claimed) / float64(claims)
+	}
+	if settles > 0 {
+		b.Settle = float64(settled) / float64(settles)
+	}
+	return b, nil
 }
 
 // sustainedShare is the share of the sustainable rate the sustained run

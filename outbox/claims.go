@@ -20,8 +20,9 @@ import (
 // every charge of a claim is submitting, committed, before any of their
 // calls is sent; the answers of a batch commit together, or none does.
 
-// maxBatch bounds one statement.
-const maxBatch = 128
+// MaxBatch bounds one statement: the most charges a claim, or a settling
+// transaction, moves.
+const MaxBatch = 128
 
 // moved is one charge's part of a batch: the charge after its move, or
 // not moved.
@@ -33,7 +34,7 @@ type moved struct {
 // newClaims claims charges for their runs: pending → submitting, counting
 // an attempt, as MoveCharge's claim does (intent.MoveMany).
 func newClaims(db intent.DB) *batch.Batcher[intent.Ref, moved] {
-	return batch.NewParallel(maxBatch, BatchesInFlight, func(ctx context.Context, refs []intent.Ref) ([]moved, error) {
+	return batch.NewParallel(MaxBatch, BatchesInFlight, func(ctx context.Context, refs []intent.Ref) ([]moved, error) {
 		moves := make([]intent.Move, len(refs))
 		for i, ref := range refs {
 			moves[i] = intent.Move{TenantID: ref.TenantID, ChargeID: ref.ChargeID,
@@ -49,7 +50,7 @@ func newClaims(db intent.DB) *batch.Batcher[intent.Ref, moved] {
 func newSettles(db interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, points *crashpoint.Set) *batch.Batcher[intent.Move, moved] {
-	return batch.NewParallel(maxBatch, BatchesInFlight, func(ctx context.Context, moves []intent.Move) ([]moved, error) {
+	return batch.NewParallel(MaxBatch, BatchesInFlight, func(ctx context.Context, moves []intent.Move) ([]moved, error) {
 		var out []moved
 		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 			var err error
