@@ -136,18 +136,23 @@ func (c *Client) Find(ctx context.Context, q LookupRequest) (Charge, error) {
 // Client is a Provider.
 var _ Provider = (*Client)(nil)
 
+// MaxIdleConns is how many idle connections NewTransport keeps to a
+// provider: at least as many as a worker may have calls in flight (the
+// worker's concurrency is capped at it), so that every call's connection
+// is kept for the next one and a slow provider, which keeps more calls in
+// flight, costs no new handshakes. An idle connection is closed after 90 s.
+const MaxIdleConns = 8192
+
 // NewTransport returns the transport every adapter uses by default: its own
 // pool sized for a worker that talks to one provider at high concurrency
-// (every one of its concurrent calls keeps its connection for the next,
-// so a slow provider costs no new handshakes), and no proxy, since only
-// cmd reads the environment.
+// (MaxIdleConns), and no proxy, since only cmd reads the environment.
 func NewTransport() *http.Transport {
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		DialContext:           dialer.DialContext,
 		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   1024,
+		MaxIdleConns:          MaxIdleConns,
+		MaxIdleConnsPerHost:   MaxIdleConns,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,

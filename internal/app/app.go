@@ -133,7 +133,7 @@ type Worker struct {
 	// a database connection only for its two short statements, never
 	// across the provider call, so it is sized by how many calls may wait
 	// on the provider at once (rate × the provider's latency), not by the
-	// database: docs/benchmarks.md, "The settle path's write budget". Default 1024.
+	// database. Default WorkerConcurrency of the process's GOMAXPROCS.
 	Concurrency int
 	// MaxConns is the worker pool's size, shared by every job, the webhook
 	// deliveries and River's own work. Default WorkerConns of the
@@ -173,7 +173,7 @@ func Defaults() Options {
 		Webhooks:       Webhooks{Concurrency: 10},
 		ReconcilerPool: Pool{MaxConns: 10},
 		Worker: Worker{
-			Concurrency:       1024,
+			Concurrency:       WorkerConcurrency(runtime.GOMAXPROCS(0)),
 			MaxConns:          WorkerConns(runtime.NumCPU()),
 			UnknownCheckAfter: outbox.DefaultUnknownCheckAfter,
 			Retry:             outbox.RetryPolicy{Base: outbox.DefaultRetryBase, Cap: outbox.DefaultRetryCap},
@@ -453,6 +453,19 @@ func (j *jobsUI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	})
 	j.handler.ServeHTTP(w, r)
 }
+
+// WorkerConcurrency is the worker's default number of jobs in flight for a
+// process that runs on cpus CPUs (GOMAXPROCS, which follows a container's
+// CPU quota): 2,048 a CPU, at most psp.MaxIdleConns. A job
+// keeps its slot while it waits on the provider, so the slots must cover
+// the rate the worker can settle times the provider's latency (Little's
+// law). A CPU of the worker settles up to about 6,000 charges a second,
+// and with a provider answering in 150–400 ms a job is in flight for
+// about a third of a second: 2,000 a CPU. Fewer slots make a slow
+// provider cap the rate below what the machine carries; more cost memory
+// (about 60 KiB a job in flight) and only queue where the provider is
+// faster. docs/capacity.md, "Jobs in flight".
+func WorkerConcurrency(cpus int) int { return min(2048*max(cpus, 1), psp.MaxIdleConns) }
 
 // WorkerConns is the worker pool's default size on a machine with cpus
 // CPUs: enough statements in flight to keep a database on the same machine

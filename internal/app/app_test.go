@@ -8,6 +8,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -84,4 +85,19 @@ func TestPoolSessionsRunWithoutJIT(t *testing.T) {
 		pool.Close()
 		require.Equal(t, c.want, jit, "with %s", c.url)
 	}
+}
+
+// The worker's default jobs in flight grow with the machine, and never
+// past the idle connections the provider transport keeps: past them, a
+// slow provider's calls would close and re-dial connections.
+func TestWorkerConcurrency(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 2048, app.WorkerConcurrency(0), "no CPU count reads as one")
+	require.Equal(t, 2048, app.WorkerConcurrency(1))
+	require.Equal(t, 4096, app.WorkerConcurrency(2))
+	for cpus := 1; cpus <= 64; cpus++ {
+		require.LessOrEqual(t, app.WorkerConcurrency(cpus), psp.MaxIdleConns, "%d CPUs", cpus)
+		require.GreaterOrEqual(t, app.WorkerConcurrency(cpus), app.WorkerConcurrency(cpus-1), "%d CPUs", cpus)
+	}
+	require.Equal(t, app.WorkerConcurrency(runtime.GOMAXPROCS(0)), app.Defaults().Worker.Concurrency)
 }
