@@ -91,6 +91,7 @@ func TestRun(t *testing.T) {
 	require.Zero(t, settle.Slow.NotSucceeded)
 	require.Positive(t, settle.Slow.Ratio)
 	require.Positive(t, settle.Slow.InstantPerSecond, "the instant drains beside the slow ones ran")
+	require.Equal(t, 4, settle.Slow.Drains, "four slow drains, beside four instant ones")
 	require.InDelta(t, settle.Slow.SettledPerSecond/settle.Slow.InstantPerSecond, settle.Slow.Ratio, 1e-9,
 		"the slow drains are compared with the instant drains beside them")
 	for name, b := range map[string]Batches{"settle": settle.Batches, "slow": settle.Slow.Batches, "instant": settle.Slow.InstantBatches} {

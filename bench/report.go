@@ -70,8 +70,8 @@ func PrintTable(w io.Writer, r Report) error {
 	fmt.Fprintf(tw, "  latency\t%d\taccepted → succeeded p50 %.0f ms, p99 %.0f ms (%s charges at %s/s, half the rate carried)\t\t\t\t\n",
 		s.Concurrency, e.Latency.P50, e.Latency.P99, count(float64(e.Latency.Charges)), count(e.Latency.OfferedPerSecond))
 	sl := s.Slow
-	fmt.Fprintf(tw, "  slow provider\t%d\t%s/s pending → succeeded, provider answering in 150–400 ms (two backlogs, %s charges, drained in %.1f s)\t%s/s with instant answers, drained beside them\t%.2f×\t≥ %.2f×\t%s\n",
-		s.Concurrency, count(sl.SettledPerSecond), count(float64(sl.Backlog)), sl.DrainSeconds,
+	fmt.Fprintf(tw, "  slow provider\t%d\t%s/s pending → succeeded, provider answering in 150–400 ms (%d backlogs, %s charges, drained in %.1f s)\t%s/s with instant answers, drained beside them\t%.2f×\t≥ %.2f×\t%s\n",
+		s.Concurrency, count(sl.SettledPerSecond), sl.Drains, count(float64(sl.Backlog)), sl.DrainSeconds,
 		count(sl.InstantPerSecond), sl.Ratio, SlowProviderTarget, verdict(sl.Met))
 	if s.NotSucceeded > 0 {
 		failures = append(failures, fmt.Sprintf("settle: %d charges ended failed or in review", s.NotSucceeded))
