@@ -454,9 +454,13 @@ func (j *jobsUI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	j.handler.ServeHTTP(w, r)
 }
 
+// WorkerSlotsPerCPU is how many jobs in flight WorkerConcurrency gives
+// each CPU.
+const WorkerSlotsPerCPU = 2048
+
 // WorkerConcurrency is the worker's default number of jobs in flight for a
 // process that runs on cpus CPUs (GOMAXPROCS, which follows a container's
-// CPU quota): 2,048 a CPU, at most psp.MaxIdleConns. A job
+// CPU quota): WorkerSlotsPerCPU a CPU, at most psp.MaxIdleConns. A job
 // keeps its slot while it waits on the provider, so the slots must cover
 // the rate the worker can settle times the provider's latency (Little's
 // law). A CPU of the worker settles up to about 6,000 charges a second,
@@ -465,7 +469,7 @@ func (j *jobsUI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // provider cap the rate below what the machine carries; more cost memory
 // (about 60 KiB a job in flight) and only queue where the provider is
 // faster. docs/capacity.md, "Jobs in flight".
-func WorkerConcurrency(cpus int) int { return min(2048*max(cpus, 1), psp.MaxIdleConns) }
+func WorkerConcurrency(cpus int) int { return min(WorkerSlotsPerCPU*max(cpus, 1), psp.MaxIdleConns) }
 
 // WorkerConns is the worker pool's default size on a machine with cpus
 // CPUs: enough statements in flight to keep a database on the same machine
