@@ -205,10 +205,21 @@ type CPUPerOp struct {
 	MinimalPostgres float64 `json:"minimal_leg_postgres_us"`
 }
 
+// acceptRounds is how many times the accept measurement runs its six
+// legs. In one round the minimal design's two legs are adjacent and sample
+// one stretch of a machine shared with its neighbours: two runs on one day
+// measured it at 3,384 and 2,666/s at 16 clients while the API, whose legs
+// sit at the round's two ends, measured 3,155 and 3,435/s
+// (docs/benchmarks.md, "What each line measures").
+const acceptRounds = 2
+
 // measureAccept runs the raw baseline, the API and the minimal design in
-// turn — raw, API, minimal, minimal, API, raw, half the duration each — so that a drift over the run (the tables
-// growing, a checkpoint) weighs on both alike. Each leg starts with an
-// unmeasured warm-up at the same concurrency.
+// turn — raw, API, minimal, minimal, API, raw, twice, a quarter of the
+// duration each (acceptRounds) — so that a drift over the run (the tables
+// growing, a checkpoint) weighs on each alike, and a fast or slow stretch
+// of a machine shared with its neighbours falls on one leg's quarter, not
+// its half. Each leg starts with an unmeasured warm-up at the same
+// concurrency.
 func (r *runner) measureAccept(ctx context.Context, concurrency int) (AcceptResult, error) {
 	pool, err := openPool(ctx, r.sys.DatabaseURL, "bench-raw", concurrency)
 	if err != nil {
@@ -239,7 +250,7 @@ func (r *runner) measureAccept(ctx context.Context, concurrency int) (AcceptResu
 		if err != nil {
 			return err
 		}
-		t := r.load.run(ctx, loadOptions{concurrency: concurrency, until: r.half()}, fn)
+		t := r.load.run(ctx, loadOptions{concurrency: concurrency, until: r.part(2 * acceptRounds)}, fn)
 		after, err := r.cpu(ctx)
 		if err != nil {
 			return err
@@ -248,16 +259,18 @@ func (r *runner) measureAccept(ctx context.Context, concurrency int) (AcceptResu
 		*cpu = cpu.add(after.sub(before))
 		return ctx.Err()
 	}
-	for _, step := range []struct {
+	type step struct {
 		fn    op
 		total *tally
 		cpu   *cpuSample
-	}{
-		{raw.accept, &rawTally, &rawCPU}, {client.accept, &apiTally, &apiCPU}, {minimalAccept(minimal), &minimalTally, &minimalCPU},
-		{minimalAccept(minimal), &minimalTally, &minimalCPU}, {client.accept, &apiTally, &apiCPU}, {raw.accept, &rawTally, &rawCPU},
-	} {
-		if err := leg(step.fn, step.total, step.cpu); err != nil {
-			return AcceptResult{}, err
+	}
+	rawStep, apiStep, minimalStep := step{raw.accept, &rawTally, &rawCPU}, step{client.accept, &apiTally, &apiCPU},
+		step{minimalAccept(minimal), &minimalTally, &minimalCPU}
+	for range acceptRounds {
+		for _, s := range []step{rawStep, apiStep, minimalStep, minimalStep, apiStep, rawStep} {
+			if err := leg(s.fn, s.total, s.cpu); err != nil {
+				return AcceptResult{}, err
+			}
 		}
 	}
 	res.API, res.Raw, res.Minimal = throughputOf(apiTally), throughputOf(rawTally), throughputOf(minimalTally)

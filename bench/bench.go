@@ -58,8 +58,8 @@ const (
 
 // Options shape a Run.
 type Options struct {
-	// Duration is how long each measurement runs (each of its two
-	// alternated halves runs half of it). Default 10 s.
+	// Duration is how long each measurement runs, split in alternated
+	// parts: halves, or for accept quarters (acceptRounds). Default 10 s.
 	Duration time.Duration
 	// Concurrency lists the client concurrencies the accept and replay
 	// measurements run at; settle runs at the first. Default 16 and 32.
@@ -202,11 +202,14 @@ func (r *runner) warmup() until {
 }
 
 // half is one of a measurement's two alternated halves.
-func (r *runner) half() until {
+func (r *runner) half() until { return r.part(2) }
+
+// part is one of a measurement's n alternated parts.
+func (r *runner) part(n int) until {
 	if r.ops > 0 {
-		return until{count: max(r.ops/2, 1)}
+		return until{count: max(r.ops/int64(n), 1)}
 	}
-	return until{duration: r.opts.Duration / 2}
+	return until{duration: r.opts.Duration / time.Duration(n)}
 }
 
 // machine describes where the run measures.

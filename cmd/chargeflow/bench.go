@@ -49,7 +49,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	var apiMaxConns, workerConcurrency int
 	fs := newFlagSet("bench", e)
 	c.bind(fs)
-	fs.DurationVar(&duration, "duration", 10*time.Second, "how long each measurement runs (split in two alternated halves)")
+	fs.DurationVar(&duration, "duration", 10*time.Second, "how long each measurement runs (split in alternated parts: halves, or quarters for accept)")
 	fs.DurationVar(&sustain, "sustain", time.Minute, "how long the end-to-end rate found must hold with the backlog bounded")
 	fs.StringVar(&concurrency, "concurrency", "16,32", "comma-separated client concurrencies of the accept and replay measurements (settle runs at the first)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
