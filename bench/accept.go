@@ -207,10 +207,9 @@ type CPUPerOp struct {
 
 // acceptRounds is how many times the accept measurement runs its six
 // legs. In one round the minimal design's two legs are adjacent and sample
-// one stretch of a machine shared with its neighbours: two runs on one day
-// measured it at 3,384 and 2,666/s at 16 clients while the API, whose legs
-// sit at the round's two ends, measured 3,155 and 3,435/s
-// (docs/benchmarks.md, "What each line measures").
+// one stretch of a machine shared with its neighbours, while the others'
+// sit at the round's two ends (docs/benchmarks.md, "What each line
+// measures", has the runs that showed it).
 const acceptRounds = 2
 
 // measureAccept runs the raw baseline, the API and the minimal design in

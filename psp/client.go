@@ -138,9 +138,10 @@ var _ Provider = (*Client)(nil)
 
 // MaxIdleConns is how many idle connections NewTransport keeps to a
 // provider: at least as many as a worker may have calls in flight by
-// default (the default concurrency is capped at it), so that every call's connection
-// is kept for the next one and a slow provider, which keeps more calls in
-// flight, costs no new handshakes. An idle connection is closed after 90 s.
+// default (the default concurrency is capped at it), so that every call's
+// connection is kept for the next one and a slow provider, which keeps
+// more calls in flight, costs no new handshakes. An idle connection is
+// closed after 90 s.
 const MaxIdleConns = 8192
 
 // NewTransport returns the transport every adapter uses by default: its own
