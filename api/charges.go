@@ -202,7 +202,7 @@ func (s *Server) accept(ctx context.Context, a intent.Acceptance) (intent.Idempo
 
 // acceptOnce is accept without the cache: committed when it returns.
 func (s *Server) acceptOnce(ctx context.Context, a intent.Acceptance) (intent.IdempotencyRecord, bool, error) {
-	if s.cfg.CrashPoints.Has(crashpoint.APIAfterInsertBeforeCommit) {
+	if a.Charge.ParentID != "" || s.cfg.CrashPoints.Has(crashpoint.APIAfterInsertBeforeCommit) {
 		return s.acceptInTx(ctx, a)
 	}
 	var got intent.Accepted
@@ -228,7 +228,9 @@ func (s *Server) acceptOnce(ctx context.Context, a intent.Acceptance) (intent.Id
 }
 
 // acceptInTx is accept in an explicit transaction, with the crash point
-// APIAfterInsertBeforeCommit between the statement and the commit.
+// APIAfterInsertBeforeCommit between the statement and the commit. A
+// refund's transaction first waits for its charge's row
+// (intent.LockForRefund).
 func (s *Server) acceptInTx(ctx context.Context, a intent.Acceptance) (intent.IdempotencyRecord, bool, error) {
 	tx, err := s.cfg.DB.Begin(ctx)
 	if err != nil {
@@ -237,6 +239,11 @@ func (s *Server) acceptInTx(ctx context.Context, a intent.Acceptance) (intent.Id
 	// Rollback after Commit is a no-op; after a failure it must still run
 	// even if ctx is done, or the connection goes back to the pool mid-tx.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if a.Charge.ParentID != "" {
+		if err := intent.LockForRefund(ctx, tx, a.Charge.TenantID, a.Charge.ParentID); err != nil {
+			return intent.IdempotencyRecord{}, false, err
+		}
+	}
 
 	inserted, err := intent.Accept(ctx, tx, a)
 	if err != nil {
@@ -250,7 +257,7 @@ func (s *Server) acceptInTx(ctx context.Context, a intent.Acceptance) (intent.Id
 		return intent.IdempotencyRecord{}, false, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return intent.IdempotencyRecord{}, false, fmt.Errorf("commit accept: %w", err)
+		return intent.IdempotencyRecord{}, false, fmt.Errorf("commit accept: %w", intent.CommitFailed(err))
 	}
 	return intent.IdempotencyRecord{}, true, nil
 }

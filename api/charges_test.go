@@ -412,7 +412,8 @@ func TestDatabaseUnavailable(t *testing.T) {
 	require.NoError(t, err)
 
 	resp := b.post(t, b.tenantA, "db-down-key-00000001", validBody)
-	requireProblem(t, resp, http.StatusServiceUnavailable, api.CodeDatabaseUnavailable)
+	p := requireProblem(t, resp, http.StatusServiceUnavailable, api.CodeDatabaseUnavailable)
+	require.Contains(t, p["detail"], "nothing was stored", "no connection could be made, so nothing was sent")
 	require.Equal(t, "1", resp.header.Get("Retry-After"))
 	ready := b.request(t, http.MethodGet, "/readyz", "")
 	requireProblem(t, ready, http.StatusServiceUnavailable, api.CodeNotReady)

@@ -186,6 +186,12 @@ func problemFor(err error) *Problem {
 		p.RetryAfter = 1
 		p.cause = err
 		return p
+	case errors.Is(err, intent.ErrOutcomeUnknown):
+		p := problem(CodeDatabaseUnavailable, "the database did not answer in time: whether this request was stored is unknown. "+
+			"Retry with the same Idempotency-Key: it returns the stored answer if it was, and stores it if it was not")
+		p.RetryAfter = 1
+		p.cause = err
+		return p
 	case databaseUnavailable(err):
 		p := problem(CodeDatabaseUnavailable, "the database is unavailable; nothing was stored, retry with the same Idempotency-Key")
 		p.RetryAfter = 1

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,6 +17,11 @@ import (
 )
 
 const refundsRoute = "/v1/refunds"
+
+// maxRefundWait bounds how long a refund waits for the refunds of its
+// charge ahead of it: the HTTP server's write timeout, past which its
+// answer could not be sent anyway.
+const maxRefundWait = 30 * time.Second
 
 // refundRequest is a validated POST /v1/refunds body. Amount 0 means what
 // is left of the charge.
@@ -84,11 +90,28 @@ func (s *Server) createRefund(c echo.Context) error {
 	if err != nil || replayed {
 		return err
 	}
-	ctx, fp, keyHash := k.ctx, k.fingerprint, k.keyHash
+	fp, keyHash := k.fingerprint, k.keyHash
 	req, err := refundFromJSON(k.parsed)
 	if err != nil {
 		return err
 	}
+	// Refunds of one charge take turns, and what is left of the charge is
+	// read once this one's turn has come. The database work is bounded
+	// from then on, not from the request's arrival: waiting behind other
+	// refunds is not the database being unavailable. Like the database
+	// work, the wait ignores a client that hangs up: its retry with the
+	// key queues behind this attempt and gets its answer.
+	wait, cancelWait := context.WithTimeout(context.WithoutCancel(c.Request().Context()), maxRefundWait)
+	defer cancelWait()
+	release, err := s.refundTurns.wait(wait, t.ID+"/"+req.Charge)
+	if err != nil {
+		p := problem(CodeDatabaseUnavailable, "the refunds of this charge ahead of this one took too long; nothing was stored, retry with the same Idempotency-Key")
+		p.RetryAfter = 1
+		return p
+	}
+	defer release()
+	ctx, cancel := s.dbContext(c)
+	defer cancel()
 	charge, err := intent.Get(ctx, s.cfg.DB, t.ID, req.Charge)
 	if errors.Is(err, intent.ErrNotFound) {
 		return fieldProblem(CodeNotFound, "charge", "no such charge")

@@ -162,6 +162,8 @@ type Server struct {
 	// accepts batches new charges (Config.AcceptBatches); nil sends each
 	// alone.
 	accepts *batch.Batcher[intent.Acceptance, acceptAnswer]
+	// refundTurns lets the refunds of one charge go one at a time.
+	refundTurns *turns
 	// authFailures counts failed authentications per client address.
 	authFailures *authFailureLimiter
 
@@ -248,6 +250,8 @@ func New(cfg Config) (*Server, error) {
 		limiter:   newTenantLimiter(cfg.RateLimit, cfg.RateBurst),
 		telemetry: tel,
 		replays:   newReplayCache(cfg.ReplayCache),
+
+		refundTurns: newTurns(),
 
 		authFailures: newAuthFailureLimiter(cfg.AuthFailureLimit),
 		pages:        pages,

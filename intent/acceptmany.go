@@ -140,7 +140,7 @@ ORDER BY i.ord`,
 		descriptions, metadata, providers, providerKeys, actors, jobArgs, jobKinds, jobMaxAttempts, jobMetadata,
 		jobPriorities, jobQueues, notifyTopic, notifyPayload)
 	if err != nil {
-		return nil, fmt.Errorf("accept charges: %w", err)
+		return nil, fmt.Errorf("accept charges: %w", CommitFailed(err))
 	}
 	defer rows.Close()
 	out := make([]Accepted, 0, n)
@@ -162,7 +162,7 @@ ORDER BY i.ord`,
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("accept charges: %w", err)
+		return nil, fmt.Errorf("accept charges: %w", CommitFailed(err))
 	}
 	if len(out) != n {
 		return nil, fmt.Errorf("accept charges: %d answers for %d charges", len(out), n)

@@ -1,9 +1,12 @@
 package intent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Errors that callers branch on. They are wrapped with context; use errors.Is.
@@ -38,7 +41,33 @@ var (
 	// constraint charges_refunds_within_amount), under the charge's row
 	// lock, so no number of concurrent requests can pass it.
 	ErrRefundExceedsCharge = errors.New("intent: refunds would exceed the charge")
+
+	// ErrOutcomeUnknown means a statement that commits (an accept, or the
+	// commit of a transaction) was sent and no answer came back: the
+	// connection was lost or the caller's deadline passed while the server
+	// had it. It may have committed or not. Retrying the request with the
+	// same idempotency key is what tells: the replay, or the first write.
+	ErrOutcomeUnknown = errors.New("intent: whether the write committed is unknown")
 )
+
+// CommitFailed wraps err, the failure of a statement that commits, with
+// ErrOutcomeUnknown unless it proves nothing was committed: an error the
+// server answered (the statement failed, so its transaction did not
+// commit), a connection that could not be made, or the caller's deadline
+// passing before anything was sent (waiting for a pooled connection). pgx
+// can report a connection that closed while an answer was awaited as one
+// that was closed before (SafeToRetry), so that is not taken as proof.
+func CommitFailed(err error) error {
+	var pgErr *pgconn.PgError
+	var connectErr *pgconn.ConnectError
+	switch {
+	case err == nil, errors.As(err, &pgErr), errors.As(err, &connectErr):
+		return err
+	case (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && !pgconn.Timeout(err):
+		return err // pgconn wraps a deadline that passed while it waited for the server
+	}
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+}
 
 // TooSoonError says how long until another forced lookup is allowed. It
 // matches ErrTooSoon with errors.Is.

@@ -180,6 +180,9 @@ FROM (SELECT 1) one LEFT JOIN existing e ON true`,
 	case errors.As(err, &pgErr) && pgErr.ConstraintName == "charges_refunds_within_amount":
 		return false, rec, false, fmt.Errorf("accept refund of %s: %w", c.ParentID, ErrRefundExceedsCharge)
 	case err != nil:
+		if _, inTx := db.(pgx.Tx); !inTx {
+			err = CommitFailed(err) // the statement is its own transaction
+		}
 		return false, rec, false, fmt.Errorf("accept charge: %w", err)
 	}
 	if chargeID != nil {
@@ -187,6 +190,26 @@ FROM (SELECT 1) one LEFT JOIN existing e ON true`,
 			CreatedAt: *created, ExpiresAt: *expires}
 	}
 	return n == 1, rec, chargeID != nil, nil
+}
+
+// LockForRefund takes the row lock of the charge a refund names, in tx,
+// waiting for it as long as ctx allows rather than the session's
+// lock_timeout. A refund's accept takes that lock anyway (the refund
+// trigger updates the charge's sums), and concurrent refunds of one charge
+// queue on it: their wait is contention that ends in a real answer, not
+// a sign that the key is held by a request still in flight, which is what
+// the session's short lock_timeout is for. The lock wait is bounded by
+// ctx; every other wait of tx keeps the session's timeout. A charge that
+// does not exist locks nothing, and the accept then refuses the refund.
+func LockForRefund(ctx context.Context, tx pgx.Tx, tenantID, chargeID string) error {
+	b := &pgx.Batch{}
+	b.Queue(`SET LOCAL lock_timeout = 0`)
+	b.Queue(`SELECT 1 FROM charges WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE`, tenantID, chargeID)
+	b.Queue(`SET LOCAL lock_timeout TO DEFAULT`)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("lock charge %s for a refund: %w", chargeID, err)
+	}
+	return nil
 }
 
 // IdempotencyRecord is what a finished request stored under its key.
