@@ -432,7 +432,7 @@ func refundsUnderCrash(short, full int, env ...string) func(ctx context.Context,
 			s.refundLater(ctx, c.r, c.body)
 		}
 		if refunded, answered := s.waitRefunds(); answered < refunded {
-			return fmt.Errorf("only %d of %d charges to refund had every refund answered", answered, refunded)
+			return fmt.Errorf("only %d of %d charges to refund had every refund answered: %s", answered, refunded, s.refunds.gaveUpSummary())
 		}
 		s.settleUnderFaults(ctx)
 		return nil

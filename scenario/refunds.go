@@ -5,8 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	chargeflow "chargeflow/client"
 )
@@ -42,6 +46,24 @@ type refunder struct {
 	mu       sync.Mutex
 	started  int
 	finished int
+	// gaveUp says, for each charge whose refunds the client gave up on,
+	// where it was and what it saw last.
+	gaveUp []string
+}
+
+// giveUp records a charge whose refunds the client gave up on.
+func (r *refunder) giveUp(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gaveUp = append(r.gaveUp, fmt.Sprintf(format, args...))
+}
+
+// gaveUpSummary counts the charges the client gave up on by where it was
+// and what it saw last, most frequent first, with an example of each.
+func (r *refunder) gaveUpSummary() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return summarize(r.gaveUp)
 }
 
 func newRefunder(slots int) *refunder {
@@ -100,21 +122,27 @@ func (s *system) waitRefunds() (started, finished int) {
 // a refund fails, which only the negative control's broken worker makes
 // happen.) It reports whether every refund got a final answer.
 func (s *system) refund(ctx context.Context, chargeKey, id string, amount int64) bool {
+	waitFrom := time.Now()
 	state, ok := s.awaitSettled(ctx, id)
-	if !ok || state == "" {
-		return ok
+	if !ok {
+		last, _ := s.lastState(ctx, id)
+		s.refunds.giveUp("waiting for the charge to settle|%s still %s after %s", id, last, time.Since(waitFrom).Round(time.Second))
+		return false
+	}
+	if state == "" {
+		return true
 	}
 	plan := []int64{0}
 	if state == "succeeded" {
 		plan = refundPlan(s.intn(4), amount)
 	}
 	reason := refundReasons[s.intn(len(refundReasons))]
-	s.refunds.slots <- struct{}{}
-	defer func() { <-s.refunds.slots }()
 	left := amount
 	for step, want := range plan {
+		sentAt := time.Now()
 		a := s.client.post(ctx, s.refundRequest(chargeKey, step, id, want, reason))
 		if a.status == 0 {
+			s.refunds.giveUp("refund %d of the charge, last answer %s|%s after %s", step+1, a.last, id, time.Since(sentAt).Round(time.Second))
 			return false
 		}
 		if a.status != http.StatusCreated && a.code != codeChargeNotRefundable && a.code != codeRefundExceedsCharge {
@@ -148,6 +176,35 @@ func (s *system) refundRequest(chargeKey string, step int, id string, amount int
 	key := fmt.Sprintf("%s-refund-%d", chargeKey, step)
 	return request{path: refundsPath, key: key, refund: &chargeflow.RefundParams{Charge: id, Amount: amount,
 		Reason: chargeflow.RefundReason(reason), Metadata: map[string]string{canaryMetadataKey: canaryMetadata(s.seed)}, IdempotencyKey: key}}
+}
+
+// lastState reads a charge's state from the database, for a client's
+// account of why it gave up.
+func (s *system) lastState(ctx context.Context, id string) (string, error) {
+	var state string
+	err := s.pool.QueryRow(ctx, `SELECT state FROM charges WHERE id = $1`, id).Scan(&state)
+	if err != nil {
+		return "unreadable", err
+	}
+	return state, nil
+}
+
+// summarize counts lines of the form "kind|example" by kind, most
+// frequent first, each with its first example.
+func summarize(lines []string) string {
+	counts, example := map[string]int{}, map[string]string{}
+	for _, l := range lines {
+		kind, ex, _ := strings.Cut(l, "|")
+		if counts[kind]++; counts[kind] == 1 {
+			example[kind] = ex
+		}
+	}
+	kinds := slices.SortedFunc(maps.Keys(counts), func(a, b string) int { return cmp.Compare(counts[b], counts[a]) })
+	var b strings.Builder
+	for _, k := range kinds {
+		fmt.Fprintf(&b, "; %d %s (e.g. %s)", counts[k], k, example[k])
+	}
+	return strings.TrimPrefix(b.String(), "; ")
 }
 
 // awaitSettled waits until the charge is terminal or in review, as a

@@ -40,11 +40,16 @@ const (
 	// InvariantClientAnswers: every valid request got a final answer the
 	// scenario allows (no 5xx left standing, no unexpected 4xx).
 	InvariantClientAnswers = "client_answers"
+	// InvariantCompleted: the scenario's own steps ran to their end (its
+	// clients got every answer they waited for, each step it needed was
+	// taken). A run that fails here is still checked for every other
+	// invariant.
+	InvariantCompleted = "run_completed"
 )
 
 // Invariants lists every invariant in report order.
 func Invariants() []string {
-	return append(LedgerInvariants(), InvariantAckedHasRow, InvariantRowAcked, InvariantReplayIdentical, InvariantFencedWrites,
+	return append(LedgerInvariants(), InvariantCompleted, InvariantAckedHasRow, InvariantRowAcked, InvariantReplayIdentical, InvariantFencedWrites,
 		InvariantConverged, InvariantLogsClean, InvariantFaultsFired, InvariantClientAnswers, InvariantWebhooks)
 }
 
@@ -156,9 +161,16 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 		}
 	}
 	s.client.mu.Unlock()
+	s.client.mu.Lock()
+	unanswered := s.client.gaveUp
+	s.client.mu.Unlock()
+	notAcked := "a row the client never got a 201 for: a refused request stored it"
+	if unanswered > 0 {
+		notAcked += fmt.Sprintf(", or it is one of the %d requests the client gave up on", unanswered)
+	}
 	for _, c := range charges {
 		if !acked[c.ID] {
-			add(Violation{InvariantRowAcked, c.ID, "a row the client never got a 201 for: a refused request stored it"})
+			add(Violation{InvariantRowAcked, c.ID, notAcked})
 		}
 	}
 
@@ -377,6 +389,7 @@ func short(invariant string) string {
 		InvariantReplayIdentical:  "replays",
 		InvariantFencedWrites:     "fenced",
 		InvariantConverged:        "in-bound",
+		InvariantCompleted:        "completed",
 		InvariantLogsClean:        "logs",
 		InvariantFaultsFired:      "fired",
 		InvariantClientAnswers:    "answers",

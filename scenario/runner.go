@@ -157,6 +157,9 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
 		refunds: newRefunder(16),
 
 		measured: map[string]time.Duration{},
+		// Kept until the run is known to have passed: a run that fails
+		// for any reason keeps the logs its error points to.
+		keep: true,
 	}
 	defer s.shutdown()
 
@@ -179,11 +182,15 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
 	stopProgress := s.reportProgress(ctx, started)
 	runErr := sc.Run(ctx, s)
 	stopProgress()
-	if runErr != nil {
+	if runErr != nil && ctx.Err() != nil {
 		stopSupervising()
 		supervised.Wait()
 		return rep, fmt.Errorf("scenario %s: %w", sc.Name, runErr)
 	}
+	// A scenario whose own steps failed (its clients gave up, a step it
+	// needed could not be taken) is still calmed, converged and checked:
+	// its report says what else was wrong, or that nothing was lost or
+	// doubled, beside the failure.
 
 	// Faults stop: the provider heals, crash points are disarmed, killed
 	// processes come back. Then every charge must settle within the bound.
@@ -205,9 +212,14 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
 	}
 	rep.Elapsed = time.Since(started)
 	if sc.ExpectViolation {
-		rep.Passed = len(rep.Violations) > 0 && rep.firedAll(sc.MustFire)
+		rep.Passed = runErr == nil && len(rep.Violations) > 0 && rep.firedAll(sc.MustFire)
 	} else {
 		rep.Passed = len(rep.Violations) == 0
+	}
+	if runErr != nil {
+		rep.Violations = append([]Violation{{InvariantCompleted, "", runErr.Error()}}, rep.Violations...)
+		rep.Counts[InvariantCompleted]++
+		rep.Passed = false
 	}
 	s.keep = r.cfg.Keep || !rep.Passed
 	return rep, nil

@@ -148,7 +148,8 @@ func soak(ctx context.Context, s *system) error {
 		return fmt.Errorf("only %d of %d charges were acknowledged; the clients gave up on the rest", got, n)
 	}
 	if answered < refunded {
-		return fmt.Errorf("only %d of %d charges to refund had every refund answered; the clients gave up on the rest", answered, refunded)
+		return fmt.Errorf("only %d of %d charges to refund had every refund answered; the clients gave up on the rest: %s",
+			answered, refunded, s.refunds.gaveUpSummary())
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -41,8 +42,9 @@ const (
 // answer; it counts every status and the refusals of refunds.
 type client struct {
 	// api retries until a final answer; once makes a single attempt; poll
-	// reads charges, through the refunder's slots.
-	api, once, poll *chargeflow.Client
+	// reads charges and refunds posts refunds, each exchange through one
+	// of the refunder's slots.
+	api, once, poll, refunds *chargeflow.Client
 	// giveUp bounds the retries of one request.
 	giveUp time.Duration
 
@@ -58,6 +60,9 @@ type client struct {
 	mismatches []string
 	// unexpected lists answers a valid request should never get.
 	unexpected []string
+	// gaveUp counts the requests the client stopped retrying without a
+	// final answer.
+	gaveUp int
 }
 
 // request is one POST the merchant sends: a charge or a refund, under the
@@ -70,11 +75,13 @@ type request struct {
 }
 
 // answer is the final answer to a request: its status (0 if the client
-// gave up), the problem's code for a refusal, and the body.
+// gave up), the problem's code for a refusal, and the body; last is the
+// last exchange's status and code, which says why a client gave up.
 type answer struct {
 	status int
 	code   string
 	body   []byte
+	last   string
 }
 
 // ack is a 201 the client saw, and the request it answered.
@@ -103,10 +110,22 @@ func newClient(baseURL func() string, apiKey string, timeout, giveUp time.Durati
 		}
 		return c
 	}
+	// A slotted client's timeout starts once it holds a slot: the wait for
+	// one is the merchant's own queue, not the API being slow, and a
+	// request that timed out in it would be retried only to wait again.
+	slottedClient := func(opts ...chargeflow.Option) *chargeflow.Client {
+		rt := slotted{slots: slots, next: transport, timeout: timeout}
+		c, err := chargeflow.New(apiBaseURL, apiKey, append([]chargeflow.Option{chargeflow.WithHTTPClient(&http.Client{Transport: rt})}, opts...)...)
+		if err != nil {
+			panic(err) // the options are constants
+		}
+		return c
+	}
 	return &client{
 		api:      build(transport, chargeflow.WithBackoff(20*time.Millisecond, time.Second), chargeflow.WithMaxElapsed(giveUp)),
 		once:     build(transport, chargeflow.WithMaxElapsed(0)),
-		poll:     build(slotted{slots, transport}, chargeflow.WithBackoff(100*time.Millisecond, 2*time.Second), chargeflow.WithMaxElapsed(giveUp)),
+		poll:     slottedClient(chargeflow.WithBackoff(100*time.Millisecond, 2*time.Second), chargeflow.WithMaxElapsed(giveUp)),
+		refunds:  slottedClient(chargeflow.WithBackoff(20*time.Millisecond, time.Second), chargeflow.WithMaxElapsed(giveUp)),
 		giveUp:   giveUp,
 		acks:     map[string]ack{},
 		refusals: map[string]int{},
@@ -114,10 +133,12 @@ func newClient(baseURL func() string, apiKey string, timeout, giveUp time.Durati
 	}
 }
 
-// slotted sends each request once it holds one of the slots.
+// slotted sends each request once it holds one of the slots, and gives
+// it timeout from then on, until its body is closed.
 type slotted struct {
-	slots chan struct{}
-	next  http.RoundTripper
+	slots   chan struct{}
+	next    http.RoundTripper
+	timeout time.Duration
 }
 
 func (t slotted) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -127,7 +148,26 @@ func (t slotted) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, req.Context().Err()
 	}
 	defer func() { <-t.slots }()
-	return t.next.RoundTrip(req)
+	ctx, cancel := context.WithTimeout(req.Context(), t.timeout)
+	resp, err := t.next.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelOnClose ends a request's timeout when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // observed is ctx with an observer that counts every exchange's status
@@ -183,8 +223,13 @@ func transient(status int, code string) bool {
 // refusal (counted), or anything else, which a valid request never gets
 // (recorded as unexpected). The status is 0 if it gave up.
 func (c *client) post(ctx context.Context, r request) answer {
+	lib := c.api
+	if r.refund != nil {
+		lib = c.refunds
+	}
 	var a answer
-	err := c.create(ctx, c.api, r, func(e chargeflow.Exchange) {
+	err := c.create(ctx, lib, r, func(e chargeflow.Exchange) {
+		a.last = exchangeSummary(e)
 		if e.Status == http.StatusCreated {
 			a.body = bytes.Clone(e.Body)
 			c.recordAck(r, a.body)
@@ -196,6 +241,9 @@ func (c *client) post(ctx context.Context, r request) answer {
 		a.status = http.StatusCreated
 	case errors.Is(err, chargeflow.ErrOutcomeUnknown):
 		a.status = 0 // gave up
+		c.mu.Lock()
+		c.gaveUp++
+		c.mu.Unlock()
 	case errors.As(err, &refusal):
 		a.status, a.code = refusal.Status, string(refusal.Code)
 		if r.refund != nil && a.status == http.StatusConflict &&
@@ -210,6 +258,21 @@ func (c *client) post(ctx context.Context, r request) answer {
 		c.unexpectedf("key %s: %v", redactKey(r.key), err)
 	}
 	return a
+}
+
+// exchangeSummary says how one exchange ended, for a client that gives
+// up: the status and the problem's code, or the network error's kind.
+func exchangeSummary(e chargeflow.Exchange) string {
+	if e.Status == 0 {
+		var netErr net.Error
+		if errors.As(e.Err, &netErr) && netErr.Timeout() {
+			return "no answer (timed out)"
+		}
+		return "no answer (connection failed)"
+	}
+	var p struct{ Code string }
+	_ = json.Unmarshal(e.Body, &p)
+	return strings.TrimSpace(fmt.Sprint(e.Status, " ", p.Code))
 }
 
 // awaitOutcome waits, for at most giveUp, until the charge is succeeded,

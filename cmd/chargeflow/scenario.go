@@ -141,12 +141,20 @@ func runScenario(ctx context.Context, e env, args []string) error {
 		})
 	}
 	wg.Wait()
+	// The scenarios that ran are reported even when another could not be
+	// carried out.
+	var ran []scenario.Report
+	for i, r := range reports {
+		if errs[i] == nil {
+			ran = append(ran, r)
+		}
+	}
+	fmt.Fprintf(e.stdout, "seed %d\n", seed)
+	scenario.PrintTable(e.stdout, ran)
+	scenario.PrintViolations(e.stdout, ran)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "seed %d\n", seed)
-	scenario.PrintTable(e.stdout, reports)
-	scenario.PrintViolations(e.stdout, reports)
 	for _, r := range reports {
 		if !r.Passed {
 			return fmt.Errorf("scenario %s failed (seed %d)", r.Scenario, seed)
