@@ -802,18 +802,21 @@ func TestRefundThroughTheStripeAdapter(t *testing.T) {
 	_, err = b.create(t, "cf_declined", intentParams("ch_declined", fakepsp.PaymentMethodDeclined))
 	var declineErr *stripe.Error
 	require.ErrorAs(t, err, &declineErr)
-	// The two refusals recorded from Stripe without a code are failed
-	// refunds, first answer and replay alike.
+	// The two refusals recorded from Stripe without a code say nothing the
+	// adapter may read as a verdict on the charge (a request Stripe refused
+	// for its form has the same shape): the first answer is not applied,
+	// its replay unknown, and neither is a refund.
 	refusals := map[string]psp.RefundRequest{
-		psp.CodeRefundExceedsCharge: {Key: "rk_2", Charge: intent.ID, Amount: 401, Currency: "USD", Reference: "re_2"},
-		psp.CodeChargeNotRefundable: {Key: "rk_3", Charge: declineErr.PaymentIntent.ID, Amount: 1, Currency: "USD", Reference: "re_3"},
+		"more than is left":                     {Key: "rk_2", Charge: intent.ID, Amount: 401, Currency: "USD", Reference: "re_2"},
+		"an intent without a successful charge": {Key: "rk_3", Charge: declineErr.PaymentIntent.ID, Amount: 1, Currency: "USD", Reference: "re_3"},
 	}
-	for code, refused := range refusals {
-		for range 2 { // the first answer and its replay
-			failed, err := adapter.Refund(t.Context(), refused)
-			require.NoError(t, err)
-			require.Equal(t, refused.Refused(code), failed, "a refusal is a failed refund, never a refund")
-		}
+	for name, refused := range refusals {
+		got, err := adapter.Refund(t.Context(), refused)
+		require.Zero(t, got, name)
+		requirePSPError(t, err, psp.ErrNotApplied, "invalid_request")
+		got, err = adapter.Refund(t.Context(), refused)
+		require.Zero(t, got, name)
+		requirePSPError(t, err, psp.ErrUnknownOutcome, "replayed_error")
 	}
 
 	_, err = adapter.Refund(t.Context(), psp.RefundRequest{Key: "rk_4", Charge: intent.ID, Amount: 400, Currency: "USD", Reference: "re_4"})

@@ -346,11 +346,16 @@ func classifyAPIError(a attempt, e *stripego.Error) (answer, error) {
 // refundRefusals are the codes of Stripe's 400 invalid_request_error with
 // which it refuses a refund for the state of the charge or the intent, not
 // for the request's form: the charge is refunded already, the amount is
-// more than is left of it (or than Stripe allows), it is disputed or not
-// refundable, or the PaymentIntent did not succeed. Each is listed in the
-// error codes of Stripe's OpenAPI spec (api_errors.code); which answers
-// carry which code, and why each is a decisive refusal rather than "not
-// applied", is in docs/refunds.md ("Stripe's refusals, and what they rest on").
+// more than Stripe allows, the charge is disputed or not refundable, or the
+// PaymentIntent is in a state no refund applies to. Each is one of the
+// error codes Stripe documents (its OpenAPI spec's api_errors.code, from
+// which stripe-go's ErrorCode constants are generated), and each describes
+// the charge, which a re-send with the same key cannot change. Nothing else
+// ends a refund: a 400 without a code, whatever its param or message, has
+// the shape of a request Stripe refused for its form (an API version the
+// account does not accept, a parameter it rejects), which says nothing
+// about the charge. docs/refunds.md ("Stripe's refusals, and what they rest
+// on") has the evidence and the cost.
 var refundRefusals = map[stripego.ErrorCode]bool{
 	stripego.ErrorCodeChargeAlreadyRefunded:        true,
 	stripego.ErrorCodeAmountTooLarge:               true,
@@ -361,26 +366,15 @@ var refundRefusals = map[stripego.ErrorCode]bool{
 }
 
 // refusesRefund reports whether e, answering a refund, is Stripe's decisive
-// refusal of it, and the failure code it stands for: one of
-// refundRefusals, Stripe's code; or one of the two shapes recorded from
-// Stripe without a code (docs/refunds.md, "Stripe's refusals") — more than
-// is left, with param amount (refund_exceeds_charge), and an intent
-// without a successful charge, with no param (charge_not_refundable). A
-// refusal Stripe replays is the refusal of the request's first execution,
-// as final as a fresh one.
+// refusal of it, and the failure code it stands for: a 400
+// invalid_request_error whose code is one of refundRefusals, whatever its
+// param; the failure code is Stripe's. A refusal Stripe replays is the
+// refusal of the request's first execution, as final as a fresh one.
 func refusesRefund(status int, e *stripego.Error) (string, bool) {
-	if status != http.StatusBadRequest || e.Type != stripego.ErrorTypeInvalidRequest {
+	if status != http.StatusBadRequest || e.Type != stripego.ErrorTypeInvalidRequest || !refundRefusals[e.Code] {
 		return "", false
 	}
-	switch {
-	case refundRefusals[e.Code]:
-		return string(e.Code), true
-	case e.Code == "" && e.Param == "amount":
-		return psp.CodeRefundExceedsCharge, true
-	case e.Code == "" && e.Param == "":
-		return psp.CodeChargeNotRefundable, true
-	}
-	return "", false
+	return string(e.Code), true
 }
 
 // chargeOf maps a PaymentIntent to what it proves. succeeded is a charge;

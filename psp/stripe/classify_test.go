@@ -162,6 +162,14 @@ func TestClassify(t *testing.T) {
 			withIntent(intent("requires_payment_method"))), want{charge: declined("expired_card")}},
 		{"answer requires_payment_method after a payment error", ok(opCharge, intent("requires_payment_method", lastError("card_declined", "do_not_honor"))), want{charge: declined("do_not_honor")}},
 		{"answer canceled", ok(opCharge, intent("canceled")), want{charge: declined("canceled")}},
+		{"a payment error without decline_code uses its code", ok(opCharge, intent("requires_payment_method", lastError("expired_card", ""))), want{charge: declined("expired_card")}},
+		{"a payment error with neither code proves no decline", ok(opCharge, intent("requires_payment_method", lastError("", ""))),
+			want{kind: psp.ErrUnknownOutcome, reason: "intent_requires_payment_method", providerID: "pi_1"}},
+		{"answer canceled after a payment error", ok(opCharge, intent("canceled", lastError("card_declined", "fraudulent"))), want{charge: declined("fraudulent")}},
+		{"the card error's decline code before the intent's payment error", stripeErr(opCharge, 402, stripego.ErrorTypeCard, "card_declined",
+			withDecline("lost_card"), withIntent(intent("requires_payment_method", lastError("card_declined", "do_not_honor")))), want{charge: declined("lost_card")}},
+		{"an error that is no card error: the intent's payment error", stripeErr(opCharge, 400, stripego.ErrorTypeInvalidRequest, "payment_intent_unexpected_state",
+			withIntent(intent("requires_payment_method", lastError("card_declined", "do_not_honor")))), want{charge: declined("do_not_honor")}},
 		{"replayed success is the same success", replayed(ok(opCharge, intent("succeeded"))), want{charge: succeeded}},
 
 		// Not final: unknown, with the intent's id for a strong lookup.
@@ -341,10 +349,23 @@ func TestClassifyRefund(t *testing.T) {
 		{"payment disputed", stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "refund_disputed_payment"), refusal("refund_disputed_payment")},
 		{"intent that did not succeed", stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "payment_intent_unexpected_state", withIntent(processing)), refusal("payment_intent_unexpected_state")},
 		{"replayed refusal is the same refusal", replayed(stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "charge_already_refunded")), refusal("charge_already_refunded")},
-		// The shapes recorded from Stripe without a code.
-		{"more than is left, as recorded", stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "", func(e *stripego.Error) { e.Param = "amount" }), refusal("refund_exceeds_charge")},
-		{"intent without a successful charge, as recorded", stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, ""), refusal("charge_not_refundable")},
-		{"replayed, as recorded", replayed(stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "", func(e *stripego.Error) { e.Param = "amount" })), refusal("refund_exceeds_charge")},
+		{"a refusal code with a param is the same refusal", stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "amount_too_large", func(e *stripego.Error) { e.Param = "amount" }), refusal("amount_too_large")},
+
+		// A refusal without one of those codes says nothing about the
+		// charge: Stripe refused the request's form, before execution. Not
+		// applied, so retried (and sent to review when the retries run out);
+		// replayed, unknown.
+		{"400 without code or param (an API version the account does not accept)", stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, ""), want{kind: psp.ErrNotApplied, reason: "invalid_request"}},
+		{"400 without a code, param amount (more than is left, as recorded)", stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "", func(e *stripego.Error) { e.Param = "amount" }), want{kind: psp.ErrNotApplied, reason: "invalid_request"}},
+		{"400 without a code, another param", stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "", func(e *stripego.Error) { e.Param = "reason" }), want{kind: psp.ErrNotApplied, reason: "invalid_request"}},
+		{"400 unknown parameter", stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "parameter_unknown", func(e *stripego.Error) { e.Param = "payment_intent" }), want{kind: psp.ErrNotApplied, reason: "invalid_request", providerCode: "parameter_unknown"}},
+		{"400 a code about the account, not the charge", stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "balance_insufficient"), want{kind: psp.ErrNotApplied, reason: "invalid_request", providerCode: "balance_insufficient"}},
+		{"400 a code Stripe does not document", stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "refund_refused_for_reasons"), want{kind: psp.ErrNotApplied, reason: "invalid_request", providerCode: "refund_refused_for_reasons"}},
+		{"400 without a code, replayed", replayed(stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "")), want{kind: psp.ErrUnknownOutcome, reason: "replayed_error"}},
+		{"400 without a code, param amount, replayed", replayed(stripeErr(opRefund, 400, stripego.ErrorTypeInvalidRequest, "", func(e *stripego.Error) { e.Param = "amount" })), want{kind: psp.ErrUnknownOutcome, reason: "replayed_error"}},
+		{"a refusal code on a card error", stripeErr(opRefund, 402, stripego.ErrorTypeCard, "charge_already_refunded"), want{kind: psp.ErrUnknownOutcome, reason: "status_402", providerCode: "charge_already_refunded"}},
+		{"a refusal code on a 404", stripeErr(opRefund, 404, stripego.ErrorTypeInvalidRequest, "charge_not_refundable"), want{kind: psp.ErrNotApplied, reason: "invalid_request", providerCode: "charge_not_refundable"}},
+		{"a refusal code on a refund lookup", stripeErr(opRefundRetrieve, 400, stripego.ErrorTypeInvalidRequest, "charge_already_refunded"), want{kind: psp.ErrUnknownOutcome, reason: "status_400", providerCode: "charge_already_refunded"}},
 		{"a charge's 400 without a code is still not applied", stripeErr(opCharge, 400, stripego.ErrorTypeInvalidRequest, ""), want{kind: psp.ErrNotApplied, reason: "invalid_request"}},
 
 		// Not final: unknown, with the refund's id for a strong lookup.
