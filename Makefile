@@ -23,12 +23,14 @@ run: db
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
 	exec bin/chargeflow all
 
-## test: formatting, vet, every test with -race (a headless Chromium drives the operator's page),
+## test: formatting, vet, every test with -race (a headless Chromium drives the operator's page,
+## and stripe-mock validates the Stripe adapter's requests),
 ## short fuzz runs, the bootstrap scripts' own tests, and the crash-scenario catalogue with short
 ## timings (a 2,000-charge soak and a failover of PostgreSQL under pg_auto_failover included)
 test: db
 	@scripts/ensure-docker-compose
 	@scripts/ensure-chromium
+	@scripts/ensure-stripe-mock >/dev/null
 	@unformatted=$$(gofmt -l .); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...

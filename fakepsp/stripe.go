@@ -354,6 +354,11 @@ func decodeStripeCreate(form url.Values) (chargeParams, *stripeError) {
 	if len(params.Metadata) > maxMetadataKeys {
 		return fail("metadata", "", "At most 50 metadata keys are allowed.")
 	}
+	// Stripe's description requires enabled in automatic_payment_methods
+	// whenever the hash is sent (stripe-mock refuses it without).
+	if form.Has("automatic_payment_methods[allow_redirects]") && !form.Has("automatic_payment_methods[enabled]") {
+		return fail("automatic_payment_methods[enabled]", "parameter_missing", "Missing required param: automatic_payment_methods[enabled].")
+	}
 
 	amount := form.Get("amount")
 	if amount == "" {

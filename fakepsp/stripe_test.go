@@ -625,6 +625,11 @@ func TestStripeValidationSavesNothing(t *testing.T) {
 		{"payment method unknown", set("payment_method", "pm_card_canary_4242"), 400, "payment_method", "resource_missing"},
 		{"not confirmed", without("confirm"), 400, "confirm", ""},
 		{"manual capture", set("capture_method", "manual"), 400, "capture_method", ""},
+		{"allow_redirects without enabled", func(f map[string][]string) {
+			delete(f, "automatic_payment_methods[enabled]")
+			f["automatic_payment_methods[allow_redirects]"] = []string{"never"}
+		}, 400, "automatic_payment_methods[enabled]", "parameter_missing"},
+		{"allow_redirects outside its enum", set("automatic_payment_methods[allow_redirects]", "sometimes"), 400, "automatic_payment_methods[allow_redirects]", ""},
 		{"reference missing", without("metadata[chargeflow_charge]"), 400, "metadata[chargeflow_charge]", "parameter_missing"},
 		{"unknown parameter", set("customer", "cus_1"), 400, "customer", "parameter_unknown"},
 		{"metadata key too long", set("metadata["+strings.Repeat("k", 41)+"]", "v"), 400, "metadata[" + strings.Repeat("k", 41) + "]", ""},
