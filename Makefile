@@ -39,6 +39,7 @@ test: db
 	$(GO) test -run='^$$' -fuzz='^FuzzCreateCharge$$' -fuzztime=$(FUZZTIME_HTTP) ./api/
 	scripts/ensure-postgres_test.sh
 	scripts/ha-postgres_test.sh
+	scripts/ensure-stripe-mock_test.sh
 	$(GO) build -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow scenario run all --short --parallel 2
 	bin/chargeflow scenario run all --short --parallel 2 --psp stripe
