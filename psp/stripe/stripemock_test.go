@@ -41,11 +41,15 @@ type mockRecorder struct {
 
 // mockRequest is one request the adapter sent, and the mock's verdict.
 type mockRequest struct {
-	shape  string // "GET /v1/refunds limit payment_intent": the method, the route, the parameters' names
-	params url.Values
-	status int
-	answer string // the mock's error, when it refused
+	shape   string // "GET /v1/refunds limit payment_intent": the method, the route, the parameters' names
+	version string // the Stripe-Version it was sent with
+	status  int
+	answer  string // the mock's error, when it refused
 }
+
+// pinnedAPIVersion is the API version stripe-go sends, which stripe-mock's
+// pin was chosen for (docs/provider.md, "Stripe's mock in the tests").
+const pinnedAPIVersion = "2025-08-27.basil"
 
 // routes names the adapter's paths by their route.
 var routes = []struct {
@@ -96,7 +100,8 @@ func (m *mockRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	recorded := mockRequest{shape: strings.Join(append([]string{req.Method, routeOf(req.URL.Path)}, names...), " "), params: params, status: resp.StatusCode}
+	recorded := mockRequest{shape: strings.Join(append([]string{req.Method, routeOf(req.URL.Path)}, names...), " "),
+		version: req.Header.Get("Stripe-Version"), status: resp.StatusCode}
 	if resp.StatusCode/100 != 2 {
 		recorded.answer = string(body)
 	}
@@ -209,6 +214,8 @@ func requestsAgainstStripeMock(t *testing.T, baseURL string) {
 	var shapes []string
 	for _, r := range requests {
 		require.Equal(t, http.StatusOK, r.status, "stripe-mock refused %s: %s", r.shape, r.answer)
+		require.Equal(t, pinnedAPIVersion, r.version,
+			"stripe-go sends another API version: move stripe-mock's pin in scripts/ensure-stripe-mock to match it, and say so in docs/provider.md")
 		if !slices.Contains(shapes, r.shape) {
 			shapes = append(shapes, r.shape)
 		}
