@@ -28,8 +28,10 @@ import (
 // installTimeout bounds the script: a first install builds stripe-mock.
 const installTimeout = 5 * time.Minute
 
-// startTimeout bounds how long stripe-mock may take to say where it listens.
-const startTimeout = 30 * time.Second
+// startTimeout bounds how long stripe-mock may take to say where it
+// listens: it reads Stripe's whole description first, seconds on an idle
+// machine and many more on one running every package's tests at once.
+const startTimeout = 2 * time.Minute
 
 // Binary returns the path of the pinned stripe-mock, running
 // scripts/ensure-stripe-mock (which installs it when missing) once per test
