@@ -124,6 +124,9 @@ func (s *system) waitRefunds() (started, finished int) {
 func (s *system) refund(ctx context.Context, chargeKey, id string, amount int64) bool {
 	waitFrom := time.Now()
 	state, ok := s.awaitSettled(ctx, id)
+	for !ok && s.patient() && ctx.Err() == nil {
+		state, ok = s.awaitSettled(ctx, id)
+	}
 	if !ok {
 		last, _ := s.lastState(ctx, id)
 		s.refunds.giveUp("waiting for the charge to settle|%s still %s after %s", id, last, time.Since(waitFrom).Round(time.Second))
@@ -140,7 +143,11 @@ func (s *system) refund(ctx context.Context, chargeKey, id string, amount int64)
 	left := amount
 	for step, want := range plan {
 		sentAt := time.Now()
-		a := s.client.post(ctx, s.refundRequest(chargeKey, step, id, want, reason))
+		r := s.refundRequest(chargeKey, step, id, want, reason)
+		a := s.client.post(ctx, r)
+		for a.status == 0 && s.patient() && ctx.Err() == nil {
+			a = s.client.post(ctx, r) // the same key: safe
+		}
 		if a.status == 0 {
 			s.refunds.giveUp("refund %d of the charge, last answer %s|%s after %s", step+1, a.last, id, time.Since(sentAt).Round(time.Second))
 			return false
@@ -176,6 +183,31 @@ func (s *system) refundRequest(chargeKey string, step int, id string, amount int
 	key := fmt.Sprintf("%s-refund-%d", chargeKey, step)
 	return request{path: refundsPath, key: key, refund: &chargeflow.RefundParams{Charge: id, Amount: amount,
 		Reason: chargeflow.RefundReason(reason), Metadata: map[string]string{canaryMetadataKey: canaryMetadata(s.seed)}, IdempotencyKey: key}}
+}
+
+// setChaos says the processes are being killed (on), or that they no
+// longer are.
+func (s *system) setChaos(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.chaosOn = on
+	if !on {
+		s.chaosEnded = time.Now()
+	}
+}
+
+// patient reports whether a client that ran out of its patience should
+// wait once more: while the processes are being killed, and until its
+// patience has passed again since they stopped. Under the chaos a charge
+// has no bound on when it settles — a job whose worker is killed waits for
+// River's rescuer, which runs on a leader that is itself killed every few
+// seconds, and a loaded machine restarts processes slowly while the kills
+// keep their pace — so the bound the run checks starts when the chaos
+// ends: the clients' patience from then, and convergence after calm.
+func (s *system) patient() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.chaosOn || !s.chaosEnded.IsZero() && time.Since(s.chaosEnded) < s.client.giveUp
 }
 
 // lastState reads a charge's state from the database, for a client's

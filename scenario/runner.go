@@ -261,6 +261,10 @@ type system struct {
 	kills      map[string]int
 	fired      map[string]int
 	pgRestarts int
+	// chaosOn is set while a soak kills processes; chaosEnded is when it
+	// stopped (system.patient).
+	chaosOn    bool
+	chaosEnded time.Time
 	// measured holds the durations a scenario measures (the failover's
 	// kill to first accepted charge), shown with what fired.
 	measured map[string]time.Duration

@@ -115,6 +115,7 @@ func soak(ctx context.Context, s *system) error {
 	}
 	chaos, stopChaos := context.WithCancel(ctx)
 	chaosDone := make(chan error, 1)
+	s.setChaos(true)
 	go func() { chaosDone <- s.chaos(chaos, n) }()
 
 	began := time.Now()
@@ -139,7 +140,9 @@ func soak(ctx context.Context, s *system) error {
 	case <-time.After(time.Since(began)):
 	}
 	stopChaos()
-	if err := <-chaosDone; err != nil {
+	err := <-chaosDone
+	s.setChaos(false)
+	if err != nil {
 		return err
 	}
 	s.logf("%d refunds acknowledged under the chaos; the rest follow as their charges settle", s.client.refundAckedCount())
