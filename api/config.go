@@ -9,13 +9,13 @@ import (
 
 // The range of Config.IdempotencyTTL.
 const (
-	minIdempotencyTTL = time.Hour
-	maxIdempotencyTTL = 7 * 24 * time.Hour
+	MinIdempotencyTTL = time.Hour
+	MaxIdempotencyTTL = 7 * 24 * time.Hour
 )
 
-// maxRateLimit bounds Config.RateLimit: far above any real tenant's rate,
+// MaxRateLimit bounds Config.RateLimit: far above any real tenant's rate,
 // and low enough that twice it (the default burst) is an exact int.
-const maxRateLimit = 1e9
+const MaxRateLimit = 1e9
 
 // check refuses a configuration that would start and then misbehave: a
 // negative rate limit refuses every request, a negative timeout fails every
@@ -25,8 +25,8 @@ const maxRateLimit = 1e9
 func (cfg Config) check() error {
 	var errs []error
 	refuse := func(format string, args ...any) { errs = append(errs, fmt.Errorf("api: "+format, args...)) }
-	if math.IsNaN(cfg.RateLimit) || cfg.RateLimit <= 0 || cfg.RateLimit > maxRateLimit {
-		refuse("rate limit %v is not a number of requests per second from 0 to %v", cfg.RateLimit, float64(maxRateLimit))
+	if math.IsNaN(cfg.RateLimit) || cfg.RateLimit <= 0 || cfg.RateLimit > MaxRateLimit {
+		refuse("rate limit %v is not a number of requests per second from 0 to %v", cfg.RateLimit, float64(MaxRateLimit))
 	}
 	if cfg.RateBurst < 0 {
 		refuse("rate burst %d is negative", cfg.RateBurst)
@@ -40,7 +40,7 @@ func (cfg Config) check() error {
 	if !validMaxAmount(cfg.MaxAmount) {
 		refuse("max amount %d is below 100 (one major unit) or overflows when scaled to %d decimals", cfg.MaxAmount, maxDigits)
 	}
-	if cfg.IdempotencyTTL < minIdempotencyTTL || cfg.IdempotencyTTL > maxIdempotencyTTL {
+	if cfg.IdempotencyTTL < MinIdempotencyTTL || cfg.IdempotencyTTL > MaxIdempotencyTTL {
 		refuse("idempotency TTL %s is outside 1h–168h", cfg.IdempotencyTTL)
 	}
 	for _, d := range []struct {

@@ -49,16 +49,18 @@ const referenceDigits = 2
 // scaled up to them.
 const maxDigits = 3
 
-// validMaxAmount reports whether n is a usable Config.MaxAmount: at least
-// one major unit (100), so that a currency without decimals keeps a cap of
-// at least 1, and small enough to scale to maxDigits decimals in an int64.
-func validMaxAmount(n int64) bool {
-	limit := int64(math.MaxInt64)
-	for d := referenceDigits; d < maxDigits; d++ {
-		limit /= 10
-	}
-	return n >= 100 && n <= limit
-}
+// MinMaxAmount and MaxMaxAmount bound Config.MaxAmount: at least one major
+// unit (100), so that a currency without decimals keeps a cap of at least
+// 1, and small enough to scale to maxDigits decimals in an int64.
+const (
+	MinMaxAmount = 100
+	// Scaled to maxDigits decimals, one more than referenceDigits, an
+	// amount grows tenfold.
+	MaxMaxAmount = math.MaxInt64 / 10
+)
+
+// validMaxAmount reports whether n is a usable Config.MaxAmount.
+func validMaxAmount(n int64) bool { return n >= MinMaxAmount && n <= MaxMaxAmount }
 
 // maxAmountFor is the largest amount, in code's minor unit, that a charge in
 // code may have: maxAmount names the same number of major units in every

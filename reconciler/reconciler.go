@@ -46,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sync"
 	"time"
@@ -210,6 +211,26 @@ func Defaults() Config {
 			LookupBurst:     10,
 		},
 	}
+}
+
+// LookupSpan bounds how long after a batch is leased the last of its
+// lookups is answered, for a provider whose lookup is one call of at most
+// callTimeout: the batch's lookups run Parallelism at a time, and those
+// past the rate limit's burst wait for it. A charge's key deadline is
+// checked against the lease's time, so the key window's margin must cover
+// this much at least, or a not-found could come from a provider that has
+// already forgotten the key (the command refuses a smaller
+// --key-window-margin). Zero fields take the defaults.
+func (cfg Config) LookupSpan(callTimeout time.Duration) time.Duration {
+	d := Defaults()
+	batch, parallel := cmp.Or(cfg.BatchSize, d.BatchSize), cmp.Or(cfg.Parallelism, d.Parallelism)
+	perSecond, burst := cmp.Or(cfg.Provider.LookupRate, d.Provider.LookupRate), cmp.Or(cfg.Provider.LookupBurst, d.Provider.LookupBurst)
+	if batch <= 0 || parallel <= 0 || !(perSecond > 0) {
+		return math.MaxInt64
+	}
+	rounds := (batch + parallel - 1) / parallel
+	paced := time.Duration(float64(max(batch-burst, 0)) / perSecond * float64(time.Second))
+	return time.Duration(rounds)*callTimeout + paced
 }
 
 // New checks cfg and fills its defaults.
