@@ -151,9 +151,6 @@ const scaleEmpty = 1000
 
 // runScale runs bench.Scale and prints its report.
 func runScale(ctx context.Context, e env, serverURL string, o bench.ScaleOptions, asJSON bool) error {
-	if o.Size < scaleEmpty {
-		return fmt.Errorf("--scale %d: want at least %d charges", o.Size, scaleEmpty)
-	}
 	o.ServerURL = serverURL
 	report, err := bench.Scale(ctx, o)
 	if err != nil {

@@ -64,7 +64,8 @@ func envNames(name string) []string {
 }
 
 // parseFlags parses args into fs, then sets every flag the command line did
-// not give from the environment.
+// not give from the environment, then holds every number to its bounds
+// (checkFlags).
 func parseFlags(fs *flag.FlagSet, e env, args []string) error {
 	return parseWithEnv(fs, e, args, func(string) bool { return true })
 }
@@ -126,7 +127,10 @@ func parseWithEnv(fs *flag.FlagSet, e env, args []string, fromEnv func(string) b
 			}
 		}
 	})
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return checkFlags(fs, fromEnv)
 }
 
 // envOnly are the variables the binary reads that are no flag's: test

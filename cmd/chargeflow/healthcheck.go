@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -32,9 +31,6 @@ func runHealthcheck(ctx context.Context, e env, args []string) error {
 	}
 	if u, err := url.Parse(rawURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("healthcheck: --url %q: want an http:// or https:// URL", rawURL)
-	}
-	if timeout <= 0 {
-		return errors.New("healthcheck: --timeout must be positive")
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -107,4 +107,6 @@ func (f strongLookup) Set(value string) error {
 	return nil
 }
 
+func (f strongLookup) Get() any { return f.c != nil && *f.c != psp.Eventual }
+
 func (f strongLookup) IsBoolFlag() bool { return true }

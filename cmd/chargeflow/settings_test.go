@@ -60,8 +60,8 @@ func inspectFlags(t *testing.T, args []string, getenv func(string) string) (*fla
 func settingsTable(t *testing.T) string {
 	t.Helper()
 	type row struct {
-		name, def, usage string
-		roles            []string
+		name, def, allowed, usage string
+		roles                     []string
 	}
 	var rows []*row
 	order := map[string]int{}
@@ -70,13 +70,20 @@ func settingsTable(t *testing.T) string {
 	}
 	for _, args := range settingsInvocations {
 		fs, fromEnv := inspectFlags(t, args, func(string) string { return "" })
+		command := strings.TrimPrefix(fs.Name(), "chargeflow ")
 		fs.VisitAll(func(f *flag.Flag) {
 			if !fromEnv(f.Name) {
 				return
 			}
-			i := slices.IndexFunc(rows, func(r *row) bool { return r.name == f.Name && r.def == f.DefValue && r.usage == f.Usage })
+			allowed := ""
+			if b, ok := boundsOf(command, f.Name); ok {
+				allowed = b.String()
+			}
+			i := slices.IndexFunc(rows, func(r *row) bool {
+				return r.name == f.Name && r.def == f.DefValue && r.allowed == allowed && r.usage == f.Usage
+			})
 			if i < 0 {
-				rows = append(rows, &row{name: f.Name, def: f.DefValue, usage: f.Usage})
+				rows = append(rows, &row{name: f.Name, def: f.DefValue, allowed: allowed, usage: f.Usage})
 				i = len(rows) - 1
 			}
 			if !slices.Contains(rows[i].roles, args[0]) {
@@ -95,7 +102,7 @@ func settingsTable(t *testing.T) string {
 	})
 
 	var b strings.Builder
-	b.WriteString("| variable | flag | default | read by | meaning |\n|---|---|---|---|---|\n")
+	b.WriteString("| variable | flag | default | allowed | read by | meaning |\n|---|---|---|---|---|---|\n")
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 	for _, r := range rows {
 		var names []string
@@ -106,7 +113,7 @@ func settingsTable(t *testing.T) string {
 		if r.def != "" {
 			def = "`" + r.def + "`"
 		}
-		fmt.Fprintf(&b, "| %s | `--%s` | %s | %s | %s |\n", strings.Join(names, " or "), r.name, def, strings.Join(r.roles, ", "), cell(r.usage))
+		fmt.Fprintf(&b, "| %s | `--%s` | %s | %s | %s | %s |\n", strings.Join(names, " or "), r.name, def, cell(r.allowed), strings.Join(r.roles, ", "), cell(r.usage))
 	}
 	b.WriteString("\nRead from the environment only:\n\n| variable | read by | meaning |\n|---|---|---|\n")
 	for _, v := range envOnly {
@@ -305,5 +312,6 @@ func TestEventRetentionFlag(t *testing.T) {
 	require.NoError(t, err)
 	require.Negative(t, got, "0 keeps events forever")
 	_, err = retention(nil, "--event-retention", "-1h")
-	require.ErrorContains(t, err, "0 keeps them forever")
+	require.ErrorContains(t, err, "--event-retention (CHARGEFLOW_EVENT_RETENTION) is -1h0m0s: want 24h0m0s to 87600h0m0s; 0: keeps them forever",
+		"a negative retention is refused, never taken for forever")
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -25,32 +24,31 @@ func bindWorker(fs *flag.FlagSet, o *app.Options) {
 	fs.DurationVar(&o.Worker.Retry.Cap, "retry-cap", d.Retry.Cap, "longest backoff between attempts")
 	fs.DurationVar(&o.Worker.RetentionInterval, "retention-interval", d.RetentionInterval, "how often expired idempotency records, and events past --event-retention, are deleted (by one worker: River's leader)")
 	o.Worker.EventRetention = d.EventRetention
-	fs.Var(keepFor{&o.Worker.EventRetention}, "event-retention", "how long events, with their webhook deliveries and attempts, are kept; 0 keeps them forever")
+	fs.Var(&keepFor{d: &o.Worker.EventRetention, value: d.EventRetention}, "event-retention", "how long events, with their webhook deliveries and attempts, are kept; 0 keeps them forever")
 }
 
 // keepFor is --event-retention: a duration whose 0 keeps events forever,
-// which app.Options spells as negative (its zero takes the default).
-type keepFor struct{ d *time.Duration }
-
-func (f keepFor) String() string {
-	if f.d == nil || *f.d < 0 {
-		return time.Duration(0).String()
-	}
-	return f.d.String()
+// which app.Options spells as negative (its zero takes the default). It
+// reads back as given, so that its bounds (flagBounds) judge what a person
+// wrote: a negative value is refused there, never taken for forever.
+type keepFor struct {
+	d     *time.Duration
+	value time.Duration
 }
 
-func (f keepFor) Set(value string) error {
+func (f *keepFor) String() string { return f.value.String() }
+
+func (f *keepFor) Get() any { return f.value }
+
+func (f *keepFor) Set(value string) error {
 	d, err := time.ParseDuration(value)
 	if err != nil {
 		return err
 	}
-	if d < 0 {
-		return errors.New("negative: 0 keeps them forever")
-	}
+	f.value, *f.d = d, d
 	if d == 0 {
-		d = -1
+		*f.d = -1
 	}
-	*f.d = d
 	return nil
 }
 
