@@ -130,7 +130,7 @@ var flagBounds = map[string]bound{
 	"worker --max-conns":    within(4, 1000).or0("the default"),
 	"all --max-conns":       within(4, 1000).or0("the default"),
 	"--concurrency":         within(1, river.QueueNumWorkersMax).or0("the default"),
-	"--rescue-after":        within(time.Second, 24*time.Hour).or0("the call timeout + 5s + 2m"),
+	"--rescue-after":        within(time.Second, 24*time.Hour).or0("the default"),
 	"--unknown-check-after": within(time.Millisecond, time.Hour),
 	"--retry-base":          within(time.Millisecond, time.Hour),
 	"--retry-cap":           within(time.Millisecond, 24*time.Hour),

@@ -18,7 +18,7 @@ import (
 func bindWorker(fs *flag.FlagSet, o *app.Options) {
 	d := app.Defaults().Worker
 	fs.IntVar(&o.Worker.Concurrency, "concurrency", 0, fmt.Sprintf("charge.submit jobs worked at once: calls that may wait on the provider at the same time (a job holds no database connection during its call; 0: %d per CPU it may use, at most %d)", app.WorkerSlotsPerCPU, psp.MaxIdleConns))
-	fs.DurationVar(&o.Worker.RescueAfter, "rescue-after", 0, "how long a job may run before River reruns it, as after a crash; more than the call timeout + 5s (default: that + 2m)")
+	fs.DurationVar(&o.Worker.RescueAfter, "rescue-after", 0, "how long a job may run before River reruns it, as after a crash; at least the call timeout + 6s (default: the call timeout + 5s + 2m)")
 	fs.DurationVar(&o.Worker.UnknownCheckAfter, "unknown-check-after", d.UnknownCheckAfter, "how soon the reconciler first looks up a charge whose outcome is unknown")
 	fs.DurationVar(&o.Worker.Retry.Base, "retry-base", d.Retry.Base, "first backoff after the provider provably did not apply a charge")
 	fs.DurationVar(&o.Worker.Retry.Cap, "retry-cap", d.Retry.Cap, "longest backoff between attempts")
