@@ -43,6 +43,8 @@ func TestNewRefusesNonsense(t *testing.T) {
 		{"NegativeAuthCacheTTL", func(c *api.Config) { c.AuthCacheTTL = -time.Second }, "auth cache TTL"},
 		{"NegativeDBTimeout", func(c *api.Config) { c.DBTimeout = -time.Second }, "database timeout"},
 		{"NegativeChargeCountMaxAge", func(c *api.Config) { c.ChargeCountMaxAge = -time.Second }, "charge count max age"},
+		{"NegativeReconcileFloor", func(c *api.Config) { c.ReconcileFloor = -time.Second }, "reconcile floor"},
+		{"NegativeOpsSessionTTL", func(c *api.Config) { c.OpsSessionTTL = -time.Hour }, "operator session TTL"},
 		{"LongProviderName", func(c *api.Config) { c.Provider = strings.Repeat("p", 65) }, "provider name"},
 	} {
 		cfg := api.Config{DB: pool, Jobs: jobs, ProviderClient: psp.NewClient(psp.Config{})}
