@@ -261,6 +261,9 @@ func New(cfg Config) (*Reconciler, error) {
 	p.KeyWindowMargin = cmp.Or(p.KeyWindowMargin, d.Provider.KeyWindowMargin)
 	p.LookupRate = cmp.Or(p.LookupRate, d.Provider.LookupRate)
 	p.LookupBurst = cmp.Or(p.LookupBurst, d.Provider.LookupBurst)
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
 	caps := p.Client.Capabilities()
 	if caps.KeyWindow > 0 && p.KeyWindowMargin >= caps.KeyWindow {
 		return nil, fmt.Errorf("reconciler: key window margin %s must be shorter than the provider's key window %s", p.KeyWindowMargin, caps.KeyWindow)
@@ -279,6 +282,35 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	r.telemetry = tel
 	return r, nil
+}
+
+// check refuses, once the defaults are filled in, what would panic or
+// prove a not-found too early: a negative interval stops the ticker with a
+// panic, a negative margin or apply delay narrows the windows a not-found
+// is proven in (a negative key-window margin trusts it past the key
+// window), a rate that is not a positive number stops every lookup.
+func (cfg Config) check() error {
+	var errs []error
+	for _, d := range []struct {
+		name  string
+		value time.Duration
+	}{
+		{"interval", cfg.Interval}, {"lease TTL", cfg.LeaseTTL}, {"stale margin", cfg.StaleMargin},
+		{"settle margin", cfg.SettleMargin}, {"stranded after", cfg.StrandedAfter}, {"max unknown age", cfg.MaxUnknownAge},
+		{"lookup backoff base", cfg.LookupBackoffBase}, {"lookup backoff cap", cfg.LookupBackoffCap},
+		{"max apply delay", cfg.Provider.MaxApplyDelay}, {"key window margin", cfg.Provider.KeyWindowMargin},
+	} {
+		if d.value < 0 {
+			errs = append(errs, fmt.Errorf("reconciler: %s %s is negative", d.name, d.value))
+		}
+	}
+	if cfg.BatchSize < 0 || cfg.Parallelism < 0 || cfg.MaxAttempts < 0 || cfg.Provider.LookupBurst < 0 {
+		errs = append(errs, errors.New("reconciler: batch size, parallelism, max attempts and lookup burst cannot be negative"))
+	}
+	if !(cfg.Provider.LookupRate > 0) || math.IsInf(cfg.Provider.LookupRate, 1) {
+		errs = append(errs, fmt.Errorf("reconciler: lookup rate %v is not a positive number of lookups a second", cfg.Provider.LookupRate))
+	}
+	return errors.Join(errs...)
 }
 
 // SettleWindow is how long after the last send a strongly consistent

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -597,4 +598,50 @@ func TestStrandedPending(t *testing.T) {
 	res, err = r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, res.Stranded, "its new job is live")
+}
+
+// A configuration that would panic, or prove a not-found too early, does
+// not start: New says what is wrong, before any query.
+func TestNewRefusesNonsense(t *testing.T) {
+	t.Parallel()
+	// The pool connects lazily: New needs no database.
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Middleware: submit.Middleware()})
+	require.NoError(t, err)
+	jobs, err := submit.NewQueue(submit.Config{River: riverClient})
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		name      string
+		configure func(*reconciler.Config)
+		says      string
+	}{
+		{"NegativeInterval", func(c *reconciler.Config) { c.Interval = -time.Second }, "interval -1s is negative"},
+		{"NegativeKeyWindowMargin", func(c *reconciler.Config) { c.Provider.KeyWindowMargin = -time.Hour }, "key window margin -1h0m0s is negative"},
+		{"NegativeSettleMargin", func(c *reconciler.Config) { c.SettleMargin = -time.Second }, "settle margin"},
+		{"NegativeApplyDelay", func(c *reconciler.Config) { c.Provider.MaxApplyDelay = -time.Second }, "max apply delay"},
+		{"NegativeLeaseTTL", func(c *reconciler.Config) { c.LeaseTTL = -time.Second }, "lease TTL"},
+		{"NegativeBatch", func(c *reconciler.Config) { c.BatchSize = -1 }, "batch size"},
+		{"NegativeRate", func(c *reconciler.Config) { c.Provider.LookupRate = -1 }, "lookup rate"},
+		{"NaNRate", func(c *reconciler.Config) { c.Provider.LookupRate = math.NaN() }, "lookup rate"},
+	} {
+		cfg := reconciler.Config{DB: pool, Jobs: jobs, Provider: reconciler.Provider{Client: psp.NewClient(psp.Config{})}}
+		tt.configure(&cfg)
+		_, err := reconciler.New(cfg)
+		require.ErrorContains(t, err, tt.says, tt.name)
+	}
+	_, err = reconciler.New(reconciler.Config{DB: pool, Jobs: jobs, Provider: reconciler.Provider{Client: psp.NewClient(psp.Config{})}})
+	require.NoError(t, err, "zero values take the defaults")
+}
+
+// LookupSpan: a batch's lookups in rounds of Parallelism, each a call, plus
+// the pacing of those past the burst.
+func TestLookupSpan(t *testing.T) {
+	t.Parallel()
+	// 32 lookups, 8 at a time: 4 calls; 22 past the burst of 10 at 50/s: 0.44 s.
+	require.Equal(t, 40*time.Second+440*time.Millisecond, reconciler.Config{}.LookupSpan(10*time.Second))
+	require.Equal(t, time.Second, reconciler.Config{BatchSize: 8, Parallelism: 8}.LookupSpan(time.Second))
+	require.Equal(t, 2*time.Second+10*time.Second, reconciler.Config{BatchSize: 9, Parallelism: 8,
+		Provider: reconciler.Provider{LookupRate: 0.1, LookupBurst: 8}}.LookupSpan(time.Second))
 }
