@@ -7,18 +7,22 @@
 // id as webhook-id on every retry, so a receiver that got it twice can tell.
 // A 2xx delivers it; anything else — another status, a timeout, a refused
 // connection, a redirect — is an attempt that failed, logged, and retried
-// with capped backoff for more than a day (webhook.MaxAttempts); a delivery
-// that fails every attempt disables its endpoint. The jobs run in their own
-// queue, with their own workers, so a slow or hanging receiver never holds
-// up a charge. Connections to loopback, private or link-local addresses
-// are refused at dial time unless AllowPrivate, whatever the endpoint's
-// name resolved to when it was created.
+// with capped backoff, webhook.MaxAttempts times (about 31 hours with the
+// defaults); a delivery that fails every attempt disables its endpoint. The
+// jobs run in their own queue, with their own workers, so a slow or hanging
+// receiver never holds up a charge. Connections to an address that is not
+// globally reachable, or to a port not allowed, are refused at dial time
+// unless AllowPrivate, whatever the endpoint's name resolved to when it was
+// created (webhook.Policy). An attempt records one of webhook.AttemptErrors,
+// never Go's error text, which goes to the log.
 package delivery
 
 import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,7 +49,7 @@ const (
 	// the receiver's answer.
 	DefaultTimeout = 10 * time.Second
 	// DefaultBackoffBase and DefaultBackoffCap space the retries: 10 s
-	// doubling to an hour, so webhook.MaxAttempts span more than a day.
+	// doubling to an hour, so webhook.MaxAttempts span about 31 hours.
 	DefaultBackoffBase = 10 * time.Second
 	DefaultBackoffCap  = time.Hour
 )
@@ -54,12 +58,15 @@ const (
 type Config struct {
 	DB     *pgxpool.Pool
 	Logger *slog.Logger
-	// AllowPrivate lets deliveries reach loopback and private addresses:
-	// for tests and a laptop (--webhooks-allow-private).
+	// AllowPrivate lets deliveries reach loopback and private addresses, on
+	// any port: for tests and a laptop (--webhooks-allow-private).
 	AllowPrivate bool
-	Timeout      time.Duration
-	BackoffBase  time.Duration
-	BackoffCap   time.Duration
+	// Ports are the ports deliveries may reach; nil is
+	// webhook.DefaultPorts (--webhook-ports).
+	Ports       []uint16
+	Timeout     time.Duration
+	BackoffBase time.Duration
+	BackoffCap  time.Duration
 	// Now is the clock the signature's timestamp comes from.
 	Now func() time.Time
 	// CrashPoints are armed in tests and scenarios only; nil is disarmed.
@@ -78,6 +85,9 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if cfg.DB == nil {
 		return nil, errors.New("delivery: DB is required")
 	}
+	if err := webhook.CheckPorts(cfg.Ports); err != nil {
+		return nil, fmt.Errorf("delivery: %w", err)
+	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
 	cfg.BackoffBase = cmp.Or(cfg.BackoffBase, DefaultBackoffBase)
@@ -85,15 +95,12 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	dialer := &net.Dialer{Timeout: cfg.Timeout}
-	if !cfg.AllowPrivate {
-		dialer.Control = webhook.DialControl
-	}
+	dialer := &net.Dialer{Timeout: cfg.Timeout, Control: webhook.Policy{AllowPrivate: cfg.AllowPrivate, Ports: cfg.Ports}.Control()}
 	client := &http.Client{
 		Timeout: cfg.Timeout,
 		Transport: &http.Transport{
 			DialContext:           dialer.DialContext,
-			Proxy:                 nil, // a proxy would dial for us, past DialControl
+			Proxy:                 nil, // a proxy would dial for us, past the dialer's Control
 			TLSHandshakeTimeout:   cfg.Timeout,
 			ResponseHeaderTimeout: cfg.Timeout,
 			MaxIdleConnsPerHost:   4,
@@ -132,14 +139,20 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[webhook.DeliverArgs]) 
 	outcome := webhook.Outcome{Attempt: job.Attempt, Final: true}
 	switch {
 	case d.Deleted:
-		outcome.Error = "endpoint_deleted"
+		outcome.Error = webhook.AttemptEndpointDeleted
 	case d.Endpoint.DisabledAt != nil:
-		outcome.Error = "endpoint_disabled"
+		outcome.Error = webhook.AttemptEndpointDisabled
 	default:
 		if err := w.cfg.CrashPoints.Hit(ctx, crashpoint.DeliveryBeforePost); err != nil {
 			return err
 		}
-		outcome = w.post(ctx, d)
+		var cause error
+		outcome, cause = w.post(ctx, d)
+		if cause != nil {
+			// The cause is for the operator: without the URL, which is the
+			// merchant's and may carry a token (describe).
+			log = log.With("cause", cause.Error())
+		}
 		if err := w.cfg.CrashPoints.Hit(ctx, crashpoint.DeliveryAfterPostBeforeRecord); err != nil {
 			return err
 		}
@@ -161,8 +174,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[webhook.DeliverArgs]) 
 	return fmt.Errorf("delivery attempt %d failed: %s", job.Attempt, cmp.Or(outcome.Error, "status "+strconv.Itoa(outcome.Status)))
 }
 
-// post sends the event to the endpoint once.
-func (w *Worker) post(ctx context.Context, d webhook.Delivery) webhook.Outcome {
+// post sends the event to the endpoint once. A failure's Go error is
+// returned beside the outcome, for the log only.
+func (w *Worker) post(ctx context.Context, d webhook.Delivery) (webhook.Outcome, error) {
 	start := time.Now()
 	o := webhook.Outcome{}
 	e := d.Event
@@ -174,19 +188,19 @@ func (w *Worker) post(ctx context.Context, d webhook.Delivery) webhook.Outcome {
 	}
 	body, err := json.Marshal(rendered)
 	if err != nil {
-		o.Error = "encode_failed"
-		return o
+		o.Error = webhook.AttemptInternal
+		return o, fmt.Errorf("encode event: %w", err)
 	}
 	timestamp := w.cfg.Now().Unix()
 	signature, err := webhook.Sign(d.Endpoint.Secret, e.ID, timestamp, body)
 	if err != nil {
-		o.Error = "bad_secret"
-		return o
+		o.Error = webhook.AttemptInternal
+		return o, errors.New("sign event: the endpoint's secret is malformed")
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.Endpoint.URL, bytes.NewReader(body))
 	if err != nil {
-		o.Error = "bad_url"
-		return o
+		o.Error = webhook.AttemptInternal
+		return o, errors.New("make request: the endpoint's url is malformed")
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "chargeflow-webhooks/1")
@@ -196,31 +210,49 @@ func (w *Worker) post(ctx context.Context, d webhook.Delivery) webhook.Outcome {
 	resp, err := w.client.Do(req)
 	o.Duration = time.Since(start)
 	if err != nil {
-		o.Error = describe(err)
-		return o
+		o.Error, err = describe(err)
+		return o, err
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	o.Status = resp.StatusCode
 	o.Delivered = resp.StatusCode >= 200 && resp.StatusCode <= 299
-	return o
+	return o, nil
 }
 
-// describe names a failed request's cause without its URL, which is the
-// merchant's and may carry a token.
-func describe(err error) string {
+// describe maps a failed request to one of webhook.AttemptErrors, and
+// returns its cause without the *url.Error around it, whose text quotes the
+// URL: the merchant's, which may carry a token.
+func describe(err error) (string, error) {
 	var urlErr *url.Error
 	if errors.As(err, &urlErr) {
 		err = urlErr.Err
 	}
 	var netErr net.Error
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	var recordErr tls.RecordHeaderError
+	var alertErr tls.AlertError
+	var verifyErr *tls.CertificateVerificationError
+	var unknownAuthority x509.UnknownAuthorityError
+	var hostnameErr x509.HostnameError
+	var invalidCert x509.CertificateInvalidError
 	switch {
-	case errors.Is(err, webhook.ErrPrivateAddress):
-		return "private_address"
-	case errors.As(err, &netErr) && netErr.Timeout():
-		return "timeout"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
+	case errors.Is(err, webhook.ErrAddressNotAllowed), errors.Is(err, webhook.ErrPortNotAllowed):
+		return webhook.AttemptAddressNotAllowed, err
+	case errors.As(err, &dnsErr):
+		return webhook.AttemptHostNotResolved, err
+	case errors.As(err, &netErr) && netErr.Timeout(), errors.Is(err, context.DeadlineExceeded):
+		return webhook.AttemptTimeout, err
+	case errors.As(err, &recordErr), errors.As(err, &alertErr), errors.As(err, &verifyErr), errors.As(err, &unknownAuthority),
+		errors.As(err, &hostnameErr), errors.As(err, &invalidCert), errors.As(err, new(*tls.ECHRejectionError)),
+		errors.As(err, &opErr) && opErr.Op == "remote error",
+		// net/http's own words for a tls.RecordHeaderError from a server
+		// that answered in plain HTTP, which it returns without the type.
+		err.Error() == "http: server gave HTTP response to HTTPS client":
+		return webhook.AttemptTLSFailed, err
+	case errors.As(err, &opErr) && opErr.Op == "dial":
+		return webhook.AttemptConnectionFailed, err
 	}
-	return err.Error()
+	return webhook.AttemptNoResponse, err
 }

@@ -4,11 +4,17 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +28,7 @@ import (
 	"chargeflow/delivery"
 	"chargeflow/intent"
 	"chargeflow/internal/dbtest"
+	"chargeflow/internal/lockedbuf"
 	"chargeflow/webhook"
 )
 
@@ -82,8 +89,15 @@ func (r *receiver) deliveries() []delivered {
 // client, with fast retries.
 func startWorkers(t *testing.T, pool *pgxpool.Pool, allowPrivate bool) {
 	t.Helper()
-	worker, err := delivery.NewWorker(delivery.Config{DB: pool, AllowPrivate: allowPrivate, Timeout: 2 * time.Second,
+	startWorker(t, pool, delivery.Config{DB: pool, AllowPrivate: allowPrivate, Timeout: 2 * time.Second,
 		BackoffBase: 5 * time.Millisecond, BackoffCap: 20 * time.Millisecond})
+}
+
+// startWorker runs the delivery worker of cfg in its queue on a real River
+// client.
+func startWorker(t *testing.T, pool *pgxpool.Pool, cfg delivery.Config) {
+	t.Helper()
+	worker, err := delivery.NewWorker(cfg)
 	require.NoError(t, err)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
@@ -133,13 +147,11 @@ func TestDeliveryRetriesUntilDelivered(t *testing.T) {
 	pool := dbtest.Pool(t)
 	tenant := dbtest.Tenant(t, pool, "deliveries")
 	r := newReceiver(t, 500, 503)
-	endpoint, err := webhook.CreateEndpoint(ctx, pool, tenant, r.URL+"/hooks", []string{"charge.succeeded"})
-	require.NoError(t, err)
+	endpoint := dbtest.WebhookEndpoint(t, pool, tenant, r.URL+"/hooks", []string{"charge.succeeded"})
 	r.mu.Lock()
 	r.secret = endpoint.Secret
 	r.mu.Unlock()
-	other, err := webhook.CreateEndpoint(ctx, pool, tenant, r.URL+"/refunds-only", []string{"refund.succeeded"})
-	require.NoError(t, err)
+	other := dbtest.WebhookEndpoint(t, pool, tenant, r.URL+"/refunds-only", []string{"refund.succeeded"})
 	startWorkers(t, pool, true)
 
 	charge := succeed(t, pool, tenant)
@@ -176,15 +188,13 @@ func TestDeliveryRefusesPrivateAddressesAndDisables(t *testing.T) {
 	pool := dbtest.Pool(t)
 	tenant := dbtest.Tenant(t, pool, "ssrf")
 	r := newReceiver(t)
-	endpoint, err := webhook.CreateEndpoint(ctx, pool, tenant, r.URL+"/hooks", []string{"*"})
-	require.NoError(t, err)
-	deleted, err := webhook.CreateEndpoint(ctx, pool, tenant, r.URL+"/gone", []string{"*"})
-	require.NoError(t, err)
+	endpoint := dbtest.WebhookEndpoint(t, pool, tenant, r.URL+"/hooks", []string{"*"})
+	deleted := dbtest.WebhookEndpoint(t, pool, tenant, r.URL+"/gone", []string{"*"})
 	require.NoError(t, webhook.DeleteEndpoint(ctx, pool, tenant, deleted.ID))
 	startWorkers(t, pool, false)
 
 	succeed(t, pool, tenant)
-	_, err = pool.Exec(ctx, `UPDATE river_job SET max_attempts = 5 WHERE kind = 'webhook.deliver'`) // a short day
+	_, err := pool.Exec(ctx, `UPDATE river_job SET max_attempts = 5 WHERE kind = 'webhook.deliver'`) // a short day
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { state, _ := deliveryState(t, pool, endpoint.ID); return state == "failed" }, 20*time.Second, 20*time.Millisecond)
 	require.Empty(t, r.deliveries(), "nothing reached the private address")
@@ -193,13 +203,18 @@ func TestDeliveryRefusesPrivateAddressesAndDisables(t *testing.T) {
 	require.Len(t, logs, 1, "no delivery was decided for the deleted endpoint")
 	require.NotEmpty(t, logs[0].Attempts)
 	for _, a := range logs[0].Attempts {
-		require.Equal(t, "private_address", a.Error)
+		require.Equal(t, webhook.AttemptAddressNotAllowed, a.Error)
 	}
-	endpoints, err := webhook.Endpoints(ctx, pool, tenant)
+	endpoints, _, err := webhook.Endpoints(ctx, pool, webhook.EndpointListParams{TenantID: tenant, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, endpoints, 1)
 	require.NotNil(t, endpoints[0].DisabledAt)
-	require.Equal(t, webhook.DisabledReason, endpoints[0].DisabledReason)
+	// The reason is what happened: five attempts (not the default forty),
+	// over the span the log shows (not "more than a day").
+	first, last := logs[0].Attempts[0].CreatedAt, logs[0].Attempts[len(logs[0].Attempts)-1].CreatedAt
+	require.Len(t, logs[0].Attempts, 5)
+	require.Equal(t, webhook.DisabledReason(5, last.Sub(first)), endpoints[0].DisabledReason)
+	require.Regexp(t, `^a delivery failed all 5 of its attempts, made (within a second|over \d+ seconds?)$`, endpoints[0].DisabledReason)
 
 	// A disabled endpoint is decided no more deliveries.
 	succeed(t, pool, tenant)
@@ -222,7 +237,6 @@ func mustEventID(t *testing.T, pool *pgxpool.Pool, tenant, typ string) string {
 // never its secret. The disabled endpoint is not sent its own disabling.
 func TestDisabledEndpointIsAnnouncedToTheOthers(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	pool := dbtest.Pool(t)
 	tenant := dbtest.Tenant(t, pool, "disabling")
 	down := make([]int, webhook.MaxAttempts)
@@ -230,14 +244,12 @@ func TestDisabledEndpointIsAnnouncedToTheOthers(t *testing.T) {
 		down[i] = http.StatusServiceUnavailable
 	}
 	failing := newReceiver(t, down...)
-	failingEndpoint, err := webhook.CreateEndpoint(ctx, pool, tenant, failing.URL+"/hooks", []string{"*"})
-	require.NoError(t, err)
+	failingEndpoint := dbtest.WebhookEndpoint(t, pool, tenant, failing.URL+"/hooks", []string{"*"})
 	failing.mu.Lock()
 	failing.secret = failingEndpoint.Secret
 	failing.mu.Unlock()
 	told := newReceiver(t)
-	toldEndpoint, err := webhook.CreateEndpoint(ctx, pool, tenant, told.URL+"/hooks", []string{webhook.TypeEndpointDisabled})
-	require.NoError(t, err)
+	toldEndpoint := dbtest.WebhookEndpoint(t, pool, tenant, told.URL+"/hooks", []string{webhook.TypeEndpointDisabled})
 	told.mu.Lock()
 	told.secret = toldEndpoint.Secret
 	told.mu.Unlock()
@@ -256,11 +268,117 @@ func TestDisabledEndpointIsAnnouncedToTheOthers(t *testing.T) {
 	data := got[0].body["data"].(map[string]any)
 	require.Equal(t, failingEndpoint.ID, data["id"])
 	require.Equal(t, "disabled", data["status"])
-	require.Equal(t, webhook.DisabledReason, data["disabled_reason"])
+	require.Regexp(t, `^a delivery failed all 40 of its attempts, made `, data["disabled_reason"])
 	require.NotContains(t, data, "secret")
 	require.Len(t, failing.deliveries(), webhook.MaxAttempts, "the disabled endpoint got the charge's event only, never its own disabling")
 	for _, d := range failing.deliveries() {
 		require.Equal(t, "charge.succeeded", d.body["type"])
 	}
 	require.Equal(t, got[0].id, mustEventID(t, pool, tenant, webhook.TypeEndpointDisabled))
+}
+
+// Every way an attempt fails is recorded in fixed words, one of
+// webhook.AttemptErrors, through the real worker and real receivers: a
+// closed port, a receiver that never answers, an untrusted certificate, a
+// plain HTTP server behind an https URL, a connection closed without an
+// answer. Go's error text goes to the worker's log, without the URL.
+func TestAttemptErrorsAreFixedWords(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	tenant := dbtest.Tenant(t, pool, "attempt-errors")
+
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closedURL := "http://" + closed.Addr().String() + "/hooks?token=secret-token"
+	require.NoError(t, closed.Close())
+	release := make(chan struct{})
+	hanging := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+	t.Cleanup(hanging.Close)
+	t.Cleanup(func() { close(release) })
+	untrusted := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	t.Cleanup(untrusted.Close)
+	// A server that speaks plain HTTP at once, to a client expecting TLS.
+	plain, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { plain.Close() })
+	go func() {
+		for {
+			conn, err := plain.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = conn.Read(make([]byte, 4096)) // the client's hello
+			_, _ = conn.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+			go func() { time.Sleep(time.Second); conn.Close() }()
+		}
+	}()
+	hangUp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(hangUp.Close)
+
+	want, urls := map[string]string{}, map[string]string{}
+	for url, code := range map[string]string{
+		closedURL:                          webhook.AttemptConnectionFailed,
+		hanging.URL + "/hooks":             webhook.AttemptTimeout,
+		untrusted.URL + "/hooks":           webhook.AttemptTLSFailed,
+		"https://" + plain.Addr().String(): webhook.AttemptTLSFailed,
+		hangUp.URL + "/hooks":              webhook.AttemptNoResponse,
+	} {
+		id := dbtest.WebhookEndpoint(t, pool, tenant, url, []string{"*"}).ID
+		want[id], urls[id] = code, url
+	}
+	var logs lockedbuf.Buffer
+	startWorker(t, pool, delivery.Config{DB: pool, AllowPrivate: true, Timeout: 2 * time.Second,
+		BackoffBase: 5 * time.Millisecond, BackoffCap: 20 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	succeed(t, pool, tenant)
+	_, err = pool.Exec(ctx, `UPDATE river_job SET max_attempts = 2 WHERE kind = 'webhook.deliver'`)
+	require.NoError(t, err)
+	for id := range want {
+		require.Eventually(t, func() bool { state, _ := deliveryState(t, pool, id); return state == "failed" }, 20*time.Second, 20*time.Millisecond)
+	}
+	deliveryLog, err := webhook.Log(ctx, pool, tenant, mustEventID(t, pool, tenant, "charge.succeeded"))
+	require.NoError(t, err)
+	require.Len(t, deliveryLog, len(want))
+	for _, d := range deliveryLog {
+		require.NotEmpty(t, d.Attempts)
+		for _, a := range d.Attempts {
+			require.Nil(t, a.Status)
+			require.Equal(t, want[d.EndpointID], a.Error, "attempt %d to %s", a.Attempt, urls[d.EndpointID])
+		}
+	}
+	require.Contains(t, logs.String(), `"cause":`, "the cause is logged")
+	require.NotContains(t, logs.String(), "secret-token", "never the URL")
+}
+
+// Go's errors map to the fixed words: a resolver's error never shows its
+// server or whether the name exists.
+func TestDescribe(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&net.DNSError{Err: "no such host", Name: "a.example", Server: "10.255.255.53:53", IsNotFound: true}, webhook.AttemptHostNotResolved},
+		{&net.DNSError{Err: "server misbehaving", Name: "a.example", Server: "10.255.255.53:53"}, webhook.AttemptHostNotResolved},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}, webhook.AttemptConnectionFailed},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: webhook.Policy{}.Control()("tcp", "10.0.0.1:443", nil)}, webhook.AttemptAddressNotAllowed},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: webhook.Policy{}.Control()("tcp", "93.184.215.14:22", nil)}, webhook.AttemptAddressNotAllowed},
+		{context.DeadlineExceeded, webhook.AttemptTimeout},
+		{&tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, webhook.AttemptTLSFailed},
+		{tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}, webhook.AttemptTLSFailed},
+		{&net.OpError{Op: "remote error", Err: errors.New("tls: handshake failure")}, webhook.AttemptTLSFailed},
+		{errors.New("http: server gave HTTP response to HTTPS client"), webhook.AttemptTLSFailed},
+		{io.ErrUnexpectedEOF, webhook.AttemptNoResponse},
+		{io.EOF, webhook.AttemptNoResponse},
+	} {
+		got, cause := delivery.Describe(&url.Error{Op: "Post", URL: "https://a.example/?token=t", Err: tc.err})
+		require.Equal(t, tc.want, got, "%v", tc.err)
+		require.Contains(t, webhook.AttemptErrors, got)
+		require.NotContains(t, cause.Error(), "token=t", "the cause without the URL")
+	}
 }

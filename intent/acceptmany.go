@@ -101,7 +101,7 @@ WITH input AS (
 		expires_at, amount, currency, payment_method, description, metadata, provider, provider_key,
 		actor, job_args, job_kind, job_max_attempts, job_metadata, job_priority, job_queue, ord)
 ), existing AS (
-	SELECT i.ord, k.fingerprint, k.charge_id, k.status_code, k.response_body, k.created_at, k.expires_at
+	SELECT i.ord, k.fingerprint, coalesce(k.charge_id, k.endpoint_id) AS charge_id, k.status_code, k.response_body, k.created_at, k.expires_at
 	FROM input i JOIN idempotency_keys k ON k.tenant_id = i.tenant_id AND k.key_hash = i.key_hash
 ), idem AS (
 	INSERT INTO idempotency_keys (tenant_id, key_hash, fingerprint, charge_id, status_code, response_body, created_at, expires_at)

@@ -143,7 +143,7 @@ func AcceptOrReplay(ctx context.Context, db DB, a Acceptance) (inserted bool, re
 	var created, expires *time.Time
 	err = db.QueryRow(ctx, `
 WITH existing AS (
-	SELECT fingerprint, charge_id, status_code, response_body, created_at, expires_at
+	SELECT fingerprint, coalesce(charge_id, endpoint_id), status_code, response_body, created_at, expires_at
 	FROM idempotency_keys WHERE tenant_id = $1 AND key_hash = $2
 ), idem AS (
 	INSERT INTO idempotency_keys (tenant_id, key_hash, fingerprint, charge_id, status_code, response_body, created_at, expires_at)
@@ -214,7 +214,10 @@ func LockForRefund(ctx context.Context, tx pgx.Tx, tenantID, chargeID string) er
 
 // IdempotencyRecord is what a finished request stored under its key.
 type IdempotencyRecord struct {
-	Fingerprint  []byte
+	Fingerprint []byte
+	// ChargeID is the charge or refund the request created, or the webhook
+	// endpoint ("we_…", package webhook): one key space for every
+	// idempotent POST of a tenant.
 	ChargeID     string
 	StatusCode   int
 	ResponseBody []byte
@@ -229,7 +232,7 @@ type IdempotencyRecord struct {
 // it: remembering a key longer than promised never charges twice.
 func Idempotency(ctx context.Context, db DB, tenantID string, keyHash []byte) (IdempotencyRecord, error) {
 	var r IdempotencyRecord
-	err := db.QueryRow(ctx, `SELECT fingerprint, charge_id, status_code, response_body, created_at, expires_at
+	err := db.QueryRow(ctx, `SELECT fingerprint, coalesce(charge_id, endpoint_id), status_code, response_body, created_at, expires_at
 		FROM idempotency_keys WHERE tenant_id = $1 AND key_hash = $2`, tenantID, keyHash).
 		Scan(&r.Fingerprint, &r.ChargeID, &r.StatusCode, &r.ResponseBody, &r.CreatedAt, &r.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {

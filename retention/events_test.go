@@ -26,12 +26,10 @@ type eventsFixture struct {
 
 func newEventsFixture(t *testing.T, pool *pgxpool.Pool, name string) *eventsFixture {
 	t.Helper()
-	ctx := context.Background()
 	f := &eventsFixture{t: t, pool: pool, tenantID: dbtest.Tenant(t, pool, name)}
 	f.chargeID = dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: f.tenantID}).ID
 	for i := range f.endpoint {
-		e, err := webhook.CreateEndpoint(ctx, pool, f.tenantID, "https://example.com/hook", []string{"*"})
-		require.NoError(t, err)
+		e := dbtest.WebhookEndpoint(t, pool, f.tenantID, "https://example.com/hook", []string{"*"})
 		f.endpoint[i] = e.ID
 	}
 	return f

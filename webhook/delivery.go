@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,8 +18,10 @@ import (
 const (
 	KindDeliver = "webhook.deliver"
 	Queue       = "webhooks"
-	// MaxAttempts spaced by the delivery worker's backoff (capped at an
-	// hour) keep a failing endpoint retried for more than a day.
+	// MaxAttempts spaced by the delivery worker's backoff keep a failing
+	// endpoint retried for about 31 hours with the default schedule (10 s
+	// doubling to an hour); the job's max_attempts is written by the
+	// trigger (migration 0009), so this is that number.
 	MaxAttempts = 40
 )
 
@@ -80,15 +83,82 @@ type Outcome struct {
 	Delivered, Final bool
 }
 
-// DisabledReason is why an endpoint whose delivery failed for good is
-// disabled.
-const DisabledReason = "a delivery failed every attempt for more than a day"
+// The errors an attempt records, and a merchant reads in its delivery log
+// (GET /v1/events/{id}/deliveries): a closed set of fixed words, never Go's
+// error text, which names resolvers, addresses and the library's insides
+// (docs/webhooks.md, "Deliveries"). The cause goes to the worker's log.
+// An attempt that got an answer records its status instead.
+const (
+	// AttemptAddressNotAllowed: the host resolved to an address, or the
+	// URL names a port, that deliveries may not reach (Policy.Control).
+	AttemptAddressNotAllowed = "address_not_allowed"
+	// AttemptHostNotResolved: the host's name did not resolve.
+	AttemptHostNotResolved = "host_not_resolved"
+	// AttemptConnectionFailed: no connection (refused, unreachable, reset
+	// while connecting).
+	AttemptConnectionFailed = "connection_failed"
+	// AttemptTimeout: no complete answer within --webhook-timeout.
+	AttemptTimeout = "timeout"
+	// AttemptTLSFailed: the TLS handshake failed (an untrusted or wrong
+	// certificate, no TLS on the port).
+	AttemptTLSFailed = "tls_failed"
+	// AttemptNoResponse: connected, but the connection ended without a
+	// complete HTTP answer.
+	AttemptNoResponse = "no_response"
+	// AttemptEndpointDeleted and AttemptEndpointDisabled: nothing was
+	// sent, the endpoint was deleted or disabled since the event.
+	AttemptEndpointDeleted  = "endpoint_deleted"
+	AttemptEndpointDisabled = "endpoint_disabled"
+	// AttemptInternal: chargeflow could not make the request.
+	AttemptInternal = "internal_error"
+)
+
+// AttemptErrors are every error an attempt may record.
+var AttemptErrors = []string{AttemptAddressNotAllowed, AttemptHostNotResolved, AttemptConnectionFailed, AttemptTimeout,
+	AttemptTLSFailed, AttemptNoResponse, AttemptEndpointDeleted, AttemptEndpointDisabled, AttemptInternal}
+
+// DisabledReason says why an endpoint was disabled, from what happened:
+// how many attempts the delivery made and how long from the first to the
+// last, so that it is true whatever the retry schedule (--webhook-retry-base,
+// --webhook-retry-cap) was.
+func DisabledReason(attempts int, span time.Duration) string {
+	if attempts <= 1 {
+		return "a delivery failed its only attempt"
+	}
+	if span < time.Second {
+		return fmt.Sprintf("a delivery failed all %d of its attempts, made within a second", attempts)
+	}
+	return fmt.Sprintf("a delivery failed all %d of its attempts, made over %s", attempts, spanWords(span))
+}
+
+// spanWords spells a duration in whole units, rounded down, so that "over"
+// holds: "31 hours", "5 minutes", "12 seconds".
+func spanWords(d time.Duration) string {
+	unit := func(n int64, one string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return fmt.Sprintf("%d %ss", n, one)
+	}
+	switch {
+	case d >= 48*time.Hour:
+		return unit(int64(d/(24*time.Hour)), "day")
+	case d >= 2*time.Hour:
+		return unit(int64(d/time.Hour), "hour")
+	case d >= 2*time.Minute:
+		return unit(int64(d/time.Minute), "minute")
+	}
+	return unit(int64(d/time.Second), "second")
+}
 
 // Record writes an attempt to the delivery log, the delivery's state and
-// the endpoint's failure count, in one transaction. A delivery failing
-// every attempt disables its endpoint: an endpoint failing for over a day
-// is not a receiver down for a minute, and no more deliveries are decided
-// for it until its owner creates a working one.
+// the endpoint's failure count, in one transaction. An error outside
+// AttemptErrors is recorded as AttemptInternal. A delivery whose every
+// attempt failed disables its endpoint, with DisabledReason: an endpoint
+// failing for that long is not a receiver down for a minute, and no more
+// deliveries are decided for it until its owner creates a working one. A
+// delivery that ends because its endpoint was deleted or disabled
+// disables nothing.
 func Record(ctx context.Context, db Beginner, a DeliverArgs, o Outcome) error {
 	state := "pending"
 	switch {
@@ -97,9 +167,10 @@ func Record(ctx context.Context, db Beginner, a DeliverArgs, o Outcome) error {
 	case o.Final:
 		state = "failed"
 	}
-	if len(o.Error) > 500 {
-		o.Error = o.Error[:500]
+	if o.Error != "" && !slices.Contains(AttemptErrors, o.Error) {
+		o.Error = AttemptInternal
 	}
+	disable := o.Final && !o.Delivered && o.Error != AttemptEndpointDeleted && o.Error != AttemptEndpointDisabled
 	var status *int
 	if o.Status != 0 {
 		status = &o.Status
@@ -116,12 +187,22 @@ func Record(ctx context.Context, db Beginner, a DeliverArgs, o Outcome) error {
 			a.TenantID, a.EventID, a.EndpointID, state, o.Attempt, status, o.Error); err != nil {
 			return fmt.Errorf("record delivery: %w", err)
 		}
+		var reason string
+		if disable {
+			var span time.Duration
+			if err := tx.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM max(created_at) - min(created_at)), 0)::float8 * interval '1 second'
+				FROM webhook_attempts WHERE tenant_id = $1 AND event_id = $2 AND endpoint_id = $3`,
+				a.TenantID, a.EventID, a.EndpointID).Scan(&span); err != nil {
+				return fmt.Errorf("read delivery span: %w", err)
+			}
+			reason = DisabledReason(o.Attempt, span)
+		}
 		_, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET
 			failures = CASE WHEN $3 THEN 0 ELSE failures + 1 END,
 			last_success_at = CASE WHEN $3 THEN now() ELSE last_success_at END,
-			disabled_at = CASE WHEN NOT $3 AND $4 AND disabled_at IS NULL THEN now() ELSE disabled_at END,
-			disabled_reason = CASE WHEN NOT $3 AND $4 AND disabled_at IS NULL THEN $5 ELSE disabled_reason END
-			WHERE tenant_id = $1 AND id = $2`, a.TenantID, a.EndpointID, o.Delivered, o.Final, DisabledReason)
+			disabled_at = CASE WHEN $4 AND disabled_at IS NULL THEN now() ELSE disabled_at END,
+			disabled_reason = CASE WHEN $4 AND disabled_at IS NULL THEN $5 ELSE disabled_reason END
+			WHERE tenant_id = $1 AND id = $2`, a.TenantID, a.EndpointID, o.Delivered, disable, reason)
 		if err != nil {
 			return fmt.Errorf("record endpoint outcome: %w", err)
 		}

@@ -114,8 +114,7 @@ func TestEventsOfABatchedMove(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
 	tenant := dbtest.Tenant(t, pool, "batched events")
-	_, err := webhook.CreateEndpoint(ctx, pool, tenant, "https://merchant.example/hooks", []string{"charge.succeeded"})
-	require.NoError(t, err)
+	dbtest.WebhookEndpoint(t, pool, tenant, "https://merchant.example/hooks", []string{"charge.succeeded"})
 
 	var moves []intent.Move
 	want := map[string]string{} // charge id → event type

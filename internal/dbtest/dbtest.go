@@ -31,6 +31,7 @@ import (
 	"chargeflow/internal/ids"
 	"chargeflow/internal/pg"
 	"chargeflow/migrations"
+	"chargeflow/webhook"
 )
 
 // DefaultServer is the Postgres server tests use when DATABASE_URL is unset.
@@ -241,4 +242,18 @@ func PendingRefund(t testing.TB, db pg.Handle, parent intent.Charge, amount int6
 		t.Fatalf("dbtest: accept refund: inserted %v, err %v", inserted, err)
 	}
 	return r
+}
+
+// WebhookEndpoint creates an endpoint of tenantID, as the API does, under
+// an idempotency key of its own.
+func WebhookEndpoint(t testing.TB, db webhook.Store, tenantID, url string, events []string) webhook.Endpoint {
+	t.Helper()
+	e := webhook.NewEndpoint(tenantID, url, events, time.Now())
+	key := sha256.Sum256([]byte(e.ID))
+	_, created, err := webhook.CreateEndpoint(context.Background(), db, webhook.Creation{Endpoint: e, KeyHash: key[:],
+		Fingerprint: key[:], StatusCode: 201, ResponseBody: []byte(`{}`), ExpiresAt: e.CreatedAt.Add(time.Hour)})
+	if err != nil || !created {
+		t.Fatalf("create webhook endpoint: created %v, %v", created, err)
+	}
+	return e
 }

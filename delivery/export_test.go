@@ -1,0 +1,4 @@
+package delivery
+
+// Describe is describe, for the tests.
+var Describe = describe
