@@ -280,11 +280,14 @@ func (s *Server) replay(c echo.Context, rec intent.IdempotencyRecord, fp []byte)
 	c.Set(logReplayKey, true)
 	h := c.Response().Header()
 	h.Set("Idempotent-Replayed", "true")
-	route := chargesRoute
-	if strings.HasPrefix(rec.ChargeID, intent.RefundIDPrefix) {
-		route = refundsRoute
+	switch {
+	case strings.HasPrefix(rec.ChargeID, intent.RefundIDPrefix):
+		h.Set(echo.HeaderLocation, refundsRoute+"/"+rec.ChargeID)
+	case strings.HasPrefix(rec.ChargeID, "we_"):
+		// An endpoint has no route of its own to point at.
+	default:
+		h.Set(echo.HeaderLocation, chargesRoute+"/"+rec.ChargeID)
 	}
-	h.Set(echo.HeaderLocation, route+"/"+rec.ChargeID)
 	return c.Blob(rec.StatusCode, echo.MIMEApplicationJSON, rec.ResponseBody)
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"chargeflow/webhook"
 )
 
 // The range of Config.IdempotencyTTL.
@@ -53,6 +55,9 @@ func (cfg Config) check() error {
 		if d.value < 0 {
 			refuse("%s %s is negative", d.name, d.value)
 		}
+	}
+	if err := webhook.CheckPorts(cfg.WebhookPorts); err != nil {
+		refuse("%v", err)
 	}
 	if len(cfg.Provider) > 64 {
 		refuse("provider name %q is longer than 64 bytes, which the charges table refuses", cfg.Provider)

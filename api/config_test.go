@@ -46,6 +46,8 @@ func TestNewRefusesNonsense(t *testing.T) {
 		{"NegativeReconcileFloor", func(c *api.Config) { c.ReconcileFloor = -time.Second }, "reconcile floor"},
 		{"NegativeOpsSessionTTL", func(c *api.Config) { c.OpsSessionTTL = -time.Hour }, "operator session TTL"},
 		{"LongProviderName", func(c *api.Config) { c.Provider = strings.Repeat("p", 65) }, "provider name"},
+		{"NoWebhookPorts", func(c *api.Config) { c.WebhookPorts = []uint16{} }, "webhook ports"},
+		{"WebhookPortZero", func(c *api.Config) { c.WebhookPorts = []uint16{443, 0} }, "webhook ports"},
 	} {
 		cfg := api.Config{DB: pool, Jobs: jobs, ProviderClient: psp.NewClient(psp.Config{})}
 		tt.configure(&cfg)
@@ -59,6 +61,7 @@ func TestNewRefusesNonsense(t *testing.T) {
 		func(c *api.Config) { c.MaxAmount = 100 },
 		func(c *api.Config) { c.MaxAmount = math.MaxInt64 / 10 },
 		func(c *api.Config) { c.RateLimit, c.RateBurst = 0.5, 1 },
+		func(c *api.Config) { c.WebhookPorts = []uint16{65535} },
 	} {
 		cfg := api.Config{DB: pool, Jobs: jobs, ProviderClient: psp.NewClient(psp.Config{})}
 		configure(&cfg)

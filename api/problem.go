@@ -30,6 +30,7 @@ const (
 	CodeDatabaseUnavailable   Code = "database_unavailable"
 	CodeDraining              Code = "draining"
 	CodeDuplicateMember       Code = "duplicate_member"
+	CodeEndpointLimitReached  Code = "endpoint_limit_reached"
 	CodeEvidenceMismatch      Code = "evidence_mismatch"
 	CodeForbidden             Code = "forbidden"
 	CodeHeadersTooLarge       Code = "headers_too_large"
@@ -72,6 +73,7 @@ var codeInfo = map[Code]struct {
 	CodeDatabaseUnavailable:   {http.StatusServiceUnavailable, "Database unavailable"},
 	CodeDraining:              {http.StatusServiceUnavailable, "Shutting down"},
 	CodeDuplicateMember:       {http.StatusBadRequest, "Duplicate JSON member"},
+	CodeEndpointLimitReached:  {http.StatusConflict, "Webhook endpoint limit reached"},
 	CodeEvidenceMismatch:      {http.StatusConflict, "The provider's records contradict the resolution"},
 	CodeForbidden:             {http.StatusForbidden, "Forbidden"},
 	CodeHeadersTooLarge:       {http.StatusRequestHeaderFieldsTooLarge, "Request header fields too large"},

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,7 @@ import (
 	"chargeflow/internal/batch"
 	"chargeflow/psp"
 	"chargeflow/submit"
+	"chargeflow/webhook"
 )
 
 // Config is everything the API needs. Zero values take the defaults.
@@ -84,6 +86,12 @@ type Config struct {
 	// loopback, private or link-local addresses: for tests and a laptop,
 	// never in front of the internet (docs/webhooks.md, "Endpoints").
 	WebhooksAllowPrivate bool
+	// WebhookPorts are the ports an endpoint URL may name (or imply);
+	// nil is webhook.DefaultPorts (--webhook-ports).
+	WebhookPorts []uint16
+	// WebhookLookup resolves an endpoint URL's host; default
+	// webhook.LookupHost, the system's resolver.
+	WebhookLookup func(ctx context.Context, host string) ([]netip.Addr, error)
 	// MaxAmount caps a charge's amount: a number of major units, counted in
 	// minor units of a two-decimal currency, that each currency's cap scales
 	// to its own minor unit (maxAmountFor; docs/architecture.md, "Money").
@@ -216,6 +224,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Ready == nil {
 		cfg.Ready = func(ctx context.Context) error { return cfg.DB.Ping(ctx) }
+	}
+	if cfg.WebhookLookup == nil {
+		cfg.WebhookLookup = webhook.LookupHost
 	}
 	d := Defaults()
 	cfg.Provider = cmp.Or(cfg.Provider, d.Provider)

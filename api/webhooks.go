@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"chargeflow/api/jsoncanon"
+	"chargeflow/intent"
 	"chargeflow/internal/ids"
 	"chargeflow/object"
 	"chargeflow/webhook"
@@ -63,50 +65,107 @@ func endpointFromJSON(v jsoncanon.Value) (string, []string, error) {
 	return rawURL, events, nil
 }
 
-// createEndpoint registers a webhook endpoint and answers its secret, the
-// only time it is shown. A URL that resolves to a loopback, private or
-// link-local address is refused unless the API runs with
-// --webhooks-allow-private (docs/webhooks.md, "Endpoints").
+const endpointsRoute = "/v1/webhook_endpoints"
+
+// createEndpoint registers a webhook endpoint and answers its secret,
+// once per idempotency key, in the order of createCharge (docs/api.md):
+// key, body, strict JSON and fingerprint, replay, validation, one
+// transaction that writes the endpoint and the key's record. A retry with
+// the key gets the first answer, secret included; another request with it
+// 422; one while the first is in flight 409. A URL whose address, or any
+// address its host resolves to, is not a public internet address, or
+// whose port is not allowed, is refused unless the API runs with
+// --webhooks-allow-private; a tenant has at most webhook.MaxEndpoints
+// (docs/webhooks.md, "Endpoints").
 func (s *Server) createEndpoint(c echo.Context) error {
-	body, err := readBody(c, s.cfg.MaxBodyBytes)
+	t := tenantOf(c)
+	k, replayed, err := s.readKeyed(c, endpointsRoute)
+	if k.cancel != nil {
+		defer k.cancel()
+	}
+	if err != nil || replayed {
+		return err
+	}
+	rawURL, events, err := endpointFromJSON(k.parsed)
 	if err != nil {
 		return err
 	}
-	parsed, _, err := parseJSONBody(body)
+	ctx, fp, keyHash := k.ctx, k.fingerprint, k.keyHash
+	policy := webhook.Policy{AllowPrivate: s.cfg.WebhooksAllowPrivate, Ports: s.cfg.WebhookPorts}
+	if err := policy.CheckURL(ctx, rawURL, s.cfg.WebhookLookup); err != nil {
+		// The wording is fixed (webhook.URLError); what caused it is
+		// logged with the request, never answered.
+		p := fieldProblem(CodeInvalidField, "url", err.Error())
+		p.cause = errors.Unwrap(err)
+		return p
+	}
+	now := s.cfg.Now()
+	e := webhook.NewEndpoint(t.ID, rawURL, events, now)
+	response, err := encodeJSON(endpointViewOf(e, true))
 	if err != nil {
+		return fmt.Errorf("encode webhook endpoint: %w", err)
+	}
+	creation := webhook.Creation{Endpoint: e, KeyHash: keyHash[:], Fingerprint: fp, StatusCode: http.StatusCreated,
+		ResponseBody: response, ExpiresAt: e.CreatedAt.Add(s.cfg.IdempotencyTTL)}
+	rec, created, err := webhook.CreateEndpoint(ctx, s.cfg.DB, creation)
+	switch {
+	case errors.Is(err, webhook.ErrEndpointLimit):
+		return problem(CodeEndpointLimitReached, fmt.Sprintf(
+			"an account may have at most %d webhook endpoints; delete one to create another", webhook.MaxEndpoints))
+	case lockTimeout(err):
+		p := problem(CodeRequestInProgress,
+			"a request creating a webhook endpoint for this account, with this Idempotency-Key or another, is still being processed; retry shortly")
+		p.RetryAfter = 1
+		p.cause = err
+		return p
+	case err != nil:
 		return err
 	}
-	rawURL, events, err := endpointFromJSON(parsed)
-	if err != nil {
-		return err
+	if !created {
+		s.replays.put(t.ID, keyHash, rec)
+		return s.replay(c, rec, fp)
 	}
-	ctx, cancel := s.dbContext(c)
-	defer cancel()
-	if err := webhook.CheckURL(ctx, rawURL, s.cfg.WebhooksAllowPrivate, webhook.LookupHost); err != nil {
-		return fieldProblem(CodeInvalidField, "url", err.Error())
-	}
-	e, err := webhook.CreateEndpoint(ctx, s.cfg.DB, tenantOf(c).ID, rawURL, events)
-	if err != nil {
-		return err
-	}
-	return s.writeJSON(c, http.StatusCreated, endpointViewOf(e, true))
+	s.replays.put(t.ID, keyHash, intent.IdempotencyRecord{Fingerprint: fp, ChargeID: e.ID, StatusCode: http.StatusCreated,
+		ResponseBody: response, CreatedAt: e.CreatedAt, ExpiresAt: creation.ExpiresAt})
+	return c.Blob(http.StatusCreated, echo.MIMEApplicationJSON, response)
 }
 
-// listEndpoints answers the tenant's endpoints, without their secrets.
+// listEndpoints answers a page of the tenant's endpoints, newest first,
+// without their secrets: {"data", "has_more"}, paged as charges are.
 func (s *Server) listEndpoints(c echo.Context) error {
-	ctx, cancel := s.dbContext(c)
-	defer cancel()
-	endpoints, err := webhook.Endpoints(ctx, s.cfg.DB, tenantOf(c).ID)
+	params := webhook.EndpointListParams{TenantID: tenantOf(c).ID, Limit: 10}
+	err := eachQueryParam(c, func(name, value string) (bool, error) {
+		switch name {
+		case "limit":
+			n, err := pageLimit(name, value)
+			params.Limit = n
+			return true, err
+		case "starting_after":
+			if !ids.Valid("we", value) {
+				return true, fieldProblem(CodeInvalidParameter, name, "starting_after must be the id of the last item of the previous page")
+			}
+			params.StartingAfter = value
+			return true, nil
+		}
+		return false, nil
+	})
 	if err != nil {
 		return err
 	}
-	views := make([]object.Endpoint, 0, len(endpoints))
-	for _, e := range endpoints {
-		views = append(views, endpointViewOf(e, false))
+	ctx, cancel := s.dbContext(c)
+	defer cancel()
+	endpoints, more, err := webhook.Endpoints(ctx, s.cfg.DB, params)
+	if err != nil {
+		return err
 	}
-	return s.writeJSON(c, http.StatusOK, struct {
-		Data []object.Endpoint `json:"data"`
-	}{views})
+	page := struct {
+		Data    []object.Endpoint `json:"data"`
+		HasMore bool              `json:"has_more"`
+	}{Data: make([]object.Endpoint, 0, len(endpoints)), HasMore: more}
+	for _, e := range endpoints {
+		page.Data = append(page.Data, endpointViewOf(e, false))
+	}
+	return s.writeJSON(c, http.StatusOK, page)
 }
 
 // deleteEndpoint stops deliveries to an endpoint.

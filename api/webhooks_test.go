@@ -1,8 +1,17 @@
 package api_test
 
 import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -16,25 +25,47 @@ func (b *testBundle) endpoints(t *testing.T, tt testTenant, method, path, body s
 	return b.request(t, method, "/v1/webhook_endpoints"+path, body, "Authorization", "Bearer "+tt.Key, "Content-Type", "application/json")
 }
 
+// createEndpoint posts an endpoint under an idempotency key ("" sends
+// none).
+func (b *testBundle) createEndpoint(t *testing.T, tt testTenant, key, body string) response {
+	t.Helper()
+	h := []string{"Authorization", "Bearer " + tt.Key, "Content-Type", "application/json"}
+	if key != "" {
+		h = append(h, "Idempotency-Key", key)
+	}
+	return b.request(t, http.MethodPost, "/v1/webhook_endpoints", body, h...)
+}
+
+// endpointRows counts what endpoint creation stores: endpoints, and the
+// idempotency records that name one.
+func (b *testBundle) endpointRows(t *testing.T) (endpoints, records int) {
+	t.Helper()
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM webhook_endpoints),
+		(SELECT count(*) FROM idempotency_keys WHERE endpoint_id IS NOT NULL)`).Scan(&endpoints, &records))
+	return endpoints, records
+}
+
 func TestWebhookEndpoints(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *setupOpts) { o.config = func(cfg *api.Config) { cfg.WebhooksAllowPrivate = true } })
 
-	created := b.endpoints(t, b.tenantA, http.MethodPost, "", `{"url": "http://127.0.0.1:9/hooks", "events": ["charge.succeeded", "refund.failed"]}`)
+	created := b.createEndpoint(t, b.tenantA, "hooks-create-key-0001", `{"url": "http://127.0.0.1:9/hooks", "events": ["charge.succeeded", "refund.failed"]}`)
 	require.Equal(t, http.StatusCreated, created.status, "body: %s", created.body)
 	endpoint := decode(t, created)
 	require.Regexp(t, `^whsec_`, endpoint["secret"], "the secret is shown once, at creation")
 	require.Equal(t, "enabled", endpoint["status"])
 	id := endpoint["id"].(string)
 
-	list := decode(t, b.endpoints(t, b.tenantA, http.MethodGet, "", ""))["data"].([]any)
+	page := decode(t, b.endpoints(t, b.tenantA, http.MethodGet, "", ""))
+	list := page["data"].([]any)
 	require.Len(t, list, 1)
+	require.Equal(t, false, page["has_more"])
 	require.NotContains(t, list[0], "secret", "and never again")
 	require.Empty(t, decode(t, b.endpoints(t, b.tenantB, http.MethodGet, "", ""))["data"], "another tenant's endpoints are not listed")
 
 	// A settling move decides a delivery to each subscribed endpoint; the
 	// event's log shows it.
-	charge := b.succeededCharge(t, b.tenantA, 1000)
+	b.succeededCharge(t, b.tenantA, 1000)
 	events := decode(t, b.get(t, b.tenantA, "/v1/events"))["data"].([]any)
 	require.Len(t, events, 1)
 	eventID := events[0].(map[string]any)["id"].(string)
@@ -43,7 +74,6 @@ func TestWebhookEndpoints(t *testing.T) {
 	require.Equal(t, map[string]any{"endpoint": id, "state": "pending", "attempts": []any{}}, log[0])
 	require.Equal(t, 1, b.jobsOfKind(t, "webhook.deliver"))
 	requireProblem(t, b.get(t, b.tenantB, "/v1/events/"+eventID+"/deliveries"), http.StatusNotFound, api.CodeNotFound)
-	_ = charge
 
 	requireProblem(t, b.endpoints(t, b.tenantB, http.MethodDelete, "/"+id, ""), http.StatusNotFound, api.CodeNotFound)
 	deleted := b.endpoints(t, b.tenantA, http.MethodDelete, "/"+id, "")
@@ -55,36 +85,207 @@ func TestWebhookEndpoints(t *testing.T) {
 	require.Equal(t, 1, b.jobsOfKind(t, "webhook.deliver"), "a deleted endpoint is decided nothing")
 }
 
-// Refusals store nothing; without --webhooks-allow-private a URL on a
-// private or local address is one of them.
+// lookups is the resolver of the rejection tests: names the test knows,
+// and a resolver's own error, naming its address, for any other.
+func lookups(_ context.Context, host string) ([]netip.Addr, error) {
+	switch host {
+	case "merchant.example":
+		return []netip.Addr{netip.MustParseAddr("93.184.215.14")}, nil
+	case "internal.example":
+		return []netip.Addr{netip.MustParseAddr("93.184.215.14"), netip.MustParseAddr("10.0.0.5")}, nil
+	case "rebound.example":
+		return []netip.Addr{netip.MustParseAddr("64:ff9b::a9fe:a9fe")}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, Server: "10.255.255.53:53", IsNotFound: true}
+}
+
+// Refusals store nothing — no endpoint, no idempotency record — and say
+// why in fixed words: without --webhooks-allow-private, a URL whose address
+// (or any address its host resolves to) is not a public internet address,
+// or whose port is not 80, 443 or 8443, is one of them. A name that does
+// not exist is refused in the words of one that resolves to a private
+// address, and neither quotes the resolver.
 func TestWebhookEndpointRejections(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, func(o *setupOpts) { o.config = func(cfg *api.Config) { cfg.WebhookLookup = lookups } })
+	const hostRefused = "the url's host does not resolve to public internet addresses only"
+	const addressRefused = "the url's address is not a public internet address"
 	for _, tc := range []struct {
-		name, body string
-		code       api.Code
-		field      string
+		name, key, body string
+		status          int
+		code            api.Code
+		field, detail   string
 	}{
-		{"loopback", `{"url": "http://127.0.0.1:9/hooks", "events": ["*"]}`, api.CodeInvalidField, "url"},
-		{"cloud metadata", `{"url": "http://169.254.169.254/latest/meta-data/", "events": ["*"]}`, api.CodeInvalidField, "url"},
-		{"private", `{"url": "https://10.0.0.8/hooks", "events": ["*"]}`, api.CodeInvalidField, "url"},
-		{"not http", `{"url": "file:///etc/passwd", "events": ["*"]}`, api.CodeInvalidField, "url"},
-		{"credentials", `{"url": "https://a:b@93.184.215.14/hooks", "events": ["*"]}`, api.CodeInvalidField, "url"},
-		{"no events", `{"url": "https://93.184.215.14/hooks", "events": []}`, api.CodeInvalidField, "events"},
-		{"unknown event", `{"url": "https://93.184.215.14/hooks", "events": ["charge.pending"]}`, api.CodeInvalidField, "events"},
-		{"missing url", `{"events": ["*"]}`, api.CodeMissingField, "url"},
-		{"unknown field", `{"url": "https://93.184.215.14/hooks", "events": ["*"], "secret": "mine"}`, api.CodeUnknownField, "secret"},
-		{"card number", `{"url": "https://93.184.215.14/4242424242424242", "events": ["*"]}`, api.CodeCardNumberDetected, "url"},
+		{"loopback", "k", `{"url": "http://127.0.0.1/hooks", "events": ["*"]}`, 400, api.CodeInvalidField, "url", addressRefused},
+		{"cloud metadata", "k", `{"url": "http://169.254.169.254/latest/meta-data/", "events": ["*"]}`, 400, api.CodeInvalidField, "url", addressRefused},
+		{"private", "k", `{"url": "https://10.0.0.8/hooks", "events": ["*"]}`, 400, api.CodeInvalidField, "url", addressRefused},
+		{"mapped private", "k", `{"url": "https://[::ffff:10.0.0.8]/hooks", "events": ["*"]}`, 400, api.CodeInvalidField, "url", addressRefused},
+		{"NAT64 metadata", "k", `{"url": "https://[64:ff9b::a9fe:a9fe]/hooks", "events": ["*"]}`, 400, api.CodeInvalidField, "url", addressRefused},
+		{"6to4 loopback", "k", `{"url": "https://[2002:7f00:1::1]/hooks", "events": ["*"]}`, 400, api.CodeInvalidField, "url", addressRefused},
+		{"Teredo private", "k", `{"url": "https://[2001:0:5db8:8888:0:1f90:f5ff:fffe]/hooks", "events": ["*"]}`, 400, api.CodeInvalidField, "url", addressRefused},
+		{"benchmarking", "k", `{"url": "https://198.18.0.1/hooks", "events": ["*"]}`, 400, api.CodeInvalidField, "url", addressRefused},
+		{"resolves private", "k", `{"url": "https://internal.example/hooks", "events": ["*"]}`, 400, api.CodeInvalidField, "url", hostRefused},
+		{"resolves NAT64 metadata", "k", `{"url": "https://rebound.example/hooks", "events": ["*"]}`, 400, api.CodeInvalidField, "url", hostRefused},
+		{"no such name", "k", `{"url": "https://nowhere.example/hooks", "events": ["*"]}`, 400, api.CodeInvalidField, "url", hostRefused},
+		{"numeric name", "k", `{"url": "http://2130706433/hooks", "events": ["*"]}`, 400, api.CodeInvalidField, "url", hostRefused},
+		{"ssh port", "k", `{"url": "https://merchant.example:22/hooks", "events": ["*"]}`, 400, api.CodeInvalidField, "url",
+			"the url's port is not one webhooks are delivered to: use 80, 443 and 8443"},
+		{"not http", "k", `{"url": "file:///etc/passwd", "events": ["*"]}`, 400, api.CodeInvalidField, "url", "the url must be an absolute http or https URL"},
+		{"credentials", "k", `{"url": "https://a:b@93.184.215.14/hooks", "events": ["*"]}`, 400, api.CodeInvalidField, "url", "the url must not carry credentials"},
+		{"no events", "k", `{"url": "https://93.184.215.14/hooks", "events": []}`, 400, api.CodeInvalidField, "events", ""},
+		{"unknown event", "k", `{"url": "https://93.184.215.14/hooks", "events": ["charge.pending"]}`, 400, api.CodeInvalidField, "events", ""},
+		{"missing url", "k", `{"events": ["*"]}`, 400, api.CodeMissingField, "url", ""},
+		{"unknown field", "k", `{"url": "https://93.184.215.14/hooks", "events": ["*"], "secret": "mine"}`, 400, api.CodeUnknownField, "secret", ""},
+		{"card number", "k", `{"url": "https://93.184.215.14/4242424242424242", "events": ["*"]}`, 400, api.CodeCardNumberDetected, "url", ""},
+		{"no key", "", `{"url": "https://93.184.215.14/hooks", "events": ["*"]}`, 400, api.CodeIdempotencyKeyMissing, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := requireProblem(t, b.endpoints(t, b.tenantA, http.MethodPost, "", tc.body), http.StatusBadRequest, tc.code)
-			require.Equal(t, tc.field, p["field"])
-			var stored int
-			require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM webhook_endpoints`).Scan(&stored))
-			require.Zero(t, stored, "nothing stored")
-			require.NotContains(t, p["detail"], "4242424242424242")
+			key := ""
+			if tc.key != "" {
+				key = "reject-" + strings.ReplaceAll(tc.name, " ", "-") + "-0001"
+			}
+			p := requireProblem(t, b.createEndpoint(t, b.tenantA, key, tc.body), tc.status, tc.code)
+			if tc.field != "" {
+				require.Equal(t, tc.field, p["field"])
+			}
+			if tc.detail != "" {
+				require.Equal(t, tc.detail, p["detail"], "fixed wording")
+			}
+			for _, leak := range []string{"10.255", "10.0.0", "no such host", "lookup", "4242424242424242"} {
+				require.NotContains(t, p["detail"], leak)
+			}
+			endpoints, records := b.endpointRows(t)
+			require.Zero(t, endpoints, "no endpoint stored")
+			require.Zero(t, records, "no idempotency record stored")
+			require.Equal(t, stored{}, b.stored(t), "nothing stored")
 		})
 	}
+	require.NotContains(t, b.logs.String(), "nowhere.example", "the merchant's name is not logged")
+	require.Contains(t, b.logs.String(), "lookup: no such host (server 10.255.255.53:53)", "the resolver's words are logged")
+}
+
+// Creating an endpoint follows the charges' idempotency contract: a retry
+// with the key gets the first answer byte for byte, secret included, and
+// creates nothing; another body with the key is 422; a key a charge used
+// is 422 too (one key space); a request while the key's first is in
+// flight is 409 + Retry-After, and stores nothing.
+func TestWebhookEndpointIdempotency(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) {
+		o.lockTimeout = "100ms"
+		o.config = func(cfg *api.Config) { cfg.WebhookLookup = lookups }
+	})
+	const body = `{"url": "https://merchant.example/hooks", "events": ["*"]}`
+	first := b.createEndpoint(t, b.tenantA, "endpoint-key-000000001", body)
+	require.Equal(t, http.StatusCreated, first.status, "body: %s", first.body)
+	retry := b.createEndpoint(t, b.tenantA, "endpoint-key-000000001", body)
+	require.Equal(t, http.StatusCreated, retry.status)
+	require.Equal(t, "true", retry.header.Get("Idempotent-Replayed"))
+	require.Equal(t, first.body, retry.body, "the same endpoint and the same secret")
+	// Answered from the database too, not only from this process's memory.
+	other := b.serve(t, b.cfg)
+	fromDB := requestAt(t, other, http.MethodPost, "/v1/webhook_endpoints", body, "Authorization", "Bearer "+b.tenantA.Key,
+		"Content-Type", "application/json", "Idempotency-Key", "endpoint-key-000000001")
+	require.Equal(t, http.StatusCreated, fromDB.status)
+	require.Equal(t, first.body, fromDB.body)
+	endpoints, records := b.endpointRows(t)
+	require.Equal(t, 1, endpoints)
+	require.Equal(t, 1, records)
+
+	requireProblem(t, b.createEndpoint(t, b.tenantA, "endpoint-key-000000001", `{"url": "https://merchant.example/other", "events": ["*"]}`),
+		http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	charged := b.post(t, b.tenantA, "charge-then-endpoint-01", validBody)
+	require.Equal(t, http.StatusCreated, charged.status)
+	requireProblem(t, b.createEndpoint(t, b.tenantA, "charge-then-endpoint-01", body), http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	requireProblem(t, b.post(t, b.tenantA, "endpoint-key-000000001", validBody), http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	endpoints, records = b.endpointRows(t)
+	require.Equal(t, 1, endpoints, "nothing more stored")
+	require.Equal(t, 1, records)
+	// Another tenant's key space is its own.
+	require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.tenantB, "endpoint-key-000000001", body).status)
+
+	// In flight: a request holding the key in an open transaction.
+	tx, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	held := webhook.NewEndpoint(b.tenantA.ID, "https://merchant.example/held", []string{"*"}, time.Now())
+	keyHash := sha256.Sum256([]byte("endpoint-key-in-flight"))
+	_, created, err := webhook.CreateEndpoint(t.Context(), tx, webhook.Creation{Endpoint: held, KeyHash: keyHash[:], Fingerprint: keyHash[:],
+		StatusCode: http.StatusCreated, ResponseBody: []byte(`{}`), ExpiresAt: held.CreatedAt.Add(time.Hour)})
+	require.NoError(t, err)
+	require.True(t, created)
+	waiting := b.createEndpoint(t, b.tenantA, "endpoint-key-in-flight", body)
+	requireProblem(t, waiting, http.StatusConflict, api.CodeRequestInProgress)
+	require.Equal(t, "1", waiting.header.Get("Retry-After"))
+	require.NoError(t, tx.Rollback(t.Context()))
+	endpoints, records = b.endpointRows(t)
+	require.Equal(t, 2, endpoints, "the 409 stored nothing")
+	require.Equal(t, 2, records)
+	after := b.createEndpoint(t, b.tenantA, "endpoint-key-in-flight", body)
+	require.Equal(t, http.StatusCreated, after.status, "the key is free once its holder rolled back")
+	require.NotContains(t, b.logs.String(), "whsec_", "a secret is never logged")
+}
+
+// A tenant has at most webhook.MaxEndpoints endpoints: the next is 409
+// endpoint_limit_reached and stores nothing, also when many are created at
+// once; a retry of one created before is still answered; a deleted
+// endpoint makes room. Listing pages through them as charges page.
+func TestWebhookEndpointLimitAndPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.config = func(cfg *api.Config) { cfg.WebhookLookup = lookups } })
+	body := func(i int) string { return fmt.Sprintf(`{"url": "https://merchant.example/hooks/%d", "events": ["*"]}`, i) }
+	for i := range webhook.MaxEndpoints - 4 {
+		require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.tenantA, fmt.Sprintf("limit-key-%010d", i), body(i)).status)
+	}
+	// Eight at once for the last four places.
+	var wg sync.WaitGroup
+	answers := make([]response, 8)
+	for i := range answers {
+		wg.Go(func() { answers[i] = b.createEndpoint(t, b.tenantA, fmt.Sprintf("limit-race-%010d", i), body(100+i)) })
+	}
+	wg.Wait()
+	statuses := map[int]int{}
+	for _, a := range answers {
+		statuses[a.status]++
+		if a.status == http.StatusConflict {
+			requireProblem(t, a, http.StatusConflict, api.CodeEndpointLimitReached)
+		}
+	}
+	require.Equal(t, map[int]int{http.StatusCreated: 4, http.StatusConflict: 4}, statuses)
+	endpoints, records := b.endpointRows(t)
+	require.Equal(t, webhook.MaxEndpoints, endpoints)
+	require.Equal(t, webhook.MaxEndpoints, records)
+
+	p := requireProblem(t, b.createEndpoint(t, b.tenantA, "limit-key-over-the-top", body(99)), http.StatusConflict, api.CodeEndpointLimitReached)
+	require.Equal(t, "an account may have at most 16 webhook endpoints; delete one to create another", p["detail"])
+	endpoints, records = b.endpointRows(t)
+	require.Equal(t, webhook.MaxEndpoints, endpoints, "nothing stored")
+	require.Equal(t, webhook.MaxEndpoints, records)
+	require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.tenantA, "limit-key-0000000000", body(0)).status, "a retry is still answered")
+	require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.tenantB, "limit-key-over-the-top", body(99)).status, "the limit is per tenant")
+
+	// Pages, newest first, 10 by default.
+	var ids []string
+	path := "?limit=5"
+	for {
+		page := decode(t, b.endpoints(t, b.tenantA, http.MethodGet, path, ""))
+		for _, e := range page["data"].([]any) {
+			ids = append(ids, e.(map[string]any)["id"].(string))
+		}
+		if page["has_more"] != true {
+			break
+		}
+		path = "?limit=5&starting_after=" + ids[len(ids)-1]
+	}
+	require.Len(t, ids, webhook.MaxEndpoints)
+	require.True(t, slices.IsSortedFunc(ids, func(a, b string) int { return strings.Compare(b, a) }), "newest first")
+	require.Len(t, decode(t, b.endpoints(t, b.tenantA, http.MethodGet, "", ""))["data"], 10)
+	for _, bad := range []string{"?limit=0", "?limit=101", "?limit=x", "?starting_after=ch_x", "?starting_after=" + ids[0] + "&starting_after=" + ids[1], "?status=enabled"} {
+		requireProblem(t, b.endpoints(t, b.tenantA, http.MethodGet, bad, ""), http.StatusBadRequest, api.CodeInvalidParameter)
+	}
+
+	deleted := b.endpoints(t, b.tenantA, http.MethodDelete, "/"+ids[3], "")
+	require.Equal(t, http.StatusOK, deleted.status)
+	require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.tenantA, "limit-key-after-delete", body(200)).status, "a deleted endpoint makes room")
 }
 
 // jobsOfKind counts River jobs of a kind.
@@ -104,8 +305,10 @@ func (b *testBundle) jobsOfKind(t *testing.T, kind string) int {
 func TestEndpointDisabledEvent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *setupOpts) { o.config = func(cfg *api.Config) { cfg.WebhooksAllowPrivate = true } })
+	n := 0
 	create := func(events string) map[string]any {
-		created := b.endpoints(t, b.tenantA, http.MethodPost, "", `{"url": "http://127.0.0.1:9/hooks", "events": `+events+`}`)
+		n++
+		created := b.createEndpoint(t, b.tenantA, fmt.Sprintf("disabled-event-key-%d", n), `{"url": "http://127.0.0.1:9/hooks", "events": `+events+`}`)
 		require.Equal(t, http.StatusCreated, created.status, "body: %s", created.body)
 		return decode(t, created)
 	}

@@ -131,6 +131,6 @@ type Event struct {
 	// it: decode it into a Charge or a Refund. For
 	// webhook_endpoint.disabled it is the endpoint (its id, url, events,
 	// status "disabled" and disabled_reason; never its secret) that was
-	// disabled after a delivery to it failed for more than a day.
+	// disabled after a delivery to it failed every attempt.
 	Data json.RawMessage `json:"data"`
 }

@@ -91,6 +91,7 @@ func (s *system) createEndpoint(t *testing.T, url string) string {
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+s.apiKey)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "e2e-endpoint-"+url)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()

@@ -382,3 +382,15 @@ func TestDescribe(t *testing.T) {
 		require.NotContains(t, cause.Error(), "token=t", "the cause without the URL")
 	}
 }
+
+// A worker with no port to deliver to, or port 0, does not start.
+func TestNewWorkerRefusesBadPorts(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	for _, ports := range [][]uint16{{}, {0}, {443, 0}} {
+		_, err := delivery.NewWorker(delivery.Config{DB: pool, Ports: ports})
+		require.ErrorContains(t, err, "webhook ports", "%v", ports)
+	}
+	_, err := delivery.NewWorker(delivery.Config{DB: pool, Ports: []uint16{9443}})
+	require.NoError(t, err)
+}

@@ -38,6 +38,9 @@ func (s *system) startReceiver(ctx context.Context) error {
 	}
 	s.receiver = r
 	body := fmt.Sprintf(`{"url": %q, "events": ["*"]}`, r.URL)
+	// One key for every attempt: a retry after a lost answer gets the
+	// endpoint the first attempt made, with its secret, not a second one.
+	key := fmt.Sprintf("scenario-endpoint-%d", s.seed)
 	for attempt := 0; ; attempt++ {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.api.url()+"/v1/webhook_endpoints", bytes.NewReader([]byte(body)))
 		if err != nil {
@@ -45,6 +48,7 @@ func (s *system) startReceiver(ctx context.Context) error {
 		}
 		req.Header.Set("Authorization", "Bearer "+s.apiKey)
 		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			data, _ := io.ReadAll(resp.Body)

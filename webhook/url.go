@@ -146,6 +146,12 @@ func (p Policy) CheckURL(ctx context.Context, raw string, lookup func(context.Co
 	}
 	addrs, err := lookup(ctx, name)
 	if err != nil {
+		// The cause is logged: the resolver's own words, without the
+		// name, which is the merchant's.
+		var dnsErr *net.DNSError
+		if errors.As(err, &dnsErr) {
+			err = fmt.Errorf("lookup: %s (server %s)", dnsErr.Err, dnsErr.Server)
+		}
 		return refuse(ErrHostNotAllowed, err)
 	}
 	if len(addrs) == 0 {

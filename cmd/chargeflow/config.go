@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"chargeflow/internal/app"
 	"chargeflow/psp"
 	pspstripe "chargeflow/psp/stripe"
+	"chargeflow/webhook"
 )
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/chargeflow?sslmode=disable"
@@ -148,7 +150,10 @@ func bindProvider(fs *flag.FlagSet, o *app.Options) {
 func bindWebhooks(fs *flag.FlagSet, o *app.Options, allowPrivate bool) {
 	d := app.Defaults().Webhooks
 	fs.BoolVar(&o.Webhooks.AllowPrivate, "webhooks-allow-private", allowPrivate,
-		"accept webhook endpoints on loopback, private and link-local addresses, and deliver to them: tests and a laptop only")
+		"accept webhook endpoints on any address and port (loopback, private and link-local among them), and deliver to them: tests and a laptop only")
+	o.Webhooks.Ports = slices.Clone(webhook.DefaultPorts)
+	fs.Var((*portsValue)(&o.Webhooks.Ports), "webhook-ports",
+		"the ports webhook endpoints may name and deliveries may reach, comma-separated, from 1 to 65535 (--webhooks-allow-private lifts it)")
 	fs.IntVar(&o.Webhooks.Concurrency, "webhook-concurrency", d.Concurrency, "webhook deliveries made at once, in their own queue")
 	fs.DurationVar(&o.Webhooks.Timeout, "webhook-timeout", delivery.DefaultTimeout, "how long one webhook delivery may take")
 	fs.DurationVar(&o.Webhooks.RetryBase, "webhook-retry-base", delivery.DefaultBackoffBase, "first wait before retrying a failed webhook delivery, doubled each time")
@@ -156,6 +161,36 @@ func bindWebhooks(fs *flag.FlagSet, o *app.Options, allowPrivate bool) {
 	// Registered without a default, so that -h cannot print the secret.
 	fs.StringVar(&o.ProviderWebhookSecret, "psp-webhook-secret", "",
 		"the secret the provider signs its notifications with; turns POST /v1/provider_webhooks/{fake,stripe} on (set it from the environment: a flag shows in ps)")
+}
+
+// portsValue is --webhook-ports: a comma-separated list of ports from 1 to
+// 65535, at least one, each once.
+type portsValue []uint16
+
+func (p *portsValue) String() string {
+	if p == nil {
+		return ""
+	}
+	s := make([]string, len(*p))
+	for i, port := range *p {
+		s[i] = strconv.Itoa(int(port))
+	}
+	return strings.Join(s, ",")
+}
+
+func (p *portsValue) Set(value string) error {
+	refuse := fmt.Errorf("--webhook-ports (%s) must be a comma-separated list of ports from 1 to 65535, each once, such as 443,8443",
+		envName("webhook-ports"))
+	var ports []uint16
+	for _, field := range strings.Split(value, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(field), 10, 16)
+		if err != nil || n == 0 || slices.Contains(ports, uint16(n)) {
+			return refuse
+		}
+		ports = append(ports, uint16(n))
+	}
+	*p = ports
+	return nil
 }
 
 // serveOptions adjust serveHTTP.

@@ -315,3 +315,37 @@ func TestEventRetentionFlag(t *testing.T) {
 	require.ErrorContains(t, err, "--event-retention (CHARGEFLOW_EVENT_RETENTION) is -1h0m0s: want 24h0m0s to 87600h0m0s; 0: keeps them forever",
 		"a negative retention is refused, never taken for forever")
 }
+
+// --webhook-ports, from its default, the command line and the environment;
+// a bad list is refused with the flag's name and its variable, from either.
+func TestWebhookPortsFlag(t *testing.T) {
+	t.Parallel()
+	ports := func(environ map[string]string, args ...string) ([]uint16, error) {
+		var o app.Options
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		bindWebhooks(fs, &o, false)
+		err := parseFlags(fs, env{getenv: func(k string) string { return environ[k] }}, args)
+		return o.Webhooks.Ports, err
+	}
+	got, err := ports(nil)
+	require.NoError(t, err)
+	require.Equal(t, []uint16{80, 443, 8443}, got)
+	got, err = ports(nil, "--webhook-ports", "443, 9443")
+	require.NoError(t, err)
+	require.Equal(t, []uint16{443, 9443}, got)
+	got, err = ports(map[string]string{"CHARGEFLOW_WEBHOOK_PORTS": "8080"})
+	require.NoError(t, err)
+	require.Equal(t, []uint16{8080}, got)
+	for _, bad := range []string{"", "0", "65536", "-443", "x", "443,443", "443,,80", "443;80", "1e3"} {
+		_, err := ports(nil, "--webhook-ports="+bad)
+		require.Error(t, err, "%q", bad)
+		require.ErrorContains(t, err, "--webhook-ports (CHARGEFLOW_WEBHOOK_PORTS) must be a comma-separated list of ports from 1 to 65535")
+		if bad == "" {
+			continue // an empty variable counts as unset
+		}
+		_, err = ports(map[string]string{"CHARGEFLOW_WEBHOOK_PORTS": bad})
+		require.ErrorContains(t, err, "CHARGEFLOW_WEBHOOK_PORTS", "%q", bad)
+		require.ErrorContains(t, err, "--webhook-ports", "%q", bad)
+	}
+}

@@ -39,7 +39,7 @@ func TestWebhooksDeliveredThroughKills(t *testing.T) {
 	receiver, err := scenario.NewReceiver(t.Context(), 7, 0.3)
 	require.NoError(t, err)
 	t.Cleanup(receiver.Close)
-	created := postTo(s.apiURL+"/v1/webhook_endpoints", s.apiKey, "", fmt.Sprintf(`{"url": %q, "events": ["*"]}`, receiver.URL))
+	created := postTo(s.apiURL+"/v1/webhook_endpoints", s.apiKey, "webhooks-through-kills", fmt.Sprintf(`{"url": %q, "events": ["*"]}`, receiver.URL))
 	require.NoError(t, created.err)
 	require.Equal(t, http.StatusCreated, created.status, created.body)
 	var endpoint struct{ Secret string }

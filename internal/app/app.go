@@ -114,8 +114,11 @@ type Pool struct {
 // Webhooks configures webhook deliveries (package delivery).
 type Webhooks struct {
 	// AllowPrivate lets endpoints be, and deliveries reach, loopback and
-	// private addresses: for tests and a laptop only.
+	// private addresses, on any port: for tests and a laptop only.
 	AllowPrivate bool
+	// Ports are the ports endpoints may name and deliveries reach; nil is
+	// webhook.DefaultPorts.
+	Ports []uint16
 	// Concurrency is how many deliveries run at once, in their own queue
 	// so that slow receivers never hold up charges. Default 10.
 	Concurrency int
@@ -400,7 +403,7 @@ func NewAPI(ctx context.Context, o Options) (*API, error) {
 	cfg.DB, cfg.Jobs, cfg.Provider, cfg.JobsUI = pool, jobs, provider.Capabilities().Name, ui
 	cfg.ProviderClient, cfg.ProviderKeyWindow = provider, o.keyWindow(provider)
 	cfg.Logger, cfg.CrashPoints = o.Logger, o.CrashPoints
-	cfg.WebhooksAllowPrivate = o.Webhooks.AllowPrivate
+	cfg.WebhooksAllowPrivate, cfg.WebhookPorts = o.Webhooks.AllowPrivate, o.Webhooks.Ports
 	cfg.ProviderNotifications, cfg.NotificationsFrom = o.notifications()
 	cfg.TracerProvider, cfg.MeterProvider, cfg.Metrics = o.TracerProvider, o.MeterProvider, o.Metrics
 	if cfg.Ready == nil {
@@ -513,7 +516,7 @@ func NewWorker(pool *pgxpool.Pool, o Options) (*river.Client[pgx.Tx], error) {
 		return nil, err
 	}
 	deliveries, err := delivery.NewWorker(delivery.Config{DB: pool, Logger: o.Logger, AllowPrivate: o.Webhooks.AllowPrivate,
-		Timeout: o.Webhooks.Timeout, BackoffBase: o.Webhooks.RetryBase, BackoffCap: o.Webhooks.RetryCap, CrashPoints: o.CrashPoints})
+		Ports: o.Webhooks.Ports, Timeout: o.Webhooks.Timeout, BackoffBase: o.Webhooks.RetryBase, BackoffCap: o.Webhooks.RetryCap, CrashPoints: o.CrashPoints})
 	if err != nil {
 		return nil, err
 	}
