@@ -232,7 +232,9 @@ func TestWebhookEndpointIdempotency(t *testing.T) {
 func TestWebhookEndpointLimitAndPages(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *setupOpts) { o.config = func(cfg *api.Config) { cfg.WebhookLookup = lookups } })
-	body := func(i int) string { return fmt.Sprintf(`{"url": "https://merchant.example/hooks/%d", "events": ["*"]}`, i) }
+	body := func(i int) string {
+		return fmt.Sprintf(`{"url": "https://merchant.example/hooks/%d", "events": ["*"]}`, i)
+	}
 	for i := range webhook.MaxEndpoints - 4 {
 		require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.tenantA, fmt.Sprintf("limit-key-%010d", i), body(i)).status)
 	}
