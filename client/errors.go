@@ -31,6 +31,7 @@ const (
 	CodeDatabaseUnavailable   Code = "database_unavailable"
 	CodeDraining              Code = "draining"
 	CodeDuplicateMember       Code = "duplicate_member"
+	CodeEndpointLimitReached  Code = "endpoint_limit_reached"
 	CodeEvidenceMismatch      Code = "evidence_mismatch"
 	CodeForbidden             Code = "forbidden"
 	CodeHeadersTooLarge       Code = "headers_too_large"

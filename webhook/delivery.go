@@ -20,8 +20,8 @@ const (
 	Queue       = "webhooks"
 	// MaxAttempts spaced by the delivery worker's backoff keep a failing
 	// endpoint retried for about 31 hours with the default schedule (10 s
-	// doubling to an hour); the job's max_attempts is written by the
-	// trigger (migration 0009), so this is that number.
+	// doubling to an hour). The events triggers write this number into
+	// every webhook.deliver job they insert (migration 0014).
 	MaxAttempts = 40
 )
 

@@ -105,7 +105,7 @@ func refuse(reason, cause error) *URLError { return &URLError{reason: reason, ca
 // on a port p does not allow, or whose host is an address, or resolves
 // (with lookup) to any address, that is not Global. A host is an IP address
 // or a DNS name, whose last label starts with a letter as every top-level
-// domain does: "127.1" or "2130706433" is neither, and some resolvers read
+// domain does (a Unicode one included): "127.1" or "2130706433" is neither, and some resolvers read
 // them as addresses.
 func (p Policy) CheckURL(ctx context.Context, raw string, lookup func(context.Context, string) ([]netip.Addr, error)) error {
 	u, err := url.Parse(raw)
@@ -165,7 +165,9 @@ func (p Policy) CheckURL(ctx context.Context, raw string, lookup func(context.Co
 	return nil
 }
 
-func isLetter(c byte) bool { return ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') }
+// isLetter: an ASCII letter, or the first byte of a non-ASCII one (an
+// internationalized top-level domain written in Unicode).
+func isLetter(c byte) bool { return ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || c >= 0x80 }
 
 // LookupHost resolves a host with the system's resolver.
 func LookupHost(ctx context.Context, host string) ([]netip.Addr, error) {

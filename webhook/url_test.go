@@ -224,6 +224,8 @@ func TestCheckURL(t *testing.T) {
 		{"https://93.184.215.14:8443/hooks", public, nil, false},
 		{"https://[2606:4700:4700::1111]/hooks", public, nil, false},
 		{"http://[::ffff:93.184.215.14]/hooks", public, nil, false},
+		{"https://xn--e1afmkfd.xn--p1ai/hooks", public, nil, false},
+		{"https://пример.рф/hooks", public, nil, false},
 		{"ftp://merchant.example/hooks", public, webhook.ErrURLNotHTTP, true},
 		{"/hooks", public, webhook.ErrURLNotHTTP, true},
 		{"https:merchant.example", public, webhook.ErrURLNotHTTP, true},
