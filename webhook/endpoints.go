@@ -63,7 +63,7 @@ func scanEndpoint(row pgx.Row) (Endpoint, error) {
 
 // MaxEndpoints is how many endpoints (not deleted) a tenant may have, as
 // many as Stripe allows an account: every event is one signed POST to each
-// subscribed endpoint, retried for a day, so endpoints without bound would
+// subscribed endpoint, retried for hours, so endpoints without bound would
 // make one charge a flood (docs/webhooks.md, "Endpoints").
 const MaxEndpoints = 16
 
