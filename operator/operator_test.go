@@ -68,7 +68,8 @@ func TestOperators(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		role operator.Role
-	}{{"", operator.RoleAdmin}, {"bob\nadmin", operator.RoleAdmin}, {strings.Repeat("a", 101), operator.RoleAdmin}, {"bob", "root"}} {
+	}{{"", operator.RoleAdmin}, {"bob\nadmin", operator.RoleAdmin}, {strings.Repeat("a", 101), operator.RoleAdmin}, {"bob", "root"},
+		{"bob\x00", operator.RoleAdmin}, {"bob\xff", operator.RoleAdmin}} {
 		_, _, err := operator.Create(ctx, pool, tc.name, tc.role)
 		require.ErrorIs(t, err, operator.ErrInvalid, "%q %q", tc.name, tc.role)
 	}

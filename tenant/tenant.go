@@ -19,6 +19,7 @@ import (
 	"chargeflow/internal/ids"
 	"chargeflow/internal/pg"
 	"chargeflow/internal/secret"
+	"chargeflow/internal/text"
 )
 
 // ErrUnauthenticated means the key is malformed, unknown, or revoked. Callers
@@ -27,6 +28,13 @@ var ErrUnauthenticated = errors.New("tenant: invalid api key")
 
 // ErrNameTaken means another tenant already has the name.
 var ErrNameTaken = errors.New("tenant: name already taken")
+
+// ErrInvalidName means a name the database cannot store: empty, longer than
+// MaxName characters, not UTF-8 or holding a NUL (internal/text).
+var ErrInvalidName = errors.New("tenant: invalid name")
+
+// MaxName is the most characters a tenant's name may have.
+const MaxName = 200
 
 // DB is what this package needs from a handle (pool, conn or transaction).
 type DB = pg.Handle
@@ -42,6 +50,10 @@ type Tenant struct {
 // Create makes a tenant and its first API key, and returns the key. The key
 // is shown once; only its hash is kept.
 func Create(ctx context.Context, db DB, name string) (Tenant, string, error) {
+	if err := text.Check(name, MaxName); err != nil || name == "" {
+		// The name is not quoted: it could be any bytes.
+		return Tenant{}, "", fmt.Errorf("%w: it must be 1 to %d characters of UTF-8 without NUL", ErrInvalidName, MaxName)
+	}
 	t := Tenant{ID: ids.New("tn", time.Now()), Name: name}
 	_, err := db.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, $2)`, t.ID, t.Name)
 	var pgErr *pgconn.PgError
