@@ -331,8 +331,17 @@ func resolutionOf(v jsoncanon.Value) (resolution, error) {
 		return resolution{}, problem(CodeInvalidJSON, "the body must be a JSON object")
 	}
 	var r resolution
-	str := func(m jsoncanon.Member, pattern *regexp.Regexp, detail string) (string, error) {
-		if m.Value.Kind != jsoncanon.String || (pattern != nil && !pattern.MatchString(m.Value.String)) {
+	// Every member is a string the database stores (the evidence and the
+	// provider's ids in the charge's events): each goes through storedText
+	// first, then its own pattern.
+	str := func(m jsoncanon.Member, max int, pattern *regexp.Regexp, detail string) (string, error) {
+		if m.Value.Kind != jsoncanon.String {
+			return "", fieldProblem(CodeInvalidField, m.Name, detail)
+		}
+		if err := storedText(m.Name, m.Name, m.Value.String, max); err != nil {
+			return "", err
+		}
+		if pattern != nil && !pattern.MatchString(m.Value.String) {
 			return "", fieldProblem(CodeInvalidField, m.Name, detail)
 		}
 		return m.Value.String, nil
@@ -342,17 +351,17 @@ func resolutionOf(v jsoncanon.Value) (resolution, error) {
 		switch m.Name {
 		case "status":
 			var status string
-			status, err = str(m, resolvedStatusPattern, "status must be succeeded, failed or pending")
+			status, err = str(m, 0, resolvedStatusPattern, "status must be succeeded, failed or pending")
 			r.status = intent.State(status)
 		case "evidence":
-			r.evidence, err = str(m, nil, "evidence must be a string")
+			r.evidence, err = str(m, maxEvidence, nil, "evidence must be a string")
 			if n := utf8.RuneCountInString(strings.TrimSpace(r.evidence)); err == nil && (n < minEvidence || n > maxEvidence) {
 				err = fieldProblem(CodeInvalidField, "evidence", fmt.Sprintf("evidence must be %d to %d characters: say what you checked and where", minEvidence, maxEvidence))
 			}
 		case "provider_charge_id":
-			r.providerChargeID, err = str(m, providerIDPattern, "provider_charge_id must be the provider's charge id")
+			r.providerChargeID, err = str(m, 0, providerIDPattern, "provider_charge_id must be the provider's charge id")
 		case "failure_code":
-			r.failureCode, err = str(m, failureCodePattern, "failure_code must be snake_case, at most 64 characters")
+			r.failureCode, err = str(m, 0, failureCodePattern, "failure_code must be snake_case, at most 64 characters")
 		default:
 			err = fieldProblem(CodeUnknownField, safeFieldName(m.Name), "this field is not part of a resolution (the operator is the token's)")
 		}

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/bojanz/currency"
 	"github.com/labstack/echo/v4"
@@ -305,8 +304,10 @@ func (s *Server) renderRefusal(c echo.Context, err error, typed resolveForm) err
 // resolutionFromForm reads the resolve form as the JSON body it stands
 // for and validates it with resolutionOf, so that the page and the JSON API
 // accept exactly the same resolutions (card numbers in the evidence
-// included). Empty optional fields are absent; fields the form does not
-// have are not read.
+// included, and every value through storedText: a form's values are bytes
+// as they came, where the JSON parser has already refused invalid UTF-8).
+// Empty optional fields are absent; fields the form does not have are not
+// read.
 func resolutionFromForm(form url.Values) (resolution, error) {
 	v := jsoncanon.Value{Kind: jsoncanon.Object}
 	for _, name := range []string{"status", "evidence", "provider_charge_id", "failure_code"} {
@@ -316,8 +317,6 @@ func resolutionFromForm(form url.Values) (resolution, error) {
 			continue
 		case len(values) > 1:
 			return resolution{}, fieldProblem(CodeDuplicateMember, name, "the form sent "+name+" more than once")
-		case !utf8.ValidString(values[0]):
-			return resolution{}, fieldProblem(CodeInvalidUTF8, name, name+" is not valid UTF-8")
 		case values[0] == "" && (name == "provider_charge_id" || name == "failure_code"):
 			continue
 		}

@@ -11,12 +11,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/bojanz/currency"
 	"github.com/labstack/echo/v4"
 
 	"chargeflow/api/jsoncanon"
+	"chargeflow/internal/text"
 )
 
 // idempotencyKey reads the Idempotency-Key header: exactly one, 16–255
@@ -185,9 +185,9 @@ func parseJSONBody(body []byte) (jsoncanon.Value, []byte, error) {
 
 // chargeFromJSON is the semantic half: it validates a parsed body as a
 // charge request and refuses, naming the field, unknown fields, missing
-// ones, bad values, characters Postgres cannot store, currencies that are
-// not tender and amounts over the currency's cap (maxAmount scaled to its
-// minor units, maxAmountFor).
+// ones, bad values, text Postgres cannot store (storedText), currencies
+// that are not tender and amounts over the currency's cap (maxAmount scaled
+// to its minor units, maxAmountFor).
 func chargeFromJSON(v jsoncanon.Value, maxAmount int64) (chargeRequest, error) {
 	if v.Kind != jsoncanon.Object {
 		return chargeRequest{}, problem(CodeInvalidJSON, "the body must be a JSON object")
@@ -289,10 +289,9 @@ func parseDescription(v jsoncanon.Value) (*string, error) {
 		return nil, nil
 	case v.Kind != jsoncanon.String:
 		return nil, fieldProblem(CodeInvalidField, "description", "description must be a string or null")
-	case utf8.RuneCountInString(v.String) > maxDescription:
-		return nil, fieldProblem(CodeInvalidField, "description", fmt.Sprintf("description may be at most %d characters", maxDescription))
-	case !storable(v.String):
-		return nil, fieldProblem(CodeInvalidField, "description", unstorable("description"))
+	}
+	if err := storedText("description", "description", v.String, maxDescription); err != nil {
+		return nil, err
 	}
 	s := v.String
 	return &s, nil
@@ -311,37 +310,42 @@ func parseMetadata(v jsoncanon.Value) (map[string]string, error) {
 	metadata := make(map[string]string, len(v.Members))
 	for _, m := range v.Members {
 		name := safeFieldName(m.Name)
-		if m.Name == "" || utf8.RuneCountInString(m.Name) > maxMetadataKey {
+		if m.Name == "" {
 			return nil, fieldProblem(CodeInvalidField, field, fmt.Sprintf("metadata keys must be 1 to %d characters", maxMetadataKey))
 		}
-		if !storable(m.Name) {
-			return nil, fieldProblem(CodeInvalidField, field, unstorable("metadata keys"))
+		if err := storedText(field, "metadata keys", m.Name, maxMetadataKey); err != nil {
+			return nil, err
 		}
 		if m.Value.Kind != jsoncanon.String {
 			return nil, fieldProblem(CodeInvalidField, field+"."+name, "metadata values must be strings")
 		}
-		if utf8.RuneCountInString(m.Value.String) > maxMetadataValue {
-			return nil, fieldProblem(CodeInvalidField, field+"."+name, fmt.Sprintf("metadata values may be at most %d characters", maxMetadataValue))
-		}
-		if !storable(m.Value.String) {
-			return nil, fieldProblem(CodeInvalidField, field+"."+name, unstorable("metadata values"))
+		if err := storedText(field+"."+name, "metadata values", m.Value.String, maxMetadataValue); err != nil {
+			return nil, err
 		}
 		metadata[m.Name] = m.Value.String
 	}
 	return metadata, nil
 }
 
-// unstorable says why storable refused what.
-func unstorable(what string) string {
-	return what + " must not contain U+0000 (NUL), which the database cannot store"
-}
-
-// storable reports whether Postgres can store s in a text or jsonb column:
-// valid UTF-8 (jsoncanon already refuses anything else, lone surrogates
-// included) without NUL. A NUL would otherwise reach the accept statement
-// and fail it as a 500 after everything had been checked.
-func storable(s string) bool {
-	return utf8.ValidString(s) && !strings.Contains(s, "\x00")
+// storedText is the API's one check of a text that the database will
+// store, for every route and form, merchant's or operator's: text.Check,
+// answered as a problem that names field. Invalid UTF-8 is invalid_utf8
+// (the strict JSON parser refuses it before this; a form's values reach
+// here as they came); a NUL, or more than max characters, is
+// invalid_field. what is how the detail names the text.
+func storedText(field, what, s string, max int) error {
+	err := text.Check(s, max)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, text.ErrInvalidUTF8):
+		return fieldProblem(CodeInvalidUTF8, field, what+" must be valid UTF-8")
+	case errors.Is(err, text.ErrTooLong):
+		return fieldProblem(CodeInvalidField, field, fmt.Sprintf("%s may be at most %d characters", what, max))
+	}
+	// A NUL would otherwise reach the statement and fail it as a 500 after
+	// everything had been checked.
+	return fieldProblem(CodeInvalidField, field, what+" must not contain U+0000 (NUL), which the database cannot store")
 }
 
 // safeFieldName is a member name fit to echo back in a problem: short

@@ -42,6 +42,9 @@ func endpointFromJSON(v jsoncanon.Value) (string, []string, error) {
 			if m.Value.Kind != jsoncanon.String || len(m.Value.String) > 2048 {
 				return "", nil, fieldProblem(CodeInvalidField, "url", "url must be a string of at most 2048 characters")
 			}
+			if err := storedText("url", "url", m.Value.String, 0); err != nil {
+				return "", nil, err
+			}
 			rawURL = m.Value.String
 		case "events":
 			if m.Value.Kind != jsoncanon.Array || len(m.Value.Elems) == 0 || len(m.Value.Elems) > 16 {
