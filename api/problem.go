@@ -57,6 +57,7 @@ const (
 	CodeTooManyAuthFailures   Code = "too_many_auth_failures"
 	CodeUnauthorized          Code = "unauthorized"
 	CodeUnknownField          Code = "unknown_field"
+	CodeUnsupportedEncoding   Code = "unsupported_content_encoding"
 	CodeUnsupportedMediaType  Code = "unsupported_media_type"
 )
 
@@ -100,6 +101,7 @@ var codeInfo = map[Code]struct {
 	CodeTooManyAuthFailures:   {http.StatusTooManyRequests, "Too many failed authentications"},
 	CodeUnauthorized:          {http.StatusUnauthorized, "Unauthorized"},
 	CodeUnknownField:          {http.StatusBadRequest, "Unknown field"},
+	CodeUnsupportedEncoding:   {http.StatusUnsupportedMediaType, "Unsupported content encoding"},
 	CodeUnsupportedMediaType:  {http.StatusUnsupportedMediaType, "Unsupported media type"},
 }
 

@@ -24,6 +24,9 @@ const MaxHeaderBytes = 32 << 10
 //   - request line and headers over MaxHeaderBytes: 431;
 //   - a method the path does not serve: 405 with Allow (before
 //     authentication: the route list is public, openapi.yaml);
+//   - a Content-Encoding other than identity: 415 with Accept-Encoding:
+//     identity, as the API decodes none (a compressed body read as it came
+//     would be refused for its bytes, or worse, taken for what they spell);
 //   - a panic below: 500 internal_error rather than a dropped connection.
 func (s *Server) protocol(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) (err error) {
@@ -48,8 +51,26 @@ func (s *Server) protocol(next echo.HandlerFunc) echo.HandlerFunc {
 				return problem(CodeMethodNotAllowed, "this path serves "+strings.Join(allow, ", ")+" only")
 			}
 		}
+		if !identityOnly(r.Header.Values("Content-Encoding")) {
+			c.Response().Header().Set("Accept-Encoding", "identity")
+			return problem(CodeUnsupportedEncoding, "the API decodes no content coding: send the body as it is, without Content-Encoding")
+		}
 		return next(c)
 	}
+}
+
+// identityOnly reports whether the Content-Encoding values name no coding
+// but identity (RFC 9110, 8.4.1): none at all, or identity however often
+// and in whatever case.
+func identityOnly(values []string) bool {
+	for _, v := range values {
+		for coding := range strings.SplitSeq(v, ",") {
+			if coding = strings.TrimSpace(coding); coding != "" && !strings.EqualFold(coding, "identity") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // headerBytes counts a request's line and headers as they came on the wire,

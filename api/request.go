@@ -20,8 +20,16 @@ import (
 )
 
 // idempotencyKey reads the Idempotency-Key header: exactly one, 16–255
-// printable ASCII characters, either bare or as a structured-field string
-// ("…", RFC 8941) as the IETF draft allows. Both forms name the same key.
+// printable ASCII characters without a comma, either bare or as a
+// structured-field string ("…", RFC 8941) as the IETF draft allows. Both
+// forms name the same key. It is the one place every idempotent route reads
+// its key.
+//
+// A comma is refused in either form because a proxy may join two header
+// lines into one, separated by ", " (RFC 9110, 5.3): "a, b" could be one key
+// or two, and taking it as one would let two different keys, sent twice,
+// name one request. The header lines themselves, when they arrive apart,
+// are refused the same way.
 // A key that is a card number is refused, so it is never looked up or
 // stored. A key that merely contains one is not: it is never logged or
 // echoed, and refusing those would refuse about one random hex key in 600
@@ -35,6 +43,10 @@ func idempotencyKey(h http.Header) (string, error) {
 		return "", problem(CodeIdempotencyKeyInvalid, "send exactly one Idempotency-Key header")
 	}
 	key := strings.TrimSpace(values[0])
+	if strings.Contains(key, ",") {
+		return "", problem(CodeIdempotencyKeyInvalid, "the Idempotency-Key must not contain a comma: "+
+			"a proxy joins repeated headers with commas, so a key with one could be two keys; send exactly one key")
+	}
 	if strings.HasPrefix(key, `"`) {
 		unquoted, ok := unquoteSFString(key)
 		if !ok {

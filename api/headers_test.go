@@ -1,0 +1,137 @@
+package api_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"net/http"
+	"net/url"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"chargeflow/api"
+)
+
+func gzipped(t *testing.T, s string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	w := gzip.NewWriter(&buf)
+	_, err := w.Write([]byte(s))
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	return buf.String()
+}
+
+// The API decodes no content coding. A request that declares one other than
+// identity is 415 unsupported_content_encoding with Accept-Encoding:
+// identity, on every route, before authentication, whatever its body: a
+// compressed body read as it came would be refused for its bytes, or taken
+// for what they happen to spell. Nothing is stored, nobody is signed in,
+// and the provider is not asked. identity, in any case, is no coding.
+func TestContentEncodingIsRefused(t *testing.T) {
+	t.Parallel()
+	b, provider := setupCounting(t)
+	review := b.inReview(t, "encoding-review-key-01")
+	charge := b.succeededCharge(t, b.tenantA, 1000)
+	s := signIn(t, b.url, b.admin.Token)
+	before, sessions := b.stored(t), b.sessions(t)
+
+	merchant := []string{"Authorization", "Bearer " + b.tenantA.Key, "Content-Type", "application/json"}
+	admin := []string{"Authorization", "Bearer " + b.admin.Token, "Content-Type", "application/json"}
+	form := []string{"Content-Type", "application/x-www-form-urlencoded", "Cookie", s.cookie.String()}
+	resolveForm := url.Values{"csrf": {s.csrf}, "status": {"failed"}, "evidence": {"provider report has no such charge"}}.Encode()
+	routes := []struct {
+		method, path, body string
+		headers            []string
+	}{
+		{http.MethodPost, "/v1/charges", validBody, append([]string{"Idempotency-Key", "encoding-charge-key-01"}, merchant...)},
+		{http.MethodPost, "/v1/refunds", `{"charge": "` + charge + `"}`, append([]string{"Idempotency-Key", "encoding-refund-key-01"}, merchant...)},
+		{http.MethodPost, "/v1/webhook_endpoints", `{"url": "https://example.com/hooks", "events": ["*"]}`, merchant},
+		{http.MethodGet, "/v1/charges", "", merchant},
+		{http.MethodPost, "/v1/charges", validBody, []string{"Idempotency-Key", "encoding-charge-key-02", "Content-Type", "application/json"}},
+		{http.MethodPost, "/v1/provider_webhooks/fakepsp", `{"type": "charge.succeeded"}`, []string{"Content-Type", "application/json"}},
+		{http.MethodPost, "/ops/v1/charges/" + review + "/resolve", `{"status": "failed", "evidence": "provider report has no such charge"}`, admin},
+		{http.MethodPost, "/ops/v1/charges/" + review + "/reconcile", "", admin},
+		{http.MethodPost, "/ops/sign-in", url.Values{"token": {b.admin.Token}}.Encode(), []string{"Content-Type", "application/x-www-form-urlencoded"}},
+		{http.MethodPost, "/ops/charges/" + review + "/resolve", resolveForm, form},
+		{http.MethodPost, "/ops/sign-out", url.Values{"csrf": {s.csrf}}.Encode(), form},
+	}
+	encodings := map[string][]string{
+		"Gzip":              {"Content-Encoding", "gzip"},
+		"Brotli":            {"Content-Encoding", "br"},
+		"Unknown":           {"Content-Encoding", "x-chargeflow"},
+		"IdentityThenGzip":  {"Content-Encoding", "identity, gzip"},
+		"TwoLines":          {"Content-Encoding", "identity", "Content-Encoding", "deflate"},
+		"GzipInAnyCase":     {"Content-Encoding", "GZip"},
+		"EmptyThenCompress": {"Content-Encoding", ", compress"},
+	}
+	for name, encoding := range encodings {
+		for _, r := range routes {
+			body := r.body
+			if name == "Gzip" && body != "" {
+				body = gzipped(t, body) // as a client that compresses would send it
+			}
+			resp := b.request(t, r.method, r.path, body, append(append([]string{}, r.headers...), encoding...)...)
+			requireProblem(t, resp, http.StatusUnsupportedMediaType, api.CodeUnsupportedEncoding)
+			require.Equal(t, "identity", resp.header.Get("Accept-Encoding"), "%s %s %s", name, r.method, r.path)
+			require.Nil(t, cookieOf(resp))
+		}
+	}
+	require.Equal(t, before, b.stored(t), "no charge, refund, record, event or job")
+	require.Equal(t, sessions, b.sessions(t), "no session started or ended")
+	require.Zero(t, provider.calls.Load(), "the provider was not asked")
+	var endpoints int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_endpoints`).Scan(&endpoints))
+	require.Zero(t, endpoints)
+
+	// identity is no coding at all, however it is spelled.
+	for i, identity := range []string{"identity", "IDENTITY", "identity, Identity"} {
+		resp := b.post(t, b.tenantA, "encoding-identity-key-0"+string(rune('1'+i)), validBody, "Content-Encoding", identity)
+		require.Equal(t, http.StatusCreated, resp.status, "body: %s", resp.body)
+	}
+	require.Equal(t, before.Charges+3, b.stored(t).Charges)
+}
+
+// A proxy may join two Idempotency-Key lines into one value, "a, b" (RFC
+// 9110, 5.3), so a key with a comma, bare or quoted, could be two keys: it
+// is refused as idempotency_key_invalid like two header lines are, on every
+// route that takes a key, and nothing is stored. Each key alone is accepted.
+func TestIdempotencyKeyWithACommaIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	charge := b.succeededCharge(t, b.tenantA, 1000)
+	before := b.stored(t)
+
+	const first, second = "first-key-0000000001", "second-key-000000001"
+	send := map[string]func(headers ...string) response{
+		"charge": func(headers ...string) response {
+			return b.request(t, http.MethodPost, "/v1/charges", validBody,
+				append([]string{"Authorization", "Bearer " + b.tenantA.Key, "Content-Type", "application/json"}, headers...)...)
+		},
+		"refund": func(headers ...string) response {
+			return b.request(t, http.MethodPost, "/v1/refunds", `{"charge": "`+charge+`", "amount": 100}`,
+				append([]string{"Authorization", "Bearer " + b.tenantA.Key, "Content-Type", "application/json"}, headers...)...)
+		},
+	}
+	for route, post := range send {
+		for _, headers := range [][]string{
+			{"Idempotency-Key", first + ", " + second},
+			{"Idempotency-Key", first + "," + second},
+			{"Idempotency-Key", `"` + first + `", "` + second + `"`},
+			{"Idempotency-Key", `"` + first + `,` + second + `"`},
+			{"Idempotency-Key", first + ","},
+			{"Idempotency-Key", first, "Idempotency-Key", second},
+		} {
+			p := requireProblem(t, post(headers...), http.StatusBadRequest, api.CodeIdempotencyKeyInvalid)
+			require.NotContains(t, p["detail"], first, "the key is not echoed")
+			require.Equal(t, before, b.stored(t), "%s %q", route, headers)
+		}
+	}
+	for route, post := range send {
+		for _, key := range []string{first, second} {
+			resp := post("Idempotency-Key", route+"-"+key)
+			require.Equal(t, http.StatusCreated, resp.status, "%s: %s", route, resp.body)
+		}
+	}
+}
