@@ -7,8 +7,9 @@ SHELL := /bin/bash
 export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/chargeflow?sslmode=disable
 
 GO ?= go
-# How long `make test` fuzzes the canonical-JSON parser, and the HTTP API
-# (POST /v1/charges against a real database: api/fuzz_test.go).
+# How long `make test` fuzzes the canonical-JSON parser, and each of the two
+# HTTP targets against a real database: POST /v1/charges (api/fuzz_test.go)
+# and the operator's routes and page forms (api/fuzz_ops_test.go).
 FUZZTIME ?= 20s
 FUZZTIME_HTTP ?= 10s
 
@@ -37,6 +38,7 @@ test: db
 	$(GO) test -race -count=1 ./...
 	$(GO) test -run='^$$' -fuzz=FuzzCanonical -fuzztime=$(FUZZTIME) ./api/jsoncanon/
 	$(GO) test -run='^$$' -fuzz='^FuzzCreateCharge$$' -fuzztime=$(FUZZTIME_HTTP) ./api/
+	$(GO) test -run='^$$' -fuzz='^FuzzOperatorRoutes$$' -fuzztime=$(FUZZTIME_HTTP) ./api/
 	scripts/ensure-postgres_test.sh
 	scripts/ha-postgres_test.sh
 	scripts/ensure-stripe-mock_test.sh

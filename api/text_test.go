@@ -33,7 +33,7 @@ func (p *countingProvider) Find(ctx context.Context, q psp.LookupRequest) (psp.C
 }
 
 // setupCounting is setup with the provider client counted.
-func setupCounting(t *testing.T) (*testBundle, *countingProvider) {
+func setupCounting(t testing.TB) (*testBundle, *countingProvider) {
 	t.Helper()
 	counting := &countingProvider{}
 	b := setup(t, func(o *setupOpts) {
@@ -46,7 +46,7 @@ func setupCounting(t *testing.T) (*testBundle, *countingProvider) {
 }
 
 // sessions counts the operator page's sessions.
-func (b *testBundle) sessions(t *testing.T) int {
+func (b *testBundle) sessions(t testing.TB) int {
 	t.Helper()
 	var n int
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM operator_sessions`).Scan(&n))

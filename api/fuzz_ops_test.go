@@ -1,0 +1,261 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"html"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"chargeflow/api"
+	"chargeflow/intent"
+	"chargeflow/internal/dbtest"
+)
+
+// opsFuzz is what FuzzOperatorRoutes works on: a server, a signed-in
+// admin's session on the page, and a charge in review and one unknown, made
+// again whenever an accepted action moves them on.
+type opsFuzz struct {
+	b       *testBundle
+	cookie  *http.Cookie
+	csrf    string
+	review  string
+	unknown string
+}
+
+// opsFuzzCharge writes a charge of tenant A, through states, as the worker
+// and the reconciler would.
+func (z *opsFuzz) charge(t testing.TB, states ...intent.State) string {
+	t.Helper()
+	c := dbtest.PendingCharge(t, z.b.pool, dbtest.Charge{TenantID: z.b.tenantA.ID})
+	from := intent.StatePending
+	for _, to := range states {
+		m := intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: from, To: to, Actor: "test", Reason: "test", CountAttempt: to == intent.StateSubmitting}
+		if to == intent.StateNeedsReview {
+			m.ReviewReason = "lookup_unavailable"
+		}
+		_, err := intent.MoveCharge(context.Background(), z.b.pool, m)
+		require.NoError(t, err)
+		from = to
+	}
+	return c.ID
+}
+
+func (z *opsFuzz) state(t testing.TB, id string) intent.State {
+	t.Helper()
+	var state intent.State
+	require.NoError(t, z.b.pool.QueryRow(context.Background(), `SELECT state FROM charges WHERE id = $1`, id).Scan(&state))
+	return state
+}
+
+// signIn signs the admin in on the page, as a browser would.
+func (z *opsFuzz) signIn(t testing.TB) {
+	t.Helper()
+	resp, err := noRedirects.PostForm(z.b.url+"/ops/sign-in", url.Values{"token": {z.b.admin.Token}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	for _, c := range resp.Cookies() {
+		if c.Name == "chargeflow_ops" {
+			z.cookie = c
+		}
+	}
+	require.NotNil(t, z.cookie)
+	req, err := http.NewRequest(http.MethodGet, z.b.url+"/ops/", nil)
+	require.NoError(t, err)
+	req.AddCookie(z.cookie)
+	resp, err = noRedirects.Do(req)
+	require.NoError(t, err)
+	page, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	m := csrfField.FindSubmatch(page)
+	require.NotNil(t, m)
+	z.csrf = html.UnescapeString(string(m[1]))
+}
+
+// FuzzOperatorRoutes drives the operator plane as FuzzCreateCharge drives
+// the merchant's: the /ops/v1 JSON routes (resolve, reconcile, the listing's
+// query) and the page's forms (sign-in, resolve, reconcile) and pages, over
+// HTTP against a real database, with a fuzzed body or query, Content-Type,
+// Content-Encoding and credential, and holds every answer to docs/api.md:
+//
+//   - no byte sequence is a 5xx;
+//   - a refusal (4xx) stores nothing: charges, idempotency records, events,
+//     River jobs and page sessions are counted before and after;
+//   - every refusal of /ops/v1 is problem+json with a code;
+//   - no answer or log line holds a card number, and no log line an
+//     operator token, a session id or an API key.
+//
+// Signing out is left out: it would end the session the other inputs use.
+// `make test` runs it briefly (FUZZTIME_HTTP); its seeds run with every
+// `go test`. One database serves the whole run.
+func FuzzOperatorRoutes(f *testing.F) {
+	logs := &takeBuffer{}
+	b := setup(f, func(o *setupOpts) {
+		o.config = func(c *api.Config) {
+			c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			c.AuthFailureLimit = 1 << 30 // fuzzed credentials fail often
+		}
+	})
+	z := &opsFuzz{b: b}
+	z.signIn(f)
+	z.review = z.charge(f, intent.StateSubmitting, intent.StateUnknown, intent.StateNeedsReview)
+	z.unknown = z.charge(f, intent.StateSubmitting, intent.StateUnknown)
+
+	const (
+		routeResolve = iota
+		routeReconcile
+		routeList
+		routePageSignIn
+		routePageResolve
+		routePageReconcile
+		routePageHome
+		routePageCharge
+		routes
+	)
+	const evidence = "provider report for 2026-11-30 has no such charge"
+	for _, seed := range []struct {
+		route       uint8
+		body        string
+		contentType string
+		encoding    string
+		auth        uint8
+	}{
+		{routeResolve, `{"status": "failed", "evidence": "provider report\u0000 has no such charge"}`, "", "", 0},
+		{routeResolve, `{"status": "failed", "evidence": "` + strings.Repeat(`\u0000`, 10) + `"}`, "", "", 0},
+		{routeResolve, `{"status": "succeeded", "provider_charge_id": "py_\u0000", "evidence": "` + evidence + `"}`, "", "", 0},
+		{routeResolve, `{"status": "failed", "failure_code": "x\u0000", "evidence": "` + evidence + `"}`, "", "", 0},
+		{routeResolve, "{\"status\": \"failed\", \"evidence\": \"caf\xe9 report has no such charge\"}", "", "", 0},
+		{routeResolve, `{"status": "failed", "evidence": "4111 1111 1111 1111 was charged"}`, "", "", 0},
+		{routeResolve, `{"status": "succeeded", "provider_charge_id": "py_x", "evidence": "` + evidence + `"}`, "", "", 0},
+		{routeResolve, `{"status": "failed", "evidence": "` + evidence + `"}`, "", "gzip", 0},
+		{routeResolve, `{"status": "failed", "evidence": "` + evidence + `"}`, "text/plain", "", 0},
+		{routeResolve, `{"status": "failed", "evidence": "` + evidence + `"}`, "", "", 1},
+		{routeResolve, `{"status": "failed", "evidence": "` + evidence + `"}`, "", "", 2},
+		{routeReconcile, "", "", "", 0},
+		{routeReconcile, "\x00", "", "br", 0},
+		{routeList, "tenant=tn_%00&limit=5", "", "", 0},
+		{routeList, "starting_after=%FF&status=needs_review", "", "", 1},
+		{routeList, "%00=%00", "", "", 0},
+		{routePageSignIn, "token=cfo_%00", "", "", 2},
+		{routePageSignIn, "token=%FF%FE&token=x", "", "", 2},
+		{routePageSignIn, "token=4111111111111111", "", "", 2},
+		{routePageResolve, "status=failed&evidence=provider+report%00+has+no+such+charge", "", "", 0},
+		{routePageResolve, "status=failed&evidence=caf%E9+report+has+no+such+charge", "", "", 0},
+		{routePageResolve, "status=%00&evidence=" + url.QueryEscape(evidence), "", "", 0},
+		{routePageResolve, "status=succeeded&provider_charge_id=py_%00&evidence=" + url.QueryEscape(evidence), "", "", 0},
+		{routePageResolve, "status=failed&failure_code=%C0%80&evidence=" + url.QueryEscape(evidence), "", "", 0},
+		{routePageResolve, "status=failed&evidence=" + url.QueryEscape(evidence) + "&evidence=%00", "", "", 0},
+		{routePageResolve, "status=failed&evidence=%zz", "", "", 0},
+		{routePageResolve, "status=failed&evidence=" + url.QueryEscape(evidence), "", "deflate", 0},
+		{routePageResolve, "status=failed&evidence=" + url.QueryEscape(evidence), "", "", 1},
+		{routePageReconcile, "x=%00", "", "", 0},
+		{routePageReconcile, "", "application/json", "", 0},
+		{routePageHome, "status=%00", "", "", 0},
+		{routePageHome, "tenant=%FF&limit=0", "", "", 0},
+		{routePageCharge, "", "", "", 0},
+	} {
+		f.Add(seed.route, []byte(seed.body), seed.contentType, seed.encoding, seed.auth)
+	}
+
+	f.Fuzz(func(t *testing.T, route uint8, body []byte, contentType, encoding string, auth uint8) {
+		contentType, encoding = sendable(contentType), sendable(encoding)
+		route %= routes
+		page := route >= routePageSignIn
+		var method, path string
+		switch route {
+		case routeResolve:
+			method, path = http.MethodPost, "/ops/v1/charges/"+z.review+"/resolve"
+		case routeReconcile:
+			method, path = http.MethodPost, "/ops/v1/charges/"+z.unknown+"/reconcile"
+		case routeList:
+			method, path = http.MethodGet, "/ops/v1/charges?"+string(body)
+		case routePageSignIn:
+			method, path = http.MethodPost, "/ops/sign-in"
+		case routePageResolve:
+			method, path = http.MethodPost, "/ops/charges/"+z.review+"/resolve"
+		case routePageReconcile:
+			method, path = http.MethodPost, "/ops/charges/"+z.unknown+"/reconcile"
+		case routePageHome:
+			method, path = http.MethodGet, "/ops/?"+string(body)
+		case routePageCharge:
+			method, path = http.MethodGet, "/ops/charges/"+z.review+"?"+string(body)
+		}
+		var reqBody io.Reader
+		if method == http.MethodPost {
+			if route == routePageResolve || route == routePageReconcile {
+				// The form carries the session's token, unless the
+				// credential byte says otherwise, so the fuzzed fields
+				// reach the resolve.
+				if auth%3 != 2 {
+					body = append([]byte("csrf="+url.QueryEscape(z.csrf)+"&"), body...)
+				}
+			}
+			reqBody = bytes.NewReader(body)
+		}
+		req, err := http.NewRequest(method, z.b.url+path, reqBody)
+		if err != nil {
+			t.Skip("not a request a client can send:", err) // a query net/url cannot parse
+		}
+		if contentType == "" && method == http.MethodPost {
+			contentType = map[bool]string{true: "application/x-www-form-urlencoded", false: "application/json"}[page]
+		}
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		if encoding != "" {
+			req.Header.Set("Content-Encoding", encoding)
+		}
+		switch {
+		case !page && auth%3 == 0:
+			req.Header.Set("Authorization", "Bearer "+z.b.admin.Token)
+		case !page && auth%3 == 1:
+			req.Header.Set("Authorization", "Bearer "+z.b.viewer.Token)
+		case page && auth%3 != 2 && route != routePageSignIn:
+			req.AddCookie(z.cookie)
+		}
+
+		before, sessions := z.b.stored(t), z.b.sessions(t)
+		resp, err := noRedirects.Do(req)
+		require.NoError(t, err, "the server hung up instead of answering")
+		answer, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+
+		require.Less(t, resp.StatusCode, 500, "an operator's bytes made a server error: %s", answer)
+		if resp.StatusCode >= 400 {
+			require.Equal(t, before, z.b.stored(t), "status %d stored something: %s", resp.StatusCode, answer)
+			require.Equal(t, sessions, z.b.sessions(t), "status %d started or ended a session", resp.StatusCode)
+			if !page || resp.Header.Get("Content-Type") == "application/problem+json" {
+				require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"), "%s", answer)
+				var p struct{ Code string }
+				require.NoError(t, json.Unmarshal(answer, &p))
+				require.NotEmpty(t, p.Code)
+			}
+		}
+		requireNoCardNumbers(t, "the answer", answer)
+
+		logged := logs.take()
+		requireNoCardNumbers(t, "the logs", logged)
+		for _, secret := range []string{z.b.admin.Token, z.b.viewer.Token, z.b.tenantA.Key, z.b.tenantB.Key, z.cookie.Value} {
+			require.NotContains(t, string(logged), secret)
+		}
+
+		// An accepted action moves the charges on; make new ones so the
+		// next inputs reach the same code.
+		if z.state(t, z.review) != intent.StateNeedsReview {
+			z.review = z.charge(t, intent.StateSubmitting, intent.StateUnknown, intent.StateNeedsReview)
+		}
+		if z.state(t, z.unknown) != intent.StateUnknown {
+			z.unknown = z.charge(t, intent.StateSubmitting, intent.StateUnknown)
+		}
+	})
+}
