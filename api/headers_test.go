@@ -113,6 +113,10 @@ func TestIdempotencyKeyWithACommaIsRefused(t *testing.T) {
 			return b.request(t, http.MethodPost, "/v1/refunds", `{"charge": "`+charge+`", "amount": 100}`,
 				append([]string{"Authorization", "Bearer " + b.tenantA.Key, "Content-Type", "application/json"}, headers...)...)
 		},
+		"webhook endpoint": func(headers ...string) response {
+			return b.request(t, http.MethodPost, "/v1/webhook_endpoints", `{"url": "https://93.184.215.14/hooks", "events": ["*"]}`,
+				append([]string{"Authorization", "Bearer " + b.tenantA.Key, "Content-Type", "application/json"}, headers...)...)
+		},
 	}
 	for route, post := range send {
 		for _, headers := range [][]string{

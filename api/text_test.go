@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -189,14 +190,14 @@ func TestMerchantTextTheDatabaseCannotStore(t *testing.T) {
 		require.Equal(t, tc.field, p["field"])
 	}
 
-	for _, body := range []string{
+	for i, body := range []string{
 		`{"url": "https://example.com/\u0000", "events": ["*"]}`,
 		`{"url": "https://example.com/a\u0000b", "events": ["*"]}`,
 	} {
-		p := requireProblem(t, b.endpoints(t, b.tenantA, http.MethodPost, "", body), http.StatusBadRequest, api.CodeInvalidField)
+		p := requireProblem(t, b.createEndpoint(t, b.tenantA, fmt.Sprintf("endpoint-text-key-%04d", i), body), http.StatusBadRequest, api.CodeInvalidField)
 		require.Equal(t, "url", p["field"])
 	}
-	p := requireProblem(t, b.endpoints(t, b.tenantA, http.MethodPost, "",
+	p := requireProblem(t, b.createEndpoint(t, b.tenantA, "endpoint-text-key-utf8",
 		"{\"url\": \"https://example.com/caf\xe9\", \"events\": [\"*\"]}"), http.StatusBadRequest, api.CodeInvalidUTF8)
 	require.Equal(t, "url", p["field"])
 
