@@ -68,15 +68,7 @@ func TestRefundsQueueOnTheirCharge(t *testing.T) {
 	require.NoError(t, holder.Commit(ctx))
 	wg.Wait()
 
-	counts := map[string]int{}
-	for _, resp := range answers {
-		code := ""
-		if resp.status != http.StatusCreated {
-			code = fmt.Sprint(decode(t, resp)["code"])
-		}
-		counts[fmt.Sprintf("%d %s", resp.status, code)]++
-	}
-	require.Equal(t, map[string]int{"201 ": 100, "409 refund_exceeds_charge": 100}, counts)
+	require.Equal(t, map[string]int{"201 ": 100, "409 refund_exceeds_charge": 100}, countAnswers(t, answers))
 	var refunds, reserved int
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM charges WHERE parent_id = $1),
 		(SELECT amount_reserved FROM charges WHERE id = $1)`, charge).Scan(&refunds, &reserved))

@@ -52,6 +52,21 @@ func (b *testBundle) refund(t *testing.T, url string, tt testTenant, key, body s
 	return requestAt(t, url, http.MethodPost, "/v1/refunds", body, headers...)
 }
 
+// countAnswers counts answers by status and problem code ("201 " for a
+// 201).
+func countAnswers(t *testing.T, answers []response) map[string]int {
+	t.Helper()
+	counts := map[string]int{}
+	for _, resp := range answers {
+		code := ""
+		if resp.status != http.StatusCreated {
+			code = fmt.Sprint(decode(t, resp)["code"])
+		}
+		counts[fmt.Sprintf("%d %s", resp.status, code)]++
+	}
+	return counts
+}
+
 func decode(t *testing.T, resp response) map[string]any {
 	t.Helper()
 	var v map[string]any
@@ -185,15 +200,7 @@ func TestConcurrentRefundsNeverExceedTheCharge(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	counts := map[string]int{}
-	for _, resp := range statuses {
-		code := ""
-		if resp.status != http.StatusCreated {
-			code = fmt.Sprint(decode(t, resp)["code"])
-		}
-		counts[fmt.Sprintf("%d %s", resp.status, code)]++
-	}
-	require.Equal(t, map[string]int{"201 ": 100, "409 refund_exceeds_charge": 100}, counts)
+	require.Equal(t, map[string]int{"201 ": 100, "409 refund_exceeds_charge": 100}, countAnswers(t, statuses))
 
 	var refunds, reserved, jobs int
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT
