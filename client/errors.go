@@ -58,6 +58,7 @@ const (
 	CodeTooManyAuthFailures   Code = "too_many_auth_failures"
 	CodeUnauthorized          Code = "unauthorized"
 	CodeUnknownField          Code = "unknown_field"
+	CodeUnsupportedEncoding   Code = "unsupported_content_encoding"
 	CodeUnsupportedMediaType  Code = "unsupported_media_type"
 )
 
