@@ -74,6 +74,9 @@ func NewRunner(cfg Config) (*Runner, error) {
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
+	// Scenarios run side by side, and each run's progress, convergence
+	// and chaos print from goroutines of their own.
+	cfg.Progress = &lockedWriter{w: cfg.Progress}
 	return &Runner{cfg: cfg}, nil
 }
 
@@ -285,6 +288,18 @@ func (s *system) float() float64 {
 	s.rndMu.Lock()
 	defer s.rndMu.Unlock()
 	return s.rnd.Float64()
+}
+
+// lockedWriter lets goroutines write whole lines to one writer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func (s *system) logf(format string, args ...any) {
