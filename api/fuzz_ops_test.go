@@ -204,7 +204,7 @@ func FuzzOperatorRoutes(f *testing.F) {
 		}
 		req, err := http.NewRequest(method, z.b.url+path, reqBody)
 		if err != nil {
-			t.Skip("not a request a client can send:", err) // a query net/url cannot parse
+			return // a query net/url cannot parse: no client can send it, so there is nothing to answer
 		}
 		if contentType == "" && method == http.MethodPost {
 			contentType = map[bool]string{true: "application/x-www-form-urlencoded", false: "application/json"}[page]
