@@ -61,7 +61,7 @@ func (c RateCPU) Total() float64 {
 // reads what every process spent per charge at that rate. What a
 // statement costs whatever it writes is shared by the charges that arrive
 // while one runs, so a charge costs different amounts at different rates
-// (docs/benchmarks.md, "Where end to end's CPU goes"); the ratio lines
+// (CHANGELOG.md, "Where end to end's CPU goes"); the ratio lines
 // measure at saturation, this at the rates a deployment runs at.
 func Rates(ctx context.Context, sys *System, o RatesOptions) (RatesReport, error) {
 	if len(o.Rates) == 0 {

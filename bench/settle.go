@@ -80,7 +80,7 @@ type SlowProvider struct {
 // over a drain: a claim (pending → submitting, before the calls) and a
 // settling transaction (the moves the answers prove), each at most
 // outbox.MaxBatch. What a statement costs whatever it moves is shared by
-// that many charges (docs/benchmarks.md, "The slow provider is wake-ups,
+// that many charges (CHANGELOG.md, "The slow provider is wake-ups,
 // not statements"). They are read from the drain's audit trail, where
 // every row a statement wrote carries its transaction's id.
 type Batches struct {
