@@ -1,4 +1,4 @@
-module chargeflow
+module github.com/chargeflow/chargeflow
 
 go 1.26.0
 

@@ -15,11 +15,11 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"chargeflow/api"
-	"chargeflow/intent"
-	"chargeflow/internal/dbtest"
-	"chargeflow/internal/ids"
-	"chargeflow/submit"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/submit"
 )
 
 // TestAcceptOneStatement covers the production accept path, which writes

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"chargeflow/intent"
+	"github.com/chargeflow/chargeflow/intent"
 )
 
 // Accepts share a commit (docs/architecture.md, "Accepts share a commit").

@@ -12,7 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"golang.org/x/time/rate"
 
-	"chargeflow/tenant"
+	"github.com/chargeflow/chargeflow/tenant"
 )
 
 const tenantKey = "chargeflow.tenant"

@@ -18,11 +18,11 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"chargeflow/api"
-	"chargeflow/internal/dbtest"
-	"chargeflow/psp"
-	"chargeflow/submit"
-	"chargeflow/tenant"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/submit"
+	"github.com/chargeflow/chargeflow/tenant"
 )
 
 // telemetryModes are the configurations the benchmarks compare: none at

@@ -16,12 +16,12 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"chargeflow/api/jsoncanon"
-	"chargeflow/crashpoint"
-	"chargeflow/intent"
-	"chargeflow/internal/ids"
-	"chargeflow/object"
-	"chargeflow/submit"
+	"github.com/chargeflow/chargeflow/api/jsoncanon"
+	"github.com/chargeflow/chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/object"
+	"github.com/chargeflow/chargeflow/submit"
 )
 
 const chargesRoute = "/v1/charges"

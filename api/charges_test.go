@@ -13,10 +13,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/api"
-	"chargeflow/crashpoint"
-	"chargeflow/internal/dbtest"
-	"chargeflow/internal/lockedbuf"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/internal/lockedbuf"
 )
 
 func TestCreateCharge(t *testing.T) {

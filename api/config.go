@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // The range of Config.IdempotencyTTL.

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/api"
-	"chargeflow/psp"
-	"chargeflow/submit"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/submit"
 )
 
 // A configuration that would start and then refuse or fail every request

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/api"
+	"github.com/chargeflow/chargeflow/api"
 )
 
 // Refunds that queue on their charge get their real answer. A transaction

@@ -7,9 +7,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"chargeflow/internal/ids"
-	"chargeflow/object"
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/object"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // getNotification answers one event; another tenant's id is 404.

@@ -15,9 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/api"
-	"chargeflow/intent"
-	"chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
 )
 
 // opsFuzz is what FuzzOperatorRoutes works on: a server, a signed-in

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/api"
+	"github.com/chargeflow/chargeflow/api"
 )
 
 // FuzzCreateCharge drives the real handler, over HTTP, against a real

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/api"
+	"github.com/chargeflow/chargeflow/api"
 )
 
 func gzipped(t *testing.T, s string) string {

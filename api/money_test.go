@@ -9,7 +9,7 @@ import (
 	"github.com/bojanz/currency"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/api"
+	"github.com/chargeflow/chargeflow/api"
 )
 
 // Only money a card can be charged in is accepted: every code of the

@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
-	"chargeflow/intent"
-	"chargeflow/psp"
-	"chargeflow/settle"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/settle"
 )
 
 // notificationActor signs the moves a provider's notification makes.

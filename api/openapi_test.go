@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
-	"chargeflow/api"
-	"chargeflow/psp"
-	"chargeflow/submit"
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/submit"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // The OpenAPI document describes exactly the routes that are served to

@@ -15,14 +15,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
-	"chargeflow/api/jsoncanon"
-	"chargeflow/intent"
-	"chargeflow/internal/ids"
-	"chargeflow/object"
-	"chargeflow/operator"
-	"chargeflow/psp"
-	"chargeflow/settle"
-	"chargeflow/submit"
+	"github.com/chargeflow/chargeflow/api/jsoncanon"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/object"
+	"github.com/chargeflow/chargeflow/operator"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/settle"
+	"github.com/chargeflow/chargeflow/submit"
 )
 
 // The operator plane (docs/operations.md, "Operators"): /ops/v1 serves

@@ -17,9 +17,9 @@ import (
 	"github.com/bojanz/currency"
 	"github.com/labstack/echo/v4"
 
-	"chargeflow/api/jsoncanon"
-	"chargeflow/intent"
-	"chargeflow/operator"
+	"github.com/chargeflow/chargeflow/api/jsoncanon"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/operator"
 )
 
 // The operator's page (docs/operations.md, "Operators"): /ops/ serves a

@@ -16,7 +16,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"chargeflow/operator"
+	"github.com/chargeflow/chargeflow/operator"
 )
 
 // Signing in to the operator's page (docs/architecture.md, "Operators"):

@@ -14,9 +14,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/api"
-	"chargeflow/intent"
-	"chargeflow/operator"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/operator"
 )
 
 // noRedirects is a client that shows the page's redirects instead of

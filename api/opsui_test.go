@@ -19,9 +19,9 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/api"
-	"chargeflow/intent"
-	"chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/app"
 )
 
 // screenshotEnv names the file the browser test saves a screenshot of the

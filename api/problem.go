@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
 
-	"chargeflow/intent"
+	"github.com/chargeflow/chargeflow/intent"
 )
 
 // Code is the stable, machine-readable name of a problem. Clients branch on
@@ -253,7 +253,7 @@ func writeProblem(c echo.Context, p *Problem) error {
 		h.Set("Retry-After", strconv.Itoa(p.RetryAfter))
 	}
 	if p.Status == http.StatusUnauthorized {
-		h.Set("WWW-Authenticate", `Bearer realm="chargeflow"`)
+		h.Set("WWW-Authenticate", `Bearer realm="github.com/chargeflow/chargeflow"`)
 	}
 	body, err := encodeJSON(p)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/api"
+	"github.com/chargeflow/chargeflow/api"
 )
 
 // A method a path does not serve is 405 with Allow, as problem+json, for

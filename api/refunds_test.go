@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/api"
-	"chargeflow/intent"
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // succeededCharge accepts a charge of amount USD minor units through the API

@@ -14,10 +14,10 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"chargeflow/api"
-	"chargeflow/internal/lockedbuf"
-	"chargeflow/psp"
-	"chargeflow/submit"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/lockedbuf"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/submit"
 )
 
 // otherServer is a second API process on b's database, configured

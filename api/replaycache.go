@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"chargeflow/intent"
+	"github.com/chargeflow/chargeflow/intent"
 )
 
 // replayCache keeps the idempotency records this process wrote or read, so

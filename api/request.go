@@ -15,8 +15,8 @@ import (
 	"github.com/bojanz/currency"
 	"github.com/labstack/echo/v4"
 
-	"chargeflow/api/jsoncanon"
-	"chargeflow/internal/text"
+	"github.com/chargeflow/chargeflow/api/jsoncanon"
+	"github.com/chargeflow/chargeflow/internal/text"
 )
 
 // idempotencyKey reads the Idempotency-Key header: exactly one, 16–255

@@ -29,12 +29,12 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"chargeflow/crashpoint"
-	"chargeflow/intent"
-	"chargeflow/internal/batch"
-	"chargeflow/psp"
-	"chargeflow/submit"
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/batch"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/submit"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // Config is everything the API needs. Zero values take the defaults.

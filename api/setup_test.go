@@ -16,15 +16,15 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/api"
-	"chargeflow/fakepsp"
-	"chargeflow/fakepsp/fakepsptest"
-	"chargeflow/internal/dbtest"
-	"chargeflow/internal/lockedbuf"
-	"chargeflow/operator"
-	"chargeflow/psp"
-	"chargeflow/submit"
-	"chargeflow/tenant"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/fakepsp/fakepsptest"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/internal/lockedbuf"
+	"github.com/chargeflow/chargeflow/operator"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/submit"
+	"github.com/chargeflow/chargeflow/tenant"
 )
 
 // testBundle is what an API test works with: a real server on loopback, a

@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"chargeflow/intent"
+	"github.com/chargeflow/chargeflow/intent"
 )
 
 // The API's metrics. Exported under these names through OpenTelemetry;
@@ -65,7 +65,7 @@ var (
 )
 
 // instrumentationName names the tracer and meter of this package.
-const instrumentationName = "chargeflow/api"
+const instrumentationName = "github.com/chargeflow/chargeflow/api"
 
 // chargeCountTimeout bounds the count query of one collection, so a slow
 // database makes a scrape miss the gauge rather than hang.

@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/api"
-	"chargeflow/intent"
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // countingProvider is the real provider client of a test API, counting the

@@ -12,9 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"chargeflow/intent"
-	"chargeflow/internal/ids"
-	"chargeflow/submit"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/submit"
 )
 
 // chargeBody is the request every accept sends: a realistic charge, with a

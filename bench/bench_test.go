@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/intent"
-	"chargeflow/internal/dbtest"
-	"chargeflow/outbox"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/outbox"
 )
 
 // setup starts an in-process System on a fresh database. Tests keep its

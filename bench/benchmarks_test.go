@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/internal/app"
 )
 
 // The Go benchmarks measure the same things as `chargeflow bench`, in

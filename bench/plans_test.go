@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/intent"
-	"chargeflow/internal/dbtest"
-	"chargeflow/submit"
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/submit"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // planSeed is the size of the seeded table the plans are checked on:

@@ -16,10 +16,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"chargeflow/internal/app"
-	"chargeflow/internal/childproc"
-	"chargeflow/migrations"
-	"chargeflow/tenant"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/internal/childproc"
+	"github.com/chargeflow/chargeflow/migrations"
+	"github.com/chargeflow/chargeflow/tenant"
 )
 
 // ProcessConfig configures StartProcesses.

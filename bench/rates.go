@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"chargeflow/api"
+	"github.com/chargeflow/chargeflow/api"
 )
 
 // RatesOptions configures Rates.

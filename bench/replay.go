@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"chargeflow/intent"
+	"github.com/chargeflow/chargeflow/intent"
 )
 
 // replayKeys is how many finished requests the replay probe cycles

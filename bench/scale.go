@@ -14,13 +14,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"chargeflow/intent"
-	"chargeflow/internal/app"
-	"chargeflow/internal/childproc"
-	"chargeflow/internal/ids"
-	"chargeflow/retention"
-	"chargeflow/submit"
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/internal/childproc"
+	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/retention"
+	"github.com/chargeflow/chargeflow/submit"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // ScaleOptions configure a scale run (docs/benchmarks.md, "At scale").

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
 )
 
 // TestSeedShape checks what Seed promises: n charges, the in-flight ones in

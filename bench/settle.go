@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/fakepsp"
 )
 
 // SettleResult is the worker's pending → succeeded throughput against the

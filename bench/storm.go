@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"chargeflow/fakepsp"
-	"chargeflow/intent"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/intent"
 )
 
 // StormRequests is the size of the duplicate storm (docs/benchmarks.md).

@@ -17,11 +17,11 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"chargeflow/api"
-	"chargeflow/fakepsp"
-	"chargeflow/internal/app"
-	"chargeflow/psp"
-	"chargeflow/tenant"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/tenant"
 )
 
 // benchRateLimit keeps the per-tenant rate limiter out of the way: the

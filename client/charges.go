@@ -9,7 +9,7 @@ import (
 )
 
 // Status is where a charge or a refund is (docs/api.md; the state machine is
-// drawn in `go doc chargeflow/intent`).
+// drawn in `go doc ./intent`).
 type Status string
 
 // The statuses. A charge is accepted pending; the worker moves it to

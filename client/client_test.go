@@ -11,13 +11,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/client"
-	"chargeflow/crashpoint"
-	"chargeflow/intent"
-	"chargeflow/internal/app"
-	"chargeflow/internal/dbtest"
-	"chargeflow/internal/lockedbuf"
-	"chargeflow/tenant"
+	"github.com/chargeflow/chargeflow/client"
+	"github.com/chargeflow/chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/internal/lockedbuf"
+	"github.com/chargeflow/chargeflow/tenant"
 )
 
 func visa(key string) client.ChargeParams {

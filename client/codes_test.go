@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/api"
-	"chargeflow/client"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/client"
 )
 
 // The client has a constant for every problem code the server has, under

@@ -14,7 +14,7 @@ import (
 // ours; this holds it to no imports of anyone's.)
 func TestOnlyTheStandardLibrary(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "chargeflow/client").Output()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "github.com/chargeflow/chargeflow/client").Output()
 	require.NoError(t, err)
-	require.Equal(t, []string{"chargeflow/client"}, strings.Fields(string(out)))
+	require.Equal(t, []string{"github.com/chargeflow/chargeflow/client"}, strings.Fields(string(out)))
 }

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"chargeflow/client"
+	"github.com/chargeflow/chargeflow/client"
 )
 
 // order is what a merchant stores about an order; the idempotency keys of

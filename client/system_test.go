@@ -18,13 +18,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/client"
-	"chargeflow/fakepsp"
-	"chargeflow/fakepsp/fakepsptest"
-	"chargeflow/internal/app"
-	"chargeflow/internal/dbtest"
-	"chargeflow/psp"
-	"chargeflow/tenant"
+	"github.com/chargeflow/chargeflow/client"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/fakepsp/fakepsptest"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/tenant"
 )
 
 // system is the real chargeflow a test's client talks to: the API built by

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/client"
-	"chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/client"
+	"github.com/chargeflow/chargeflow/internal/app"
 )
 
 // A real delivery verifies: the worker settles a charge, the delivery

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/crashpoint"
 )
 
 func TestParse(t *testing.T) {

@@ -37,10 +37,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"chargeflow/crashpoint"
-	"chargeflow/internal/backoff"
-	"chargeflow/object"
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/internal/backoff"
+	"github.com/chargeflow/chargeflow/object"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // Defaults.

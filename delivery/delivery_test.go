@@ -25,11 +25,11 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/delivery"
-	"chargeflow/intent"
-	"chargeflow/internal/dbtest"
-	"chargeflow/internal/lockedbuf"
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/delivery"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/internal/lockedbuf"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // receiver is a merchant's webhook endpoint: it verifies every delivery as

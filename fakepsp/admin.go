@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"strings"
 
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // maxScheduleBytes bounds a POST /_admin/faults body.

@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // The test payment methods, the same under both protocols (they are Stripe's

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/fakepsp"
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // always is a rule that fires on every matching call.

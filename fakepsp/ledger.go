@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 var (

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 func TestLedgerGroupCommit(t *testing.T) {

@@ -20,8 +20,8 @@ import (
 	"sync"
 	"time"
 
-	"chargeflow/internal/backoff"
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/internal/backoff"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // This file is the provider's notifications (docs/notifications.md): after

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // This file is a refund: the operation both protocols share (refundParams,

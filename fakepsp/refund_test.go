@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v82"
 
-	"chargeflow/fakepsp"
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 func TestRefund(t *testing.T) {

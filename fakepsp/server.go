@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // ErrLedgerPathRequired is returned by New when Config.LedgerPath is empty.

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // This file is the Stripe protocol's charge: POST /v1/payment_intents with

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/fakepsp"
-	"chargeflow/psp/stripe/stripemocktest"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/psp/stripe/stripemocktest"
 )
 
 // stripeMockKey is a key stripe-mock accepts (sk_test_ and one more part).

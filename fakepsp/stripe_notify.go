@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // This file is the Stripe protocol's notifications: Stripe's event object,

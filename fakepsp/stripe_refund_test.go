@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v82"
 
-	"chargeflow/fakepsp"
-	"chargeflow/psp"
-	pspstripe "chargeflow/psp/stripe"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/psp"
+	pspstripe "github.com/chargeflow/chargeflow/psp/stripe"
 )
 
 // refundOf are the parameters of a refund of the PaymentIntent intentID for

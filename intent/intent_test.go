@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/intent"
-	"chargeflow/internal/dbtest"
-	"chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/internal/ids"
 )
 
 type testBundle struct {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/intent"
-	"chargeflow/internal/dbtest"
-	"chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/internal/ids"
 )
 
 // succeededCharge accepts a charge of amount and settles it as the worker

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"chargeflow/internal/pg"
+	"github.com/chargeflow/chargeflow/internal/pg"
 )
 
 // DB is what the store needs from a handle: a *pgxpool.Pool, a *pgx.Conn or

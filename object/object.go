@@ -10,7 +10,7 @@ package object
 import (
 	"time"
 
-	"chargeflow/intent"
+	"github.com/chargeflow/chargeflow/intent"
 )
 
 // Charge is the API's charge object. Its field order is the order of the

@@ -23,10 +23,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"chargeflow/internal/ids"
-	"chargeflow/internal/pg"
-	"chargeflow/internal/secret"
-	"chargeflow/internal/text"
+	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/internal/pg"
+	"github.com/chargeflow/chargeflow/internal/secret"
+	"github.com/chargeflow/chargeflow/internal/text"
 )
 
 // Role is what an operator may do.

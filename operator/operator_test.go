@@ -7,9 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/internal/dbtest"
-	"chargeflow/operator"
-	"chargeflow/tenant"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/operator"
+	"github.com/chargeflow/chargeflow/tenant"
 )
 
 func TestOperators(t *testing.T) {

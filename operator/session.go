@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"chargeflow/internal/pg"
+	"github.com/chargeflow/chargeflow/internal/pg"
 )
 
 // Sessions are how the operator's page remembers who signed in: the token

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/internal/dbtest"
-	"chargeflow/operator"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/operator"
 )
 
 // A session names its operator until it expires, is ended, or the operator

@@ -5,9 +5,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"chargeflow/crashpoint"
-	"chargeflow/intent"
-	"chargeflow/internal/batch"
+	"github.com/chargeflow/chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/batch"
 )
 
 // The two moves every run makes are made with the runs asking at the same

@@ -6,7 +6,7 @@ import (
 
 	"github.com/riverqueue/river/rivertype"
 
-	"chargeflow/internal/backoff"
+	"github.com/chargeflow/chargeflow/internal/backoff"
 )
 
 // Defaults of RetryPolicy.

@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"chargeflow/intent"
-	"chargeflow/submit"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/submit"
 )
 
 // MetricUnknownOutcomes counts charges the worker moved to unknown, by
@@ -23,7 +23,7 @@ import (
 const MetricUnknownOutcomes = "chargeflow.outbox.unknown_outcomes"
 
 // instrumentationName names the tracer and meter of this package.
-const instrumentationName = "chargeflow/outbox"
+const instrumentationName = "github.com/chargeflow/chargeflow/outbox"
 
 // telemetry is the worker's tracer and instruments; nil providers give
 // no-op ones.

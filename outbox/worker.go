@@ -39,12 +39,12 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"chargeflow/crashpoint"
-	"chargeflow/intent"
-	"chargeflow/internal/batch"
-	"chargeflow/psp"
-	"chargeflow/settle"
-	"chargeflow/submit"
+	"github.com/chargeflow/chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/batch"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/settle"
+	"github.com/chargeflow/chargeflow/submit"
 )
 
 // Config configures the worker. Zero values take the defaults.

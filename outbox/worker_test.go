@@ -20,13 +20,13 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/fakepsp"
-	"chargeflow/fakepsp/fakepsptest"
-	"chargeflow/intent"
-	"chargeflow/internal/dbtest"
-	"chargeflow/outbox"
-	"chargeflow/psp"
-	"chargeflow/submit"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/fakepsp/fakepsptest"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/outbox"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/submit"
 )
 
 // testBundle is a real database, a real fake provider on loopback, and a

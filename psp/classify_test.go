@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 func TestClassify(t *testing.T) {

@@ -17,8 +17,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/psp"
-	"chargeflow/psp/psptest"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp/psptest"
 )
 
 const chargeJSON = `{"id":"py_1","status":"succeeded","amount":1000,"currency":"USD","reference":"ch_1"}`

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/psp"
-	"chargeflow/psp/psptest"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp/psptest"
 )
 
 const refundJSON = `{"id":"rf_1","status":"succeeded","charge":"py_1","amount":500,"currency":"USD","reference":"re_canary_ref","created_at":"2030-01-01T00:00:00Z"}`

@@ -74,7 +74,7 @@ func OutcomeOp(op Op, err error) Outcome {
 const MetricCallDuration = "chargeflow.provider.call.duration"
 
 // instrumentationName names the tracer and meter of this package.
-const instrumentationName = "chargeflow/psp"
+const instrumentationName = "github.com/chargeflow/chargeflow/psp"
 
 // telemetry is the client's tracer and instruments. It is built once per
 // Client; nil providers give no-op ones.

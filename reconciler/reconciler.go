@@ -58,12 +58,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
-	"chargeflow/crashpoint"
-	"chargeflow/intent"
-	"chargeflow/internal/backoff"
-	"chargeflow/psp"
-	"chargeflow/settle"
-	"chargeflow/submit"
+	"github.com/chargeflow/chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/backoff"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/settle"
+	"github.com/chargeflow/chargeflow/submit"
 )
 
 // Provider is what the reconciler knows about the provider it reconciles:

@@ -19,14 +19,14 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/crashpoint"
-	"chargeflow/fakepsp"
-	"chargeflow/fakepsp/fakepsptest"
-	"chargeflow/intent"
-	"chargeflow/internal/dbtest"
-	"chargeflow/psp"
-	"chargeflow/reconciler"
-	"chargeflow/submit"
+	"github.com/chargeflow/chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/fakepsp/fakepsptest"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/reconciler"
+	"github.com/chargeflow/chargeflow/submit"
 )
 
 // testBundle is a real database, a real fake provider on loopback and an

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"chargeflow/intent"
+	"github.com/chargeflow/chargeflow/intent"
 )
 
 // The reconciler's metrics.
@@ -33,7 +33,7 @@ const (
 )
 
 // instrumentationName names the tracer and meter of this package.
-const instrumentationName = "chargeflow/reconciler"
+const instrumentationName = "github.com/chargeflow/chargeflow/reconciler"
 
 // lagQueryTimeout bounds the lag query of one collection, so a slow
 // database makes a scrape miss the gauge rather than hang.

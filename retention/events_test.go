@@ -8,10 +8,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/internal/dbtest"
-	"chargeflow/internal/ids"
-	"chargeflow/retention"
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/retention"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // eventsFixture writes events as the trigger would, but made when a test

@@ -18,10 +18,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"chargeflow/intent"
-	"chargeflow/internal/ids"
-	"chargeflow/tenant"
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/tenant"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // CleanupArgs is the retention job. Its kind is still idempotency.cleanup,

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	chargeflow "chargeflow/client"
+	chargeflow "github.com/chargeflow/chargeflow/client"
 )
 
 // Scenario is one entry of the catalogue.

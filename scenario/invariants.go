@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/fakepsp"
 )
 
 // ChargeRow is what the checker reads of each row of charges: a charge,

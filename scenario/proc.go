@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"chargeflow/internal/childproc"
+	"github.com/chargeflow/chargeflow/internal/childproc"
 )
 
 // proc is one chargeflow process the runner starts, kills and restarts.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	chargeflow "chargeflow/client"
+	chargeflow "github.com/chargeflow/chargeflow/client"
 )
 
 // Receiver is a merchant's webhook endpoint, served on loopback: it

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	chargeflow "chargeflow/client"
+	chargeflow "github.com/chargeflow/chargeflow/client"
 )
 
 // refundReasons are the reasons the merchant gives, "" for none.

@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/fakepsp"
 )
 
 // The invariants every run checks besides those of CheckLedger.

@@ -20,8 +20,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"chargeflow/fakepsp"
-	"chargeflow/internal/childproc"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/internal/childproc"
 )
 
 // Config configures a Runner.

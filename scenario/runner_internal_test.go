@@ -5,9 +5,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/fakepsp"
-	"chargeflow/fakepsp/fakepsptest"
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/fakepsp/fakepsptest"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // Replacing the provider's schedule resets its fired counters, so the runner

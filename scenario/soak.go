@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/fakepsp"
 )
 
 // soakSendFaults are the faults of a call that moves money, each armed on

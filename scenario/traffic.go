@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	chargeflow "chargeflow/client"
+	chargeflow "github.com/chargeflow/chargeflow/client"
 )
 
 // The routes the merchant's backend posts to.

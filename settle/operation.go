@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"chargeflow/intent"
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // This file is where a row's kind decides the provider call. A job, a

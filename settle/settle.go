@@ -13,8 +13,8 @@ import (
 	"context"
 	"fmt"
 
-	"chargeflow/intent"
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // Source is where an answer came from; it names the move's reason.

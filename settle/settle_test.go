@@ -5,9 +5,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/intent"
-	"chargeflow/psp"
-	"chargeflow/settle"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/settle"
 )
 
 func TestMoves(t *testing.T) {

@@ -23,7 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"chargeflow/intent"
+	"github.com/chargeflow/chargeflow/intent"
 )
 
 // KindCharge is the kind of the job that carries one charge to its provider.

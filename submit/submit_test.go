@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"chargeflow/intent"
-	"chargeflow/internal/dbtest"
-	"chargeflow/submit"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/submit"
 )
 
 type testBundle struct {

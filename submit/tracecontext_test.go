@@ -10,7 +10,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"chargeflow/submit"
+	"github.com/chargeflow/chargeflow/submit"
 )
 
 // TraceContext writes the inserting span into the job's metadata, keeping

@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"chargeflow/internal/ids"
-	"chargeflow/internal/pg"
-	"chargeflow/internal/secret"
-	"chargeflow/internal/text"
+	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/internal/pg"
+	"github.com/chargeflow/chargeflow/internal/secret"
+	"github.com/chargeflow/chargeflow/internal/text"
 )
 
 // ErrUnauthenticated means the key is malformed, unknown, or revoked. Callers

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/internal/dbtest"
-	"chargeflow/tenant"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/tenant"
 )
 
 // A tenant's name is text the database stores: what it cannot store, or

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"chargeflow/internal/pg"
+	"github.com/chargeflow/chargeflow/internal/pg"
 )
 
 // The job that carries one event to one endpoint. The events trigger writes

@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"chargeflow/intent"
-	"chargeflow/internal/ids"
-	"chargeflow/internal/pg"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/internal/pg"
 )
 
 // ErrEndpointNotFound means the tenant has no such endpoint (or it was

@@ -15,8 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"chargeflow/intent"
-	"chargeflow/internal/pg"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/pg"
 )
 
 // ErrNotFound means the tenant has no such event.

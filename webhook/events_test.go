@@ -10,10 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/intent"
-	"chargeflow/internal/dbtest"
-	"chargeflow/internal/ids"
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // Every move that settles a row writes one event in its own transaction,

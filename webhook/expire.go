@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"chargeflow/internal/ids"
-	"chargeflow/internal/pg"
+	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/internal/pg"
 )
 
 // ExpiredBatch is what one DeleteExpiredEvents did.

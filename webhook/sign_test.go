@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // The Standard Webhooks specification's own example: a receiver built on

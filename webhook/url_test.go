@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // registry is the test's own copy of the IANA IPv4 and IPv6 Special-Purpose

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"chargeflow/api/jsoncanon"
+	"github.com/chargeflow/chargeflow/api/jsoncanon"
 )
 
 func ExampleCanonical() {

@@ -12,12 +12,12 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"chargeflow/fakepsp"
-	"chargeflow/internal/app"
-	"chargeflow/internal/pg"
-	"chargeflow/migrations"
-	"chargeflow/operator"
-	"chargeflow/tenant"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/internal/pg"
+	"github.com/chargeflow/chargeflow/migrations"
+	"github.com/chargeflow/chargeflow/operator"
+	"github.com/chargeflow/chargeflow/tenant"
 )
 
 // demoTenant is the tenant `chargeflow all` creates for the quickstart.

@@ -5,9 +5,9 @@ import (
 	"flag"
 	"time"
 
-	"chargeflow/api"
-	"chargeflow/internal/app"
-	"chargeflow/submit"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/submit"
 )
 
 // bindAPI registers the API's flags into o; addr receives --addr.

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"chargeflow/bench"
-	"chargeflow/retention"
+	"github.com/chargeflow/chargeflow/bench"
+	"github.com/chargeflow/chargeflow/retention"
 )
 
 // runBench measures the performance targets as ratios against

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/bench"
+	"github.com/chargeflow/chargeflow/bench"
 )
 
 // benchJSON runs `chargeflow bench --json` with args, this test binary

@@ -12,11 +12,11 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"chargeflow/api"
-	"chargeflow/internal/app"
-	"chargeflow/outbox"
-	"chargeflow/psp"
-	"chargeflow/reconciler"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/outbox"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/reconciler"
 )
 
 // Every number a command takes — a duration, a count, a rate — is checked

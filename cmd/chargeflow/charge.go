@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"chargeflow/client"
+	"github.com/chargeflow/chargeflow/client"
 )
 
 // runCharge is a client of the API: the same endpoints, the same

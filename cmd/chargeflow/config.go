@@ -15,12 +15,12 @@ import (
 	"strings"
 	"time"
 
-	"chargeflow/crashpoint"
-	"chargeflow/delivery"
-	"chargeflow/internal/app"
-	"chargeflow/psp"
-	pspstripe "chargeflow/psp/stripe"
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/delivery"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/psp"
+	pspstripe "github.com/chargeflow/chargeflow/psp/stripe"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/chargeflow?sslmode=disable"

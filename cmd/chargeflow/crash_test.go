@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/internal/dbtest"
-	"chargeflow/migrations"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/migrations"
 )
 
 const crashBody = `{"amount": 2500, "currency": "EUR", "payment_method": "pm_card_visa", "description": "crash test"}`

@@ -10,7 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/fakepsp"
 )
 
 // fakepspFlags configure the bundled fake provider.

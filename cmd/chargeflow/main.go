@@ -29,7 +29,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"chargeflow/internal/logsink"
+	"github.com/chargeflow/chargeflow/internal/logsink"
 )
 
 func main() {

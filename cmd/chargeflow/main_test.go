@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/internal/lockedbuf"
+	"github.com/chargeflow/chargeflow/internal/lockedbuf"
 )
 
 // TestMain lets tests start this very binary as `chargeflow`: a child

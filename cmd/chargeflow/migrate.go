@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 
-	"chargeflow/internal/app"
-	"chargeflow/migrations"
-	"chargeflow/operator"
-	"chargeflow/tenant"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/migrations"
+	"github.com/chargeflow/chargeflow/operator"
+	"github.com/chargeflow/chargeflow/tenant"
 )
 
 // runMigrate applies every migration, River's included.

@@ -8,10 +8,10 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"chargeflow/api"
-	"chargeflow/internal/app"
-	"chargeflow/psp"
-	"chargeflow/reconciler"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/reconciler"
 )
 
 // bindReconciler registers the reconciler's own flags into o. The

@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/fakepsp"
-	"chargeflow/intent"
-	"chargeflow/scenario"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/scenario"
 )
 
 // postMany creates n charges through the API, 16 at a time, and returns

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/internal/dbtest"
-	"chargeflow/scenario"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/scenario"
 )
 
 // The runner, driven the way `chargeflow scenario run` drives it, with this

@@ -15,8 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/internal/app"
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // settingsInvocations reach the flag set of every command (and action) of

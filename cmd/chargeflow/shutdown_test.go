@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/fakepsp"
-	"chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
 )
 
 // terminate sends SIGTERM, as Docker and Kubernetes do to stop a container.

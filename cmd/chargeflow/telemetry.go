@@ -84,10 +84,10 @@ func newTelemetry(ctx context.Context, e env, role string, logger *slog.Logger) 
 }
 
 // serviceName is the default service.name of a role: "chargeflow-api",
-// "chargeflow-worker", …, and plain "chargeflow" for `all`.
+// "chargeflow-worker", …, and plain "github.com/chargeflow/chargeflow" for `all`.
 func serviceName(role string) string {
 	if role == "all" {
-		return "chargeflow"
+		return "github.com/chargeflow/chargeflow"
 	}
 	return "chargeflow-" + role
 }

@@ -23,14 +23,14 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"chargeflow/fakepsp"
-	"chargeflow/fakepsp/fakepsptest"
-	"chargeflow/intent"
-	"chargeflow/internal/app"
-	"chargeflow/internal/dbtest"
-	"chargeflow/internal/ids"
-	"chargeflow/reconciler"
-	"chargeflow/tenant"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/fakepsp/fakepsptest"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/reconciler"
+	"github.com/chargeflow/chargeflow/tenant"
 )
 
 // observedSystem is the API, a worker and a reconciler built by the same

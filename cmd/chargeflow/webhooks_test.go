@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/fakepsp"
-	"chargeflow/internal/dbtest"
-	"chargeflow/scenario"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/scenario"
 )
 
 // A merchant's receiver failing 30 % of deliveries at random and down

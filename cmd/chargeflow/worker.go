@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"chargeflow/internal/app"
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // bindWorker registers the outbox worker's flags into o; the provider's

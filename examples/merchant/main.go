@@ -33,7 +33,7 @@ import (
 	"syscall"
 	"time"
 
-	"chargeflow/client"
+	"github.com/chargeflow/chargeflow/client"
 )
 
 func main() {
@@ -75,7 +75,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	errs := make(chan error, 1)
 	go func() { errs <- server.ListenAndServe() }()
-	logger.Info("merchant listening", "addr", *addr, "chargeflow", *apiURL)
+	logger.Info("merchant listening", "addr", *addr, "github.com/chargeflow/chargeflow", *apiURL)
 	select {
 	case err := <-errs:
 		return err

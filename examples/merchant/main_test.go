@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"chargeflow/client"
-	"chargeflow/internal/lockedbuf"
+	"github.com/chargeflow/chargeflow/client"
+	"github.com/chargeflow/chargeflow/internal/lockedbuf"
 )
 
 // The receiver acts on a verified delivery once, and refuses one that does

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/fakepsp"
 )
 
 // Provider is a fake provider serving one test.

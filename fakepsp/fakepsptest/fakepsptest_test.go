@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"chargeflow/fakepsp"
-	"chargeflow/fakepsp/fakepsptest"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/fakepsp/fakepsptest"
 )
 
 // Start serves a working provider for the length of one test, and nothing

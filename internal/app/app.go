@@ -34,17 +34,17 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"riverqueue.com/riverui"
 
-	"chargeflow/api"
-	"chargeflow/crashpoint"
-	"chargeflow/delivery"
-	"chargeflow/migrations"
-	"chargeflow/outbox"
-	"chargeflow/psp"
-	pspstripe "chargeflow/psp/stripe"
-	"chargeflow/reconciler"
-	"chargeflow/retention"
-	"chargeflow/submit"
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/delivery"
+	"github.com/chargeflow/chargeflow/migrations"
+	"github.com/chargeflow/chargeflow/outbox"
+	"github.com/chargeflow/chargeflow/psp"
+	pspstripe "github.com/chargeflow/chargeflow/psp/stripe"
+	"github.com/chargeflow/chargeflow/reconciler"
+	"github.com/chargeflow/chargeflow/retention"
+	"github.com/chargeflow/chargeflow/submit"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // Options is everything a chargeflow process is built from. Zero values

@@ -13,10 +13,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/internal/app"
-	"chargeflow/internal/dbtest"
-	"chargeflow/operator"
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/operator"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // The API that NewAPI builds serves River's real job UI, its page and its

@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/internal/app"
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // ProviderClient is the one place the provider is built: the kind picks

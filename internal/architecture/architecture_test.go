@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const module = "chargeflow"
+const module = "github.com/chargeflow/chargeflow"
 
 // row is one line of the package table.
 type row struct {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/internal/backoff"
+	"github.com/chargeflow/chargeflow/internal/backoff"
 )
 
 func TestDelay(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/internal/batch"
+	"github.com/chargeflow/chargeflow/internal/batch"
 )
 
 // TestRequestsMadeDuringABatchShareTheNext holds a first batch in flight

@@ -27,11 +27,11 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver pgtestdb connects with
 	"github.com/peterldowns/pgtestdb"
 
-	"chargeflow/intent"
-	"chargeflow/internal/ids"
-	"chargeflow/internal/pg"
-	"chargeflow/migrations"
-	"chargeflow/webhook"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/internal/pg"
+	"github.com/chargeflow/chargeflow/migrations"
+	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // DefaultServer is the Postgres server tests use when DATABASE_URL is unset.

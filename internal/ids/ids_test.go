@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/internal/ids"
 )
 
 func TestNew(t *testing.T) {

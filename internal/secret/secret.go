@@ -16,7 +16,7 @@ import (
 	"encoding/base32"
 	"strings"
 
-	"chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/internal/ids"
 )
 
 var encoding = base32.StdEncoding.WithPadding(base32.NoPadding)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"chargeflow/internal/text"
+	"github.com/chargeflow/chargeflow/internal/text"
 )
 
 func TestCheck(t *testing.T) {

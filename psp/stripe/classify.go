@@ -10,7 +10,7 @@ import (
 
 	stripego "github.com/stripe/stripe-go/v82"
 
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // The metadata keys the adapter files a charge (a PaymentIntent) and a

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	stripego "github.com/stripe/stripe-go/v82"
 
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // The errors below are shaped the way net/http returns them beneath

@@ -6,10 +6,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/fakepsp"
-	"chargeflow/fakepsp/fakepsptest"
-	"chargeflow/psp"
-	pspstripe "chargeflow/psp/stripe"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/fakepsp/fakepsptest"
+	"github.com/chargeflow/chargeflow/psp"
+	pspstripe "github.com/chargeflow/chargeflow/psp/stripe"
 )
 
 // The adapter against the bundled fake speaking Stripe's API: its key

@@ -9,7 +9,7 @@ import (
 	stripego "github.com/stripe/stripe-go/v82"
 	"github.com/stripe/stripe-go/v82/webhook"
 
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // This file is the receiving side of Stripe's events (docs/notifications.md,

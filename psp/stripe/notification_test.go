@@ -11,10 +11,10 @@ import (
 	stripego "github.com/stripe/stripe-go/v82"
 	"github.com/stripe/stripe-go/v82/webhook"
 
-	"chargeflow/fakepsp"
-	"chargeflow/fakepsp/fakepsptest"
-	"chargeflow/psp"
-	pspstripe "chargeflow/psp/stripe"
+	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/fakepsp/fakepsptest"
+	"github.com/chargeflow/chargeflow/psp"
+	pspstripe "github.com/chargeflow/chargeflow/psp/stripe"
 )
 
 const webhookSecret = "whsec_test_stripe_endpoint"

@@ -16,9 +16,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"chargeflow/psp"
-	"chargeflow/psp/psptest"
-	pspstripe "chargeflow/psp/stripe"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp/psptest"
+	pspstripe "github.com/chargeflow/chargeflow/psp/stripe"
 )
 
 // refundRequest is a valid refund request; tests change what they care

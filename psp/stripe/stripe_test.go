@@ -21,9 +21,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"chargeflow/psp"
-	"chargeflow/psp/psptest"
-	pspstripe "chargeflow/psp/stripe"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp/psptest"
+	pspstripe "github.com/chargeflow/chargeflow/psp/stripe"
 )
 
 const testKey = "sk_test_canary_key"

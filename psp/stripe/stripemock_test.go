@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"chargeflow/psp"
-	pspstripe "chargeflow/psp/stripe"
-	"chargeflow/psp/stripe/stripemocktest"
+	"github.com/chargeflow/chargeflow/psp"
+	pspstripe "github.com/chargeflow/chargeflow/psp/stripe"
+	"github.com/chargeflow/chargeflow/psp/stripe/stripemocktest"
 )
 
 // mockKey is a key stripe-mock accepts: it refuses one that is not

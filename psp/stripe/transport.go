@@ -9,7 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // observation is what the transport saw of one request beneath stripe-go,
