@@ -184,14 +184,38 @@ func (c *Client) AllCharges(ctx context.Context, p ListChargesParams) iter.Seq2[
 // A webhook endpoint is the better way to learn outcomes at scale; this is
 // for scripts, tests and a checkout page that waits a few seconds.
 func (c *Client) WaitForOutcome(ctx context.Context, chargeID string) (*Charge, error) {
-	for attempt := 1; ; attempt++ {
+	return waitFor(ctx, c, func(ctx context.Context) (*Charge, Status, error) {
 		charge, err := c.GetCharge(ctx, chargeID)
+		if err != nil {
+			return nil, "", err
+		}
+		return charge, charge.Status, nil
+	})
+}
+
+// WaitForRefund is WaitForOutcome for a refund: it polls until the refund
+// is succeeded, failed or needs_review and returns it.
+func (c *Client) WaitForRefund(ctx context.Context, refundID string) (*Refund, error) {
+	return waitFor(ctx, c, func(ctx context.Context) (*Refund, Status, error) {
+		refund, err := c.GetRefund(ctx, refundID)
+		if err != nil {
+			return nil, "", err
+		}
+		return refund, refund.Status, nil
+	})
+}
+
+// waitFor reads with get, sleeping the client's backoff between reads,
+// until what it read is in an outcome state.
+func waitFor[T any](ctx context.Context, c *Client, get func(context.Context) (*T, Status, error)) (*T, error) {
+	for attempt := 1; ; attempt++ {
+		v, status, err := get(ctx)
 		if err != nil {
 			return nil, err
 		}
-		switch charge.Status {
+		switch status {
 		case StatusSucceeded, StatusFailed, StatusNeedsReview:
-			return charge, nil
+			return v, nil
 		}
 		if err := c.clock.Sleep(ctx, c.backoff(attempt)); err != nil {
 			return nil, err

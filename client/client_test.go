@@ -532,6 +532,36 @@ func TestRefunds(t *testing.T) {
 	requireRefused(t, err, http.StatusConflict, client.CodeChargeNotRefundable)
 }
 
+// WaitForRefund polls a refund until the worker settles it at the
+// provider, and a refund that does not exist is a definitive not_found.
+func TestWaitForRefund(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := start(t)
+	s.runWorker(t)
+	c, _ := s.newClient(t, s.url)
+
+	charge, err := c.CreateCharge(ctx, visa(""))
+	require.NoError(t, err)
+	charge, err = c.WaitForOutcome(ctx, charge.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusSucceeded, charge.Status)
+
+	refund, err := c.CreateRefund(ctx, client.RefundParams{Charge: charge.ID, Amount: 250})
+	require.NoError(t, err)
+	require.Equal(t, client.StatusPending, refund.Status)
+	settled, err := c.WaitForRefund(ctx, refund.ID)
+	require.NoError(t, err)
+	require.Equal(t, refund.ID, settled.ID)
+	require.Equal(t, client.StatusSucceeded, settled.Status)
+	require.Equal(t, int64(250), settled.Amount)
+	require.NotEmpty(t, settled.ProviderRefundID)
+
+	_, err = c.WaitForRefund(ctx, "re_00000000000000000000000000")
+	requireRefused(t, err, http.StatusNotFound, client.CodeNotFound)
+}
+
 // WaitForOutcome polls through pending, submitting and unknown — the
 // reconciler's business, not an outcome — and returns at needs_review. The
 // test moves the charge itself, between the client's polls.

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -133,4 +134,65 @@ type Event struct {
 	// status "disabled" and disabled_reason; never its secret) that was
 	// disabled after a delivery to it failed every attempt.
 	Data json.RawMessage `json:"data"`
+}
+
+// ErrWebhookPayload: the signature matched, but the body is not an event,
+// or its id is not the delivery's webhook-id. A sender that signs such a
+// body is not chargeflow: answer 400 and do not act on it.
+var ErrWebhookPayload = errors.New("chargeflow: the signed body is not an event with the delivery's webhook-id")
+
+// ConstructEvent verifies a webhook delivery as VerifyWebhook does and, only
+// when it is authentic and recent, parses its body into an Event whose ID
+// is the delivery's webhook-id. It is the one call a merchant's webhook
+// handler needs before acting:
+//
+//	event, err := client.ConstructEvent(secret, r.Header, body, 0)
+//	if err != nil { /* 400, and do not act */ }
+//	switch event.Type { case "charge.succeeded": charge, err := event.Charge() … }
+//
+// Act on each event once: event.ID is the same on every delivery of it.
+func ConstructEvent(secret string, headers http.Header, body []byte, tolerance time.Duration) (*Event, error) {
+	return constructEvent(secret, headers, body, tolerance, time.Now())
+}
+
+func constructEvent(secret string, headers http.Header, body []byte, tolerance time.Duration, now time.Time) (*Event, error) {
+	if err := verifyWebhook(secret, headers, body, tolerance, now); err != nil {
+		return nil, err
+	}
+	var event Event
+	if err := json.Unmarshal(body, &event); err != nil || event.Type == "" || len(event.Data) == 0 ||
+		event.ID != header(headers, headerWebhookID) {
+		return nil, ErrWebhookPayload
+	}
+	return &event, nil
+}
+
+// Charge decodes the event's data as the charge it is about; an event whose
+// type is not a charge.* is an error.
+func (e *Event) Charge() (*Charge, error) {
+	var charge Charge
+	if err := e.decode("charge.", &charge); err != nil {
+		return nil, err
+	}
+	return &charge, nil
+}
+
+// Refund decodes the event's data as the refund it is about; an event whose
+// type is not a refund.* is an error.
+func (e *Event) Refund() (*Refund, error) {
+	var refund Refund
+	if err := e.decode("refund.", &refund); err != nil {
+		return nil, err
+	}
+	return &refund, nil
+}
+
+func (e *Event) decode(prefix string, out any) error {
+	if !strings.HasPrefix(e.Type, prefix) {
+		return fmt.Errorf("chargeflow: event %s is %s, not %s*", e.ID, e.Type, prefix)
+	}
+	if err := json.Unmarshal(e.Data, out); err != nil {
+		return fmt.Errorf("chargeflow: event %s: %w", e.ID, err)
+	}
+	return nil
 }

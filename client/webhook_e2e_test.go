@@ -32,6 +32,8 @@ func TestWebhookDeliveriesVerify(t *testing.T) {
 		id                              string
 		event                           client.Event
 		verified, tampered, otherSecret error
+		constructed                     *client.Event
+		constructErr                    error
 	}
 	var mu sync.Mutex
 	var secret string
@@ -52,6 +54,7 @@ func TestWebhookDeliveriesVerify(t *testing.T) {
 			otherSecret: client.VerifyWebhook("whsec_"+strings.Repeat("A", 32), r.Header, body, 0),
 		}
 		_ = json.Unmarshal(body, &d.event)
+		d.constructed, d.constructErr = client.ConstructEvent(key, r.Header, body, 0)
 		deliveries <- d
 		w.WriteHeader(http.StatusNoContent)
 	}))
@@ -80,6 +83,12 @@ func TestWebhookDeliveriesVerify(t *testing.T) {
 	require.NoError(t, json.Unmarshal(d.event.Data, &settled))
 	require.Equal(t, charge.ID, settled.ID)
 	require.Equal(t, client.StatusSucceeded, settled.Status)
+
+	require.NoError(t, d.constructErr, "ConstructEvent takes what VerifyWebhook takes")
+	require.Equal(t, d.event, *d.constructed)
+	fromEvent, err := d.constructed.Charge()
+	require.NoError(t, err)
+	require.Equal(t, settled, *fromEvent)
 }
 
 // createEndpoint registers a webhook endpoint for every event type, as a

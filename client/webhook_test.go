@@ -173,3 +173,60 @@ func TestVerifyWebhookUsesTheClock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// ConstructEvent parses only what verifies, and only an event whose id is
+// the delivery's webhook-id: a body signed by the holder of the secret but
+// not shaped as chargeflow's event is refused, not half-parsed.
+func TestConstructEvent(t *testing.T) {
+	t.Parallel()
+	const eventID = "evt_01JDQ4X2V9A8E6T5N3K2M1P0QR"
+	charge := `{"id":"ch_01JDQ4X2V9A8E6T5N3K2M1P0QS","amount":1000,"currency":"USD","status":"succeeded"}`
+	deliver := func(id, body string) http.Header {
+		h := vectorHeaders(sign(t, vectorSecret, id, vectorTimestamp, body))
+		h.Set("webhook-id", id)
+		return h
+	}
+
+	body := `{"id":"` + eventID + `","type":"charge.succeeded","created_at":"2021-02-25T15:02:10Z","data":` + charge + `}`
+	event, err := constructEvent(vectorSecret, deliver(eventID, body), []byte(body), time.Minute, vectorTime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if event.ID != eventID || event.Type != "charge.succeeded" {
+		t.Fatalf("event = %+v", event)
+	}
+	got, err := event.Charge()
+	if err != nil || got.ID != "ch_01JDQ4X2V9A8E6T5N3K2M1P0QS" || got.Amount != 1000 || got.Status != StatusSucceeded {
+		t.Fatalf("Charge() = %+v, %v", got, err)
+	}
+	if _, err := event.Refund(); err == nil {
+		t.Fatal("a charge event decoded as a refund")
+	}
+
+	refused := []struct {
+		name    string
+		headers http.Header
+		body    string
+		want    error
+	}{
+		{"Tampered", deliver(eventID, body), body + " ", ErrWebhookSignature},
+		{"TooOld", deliver(eventID, body), "", ErrWebhookTimestamp},
+		{"NotJSON", deliver(eventID, "charge.succeeded"), "charge.succeeded", ErrWebhookPayload},
+		{"NoType", deliver(eventID, `{"id":"`+eventID+`","data":{}}`), `{"id":"` + eventID + `","data":{}}`, ErrWebhookPayload},
+		{"NoData", deliver(eventID, `{"id":"`+eventID+`","type":"charge.failed"}`), `{"id":"` + eventID + `","type":"charge.failed"}`, ErrWebhookPayload},
+		{"IDIsNotTheWebhookID", deliver("evt_other", body), body, ErrWebhookPayload},
+	}
+	for _, tc := range refused {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			payload, now := tc.body, vectorTime
+			if tc.name == "TooOld" {
+				payload, now = body, vectorTime.Add(time.Hour)
+			}
+			event, err := constructEvent(vectorSecret, tc.headers, []byte(payload), time.Minute, now)
+			if !errors.Is(err, tc.want) || event != nil {
+				t.Fatalf("got %+v, %v; want %v", event, err, tc.want)
+			}
+		})
+	}
+}

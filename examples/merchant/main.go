@@ -217,14 +217,10 @@ func (s *shop) receiveWebhook(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unreadable body", http.StatusBadRequest)
 		return
 	}
-	if err := client.VerifyWebhook(s.secret, r.Header, body, client.DefaultWebhookTolerance); err != nil {
+	event, err := client.ConstructEvent(s.secret, r.Header, body, client.DefaultWebhookTolerance)
+	if err != nil {
 		s.logger.Warn("webhook refused", "err", err.Error())
 		http.Error(w, "invalid webhook", http.StatusBadRequest)
-		return
-	}
-	var event client.Event
-	if err := json.Unmarshal(body, &event); err != nil {
-		http.Error(w, "not an event", http.StatusBadRequest)
 		return
 	}
 	s.mu.Lock()
