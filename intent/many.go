@@ -70,8 +70,8 @@ func MoveMany(ctx context.Context, db DB, moves []Move) (map[Ref]Charge, error) 
 // FOR UPDATE joins besides its target is copied, a whole row for each row,
 // for the recheck of a row another transaction changed meanwhile; so req
 // and locked carry only the keys and each move's place i in the arrays, and
-// the rest of a move is read by subscript, $n[i] (docs/benchmarks.md,
-// step 20).
+// the rest of a move is read by subscript, $n[i] (CHANGELOG.md, "Where end
+// to end's CPU goes").
 const moveManyStatement = `
 WITH req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS r(tenant_id, id, from_state, i)
