@@ -1,13 +1,26 @@
 // Package migrations holds chargeflow's schema as embedded SQL files and
 // applies it, River's own tables included.
 //
+// The schema is two kinds of file (docs/architecture.md, "Migrations"):
+//
+//   - sql/NNNN_name.sql, the versioned migrations: tables, indexes,
+//     constraints and data, each file applied once, in version order, in
+//     its own transaction, and recorded in chargeflow_migrations.
+//     0001_baseline is the schema as it stood before the first release.
+//   - functions/name.sql: each SQL function, with the triggers that call
+//     it, defined once and written to be applied again (CREATE OR REPLACE).
+//     A file is applied when its text differs from the one recorded in
+//     chargeflow_functions, and every file is after a migration ran (which
+//     may have remade a table its triggers are on). So a function is read
+//     in one place and changed in one place: edit its file.
+//
 // Apply is safe to run twice and from several processes at once: the whole
-// run holds a Postgres advisory lock, River's migrations go first (our schema
-// does not depend on them, but our workers do), then every file of sql/ that
-// is not yet recorded in chargeflow_migrations, each in its own transaction.
+// run holds a Postgres advisory lock, and River's migrations go first (the
+// baseline indexes river_job, and our workers need River's tables).
 package migrations
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"embed"
@@ -28,21 +41,36 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-//go:embed sql/*.sql
+//go:embed sql/*.sql functions/*.sql
 var files embed.FS
 
 // lockKey is the advisory lock every migrating process takes first, so that
 // two `chargeflow migrate` runs apply each file exactly once.
 const lockKey int64 = 0x63686172676566 // "chargef"
 
-// ErrNotCurrent means the database is missing migrations this binary expects.
+// ErrNotCurrent means the database is missing migrations or functions this
+// binary expects.
 var ErrNotCurrent = errors.New("migrations: database schema is not current")
 
-// Migration is one embedded SQL file.
+// Migration is one versioned SQL file of sql/.
 type Migration struct {
 	Version int
 	Name    string
 	SQL     string
+}
+
+// Function is one file of functions/: a function and the triggers that call
+// it, applied again whenever its text changes.
+type Function struct {
+	// Name is the file's name without .sql: the function's name.
+	Name string
+	SQL  string
+}
+
+// hash is what chargeflow_functions records of the file's text.
+func (f Function) hash() []byte {
+	sum := sha256.Sum256([]byte(f.SQL))
+	return sum[:]
 }
 
 // All returns the embedded migrations in version order.
@@ -74,6 +102,23 @@ func All() ([]Migration, error) {
 	return all, nil
 }
 
+// Functions returns the embedded function files in name order.
+func Functions() ([]Function, error) {
+	entries, err := fs.ReadDir(files, "functions")
+	if err != nil {
+		return nil, fmt.Errorf("read embedded functions: %w", err)
+	}
+	var all []Function
+	for _, entry := range entries {
+		body, err := fs.ReadFile(files, path.Join("functions", entry.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("read function %q: %w", entry.Name(), err)
+		}
+		all = append(all, Function{Name: strings.TrimSuffix(entry.Name(), ".sql"), SQL: string(body)})
+	}
+	return all, nil
+}
+
 // Hash identifies the fully migrated schema: every embedded file and River's
 // migration versions. Test databases are cloned from a template keyed by it.
 func Hash() (string, error) {
@@ -81,9 +126,16 @@ func Hash() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	functions, err := Functions()
+	if err != nil {
+		return "", err
+	}
 	h := sha256.New()
 	for _, m := range all {
 		fmt.Fprintf(h, "%d\n%s\n%s\n", m.Version, m.Name, m.SQL)
+	}
+	for _, f := range functions {
+		fmt.Fprintf(h, "function %s\n%s\n", f.Name, f.SQL)
 	}
 	migrator, err := rivermigrate.New(riverpgxv5.New(nil), nil)
 	if err != nil {
@@ -95,9 +147,16 @@ func Hash() (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// Apply brings the database up to date. It logs each migration it applies.
+// Apply brings the database up to date: River's migrations, a migration
+// history from before the baseline recorded as the baseline (upgrade.go),
+// the versioned migrations not yet applied, then the function files that
+// changed. It logs each file it applies.
 func Apply(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
 	all, err := All()
+	if err != nil {
+		return err
+	}
+	functions, err := Functions()
 	if err != nil {
 		return err
 	}
@@ -127,25 +186,53 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
 		logger.InfoContext(ctx, "applied river migration", "version", v.Version, "name", v.Name)
 	}
 
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS chargeflow_migrations (
-		version    integer PRIMARY KEY,
-		name       text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now()
-	)`); err != nil {
-		return fmt.Errorf("create chargeflow_migrations: %w", err)
+	if _, err := conn.Exec(ctx, `
+CREATE TABLE IF NOT EXISTS chargeflow_migrations (
+	version    integer PRIMARY KEY,
+	name       text NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS chargeflow_functions (
+	name       text PRIMARY KEY,
+	sha256     bytea NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now()
+)`); err != nil {
+		return fmt.Errorf("create chargeflow_migrations and chargeflow_functions: %w", err)
+	}
+	if err := upgradeHistory(ctx, conn.Conn(), all[0], logger); err != nil {
+		return err
 	}
 	applied, err := appliedVersions(ctx, conn.Conn())
 	if err != nil {
 		return err
 	}
+	ran := false
 	for _, m := range all {
-		if applied[m.Version] {
+		if name, ok := applied[m.Version]; ok {
+			if name != m.Name {
+				return fmt.Errorf("migrations: version %d is recorded as %s, but this build's is %s", m.Version, name, m.Name)
+			}
 			continue
 		}
 		if err := applyOne(ctx, conn.Conn(), m); err != nil {
 			return err
 		}
+		ran = true
 		logger.InfoContext(ctx, "applied migration", "version", m.Version, "name", m.Name)
+	}
+
+	recorded, err := appliedFunctions(ctx, conn.Conn())
+	if err != nil {
+		return err
+	}
+	for _, f := range functions {
+		if !ran && bytes.Equal(recorded[f.Name], f.hash()) {
+			continue
+		}
+		if err := applyFunction(ctx, conn.Conn(), f); err != nil {
+			return err
+		}
+		logger.InfoContext(ctx, "applied function", "name", f.Name)
 	}
 	return nil
 }
@@ -162,44 +249,90 @@ func applyOne(ctx context.Context, conn *pgx.Conn, m Migration) error {
 	})
 }
 
+// applyFunction applies one function file and records its hash, in one
+// transaction. A file's triggers are on one table, so the transaction locks
+// one table and cannot deadlock with the application's writes.
+func applyFunction(ctx context.Context, conn *pgx.Conn, f Function) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, f.SQL); err != nil {
+			return fmt.Errorf("apply function %s: %w", f.Name, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO chargeflow_functions (name, sha256) VALUES ($1, $2)
+			ON CONFLICT (name) DO UPDATE SET sha256 = excluded.sha256, applied_at = now()`, f.Name, f.hash()); err != nil {
+			return fmt.Errorf("record function %s: %w", f.Name, err)
+		}
+		return nil
+	})
+}
+
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-func appliedVersions(ctx context.Context, db querier) (map[int]bool, error) {
-	rows, err := db.Query(ctx, "SELECT version FROM chargeflow_migrations")
+// appliedVersions returns the name recorded for each applied version.
+func appliedVersions(ctx context.Context, db querier) (map[int]string, error) {
+	rows, err := db.Query(ctx, "SELECT version, name FROM chargeflow_migrations")
 	if err != nil {
 		return nil, fmt.Errorf("read applied migrations: %w", err)
 	}
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil {
+	applied := map[int]string{}
+	var version int
+	var name string
+	if _, err := pgx.ForEachRow(rows, []any{&version, &name}, func() error {
+		applied[version] = name
+		return nil
+	}); err != nil {
 		return nil, fmt.Errorf("read applied migrations: %w", err)
-	}
-	applied := make(map[int]bool, len(versions))
-	for _, v := range versions {
-		applied[v] = true
 	}
 	return applied, nil
 }
 
-// Check reports ErrNotCurrent unless every embedded migration and every River
-// migration has been applied. /readyz calls it.
+// appliedFunctions returns the hash recorded for each applied function file.
+func appliedFunctions(ctx context.Context, db querier) (map[string][]byte, error) {
+	rows, err := db.Query(ctx, "SELECT name, sha256 FROM chargeflow_functions")
+	if err != nil {
+		return nil, fmt.Errorf("read applied functions: %w", err)
+	}
+	recorded := map[string][]byte{}
+	var name string
+	var sum []byte
+	if _, err := pgx.ForEachRow(rows, []any{&name, &sum}, func() error {
+		recorded[name] = slices.Clone(sum)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read applied functions: %w", err)
+	}
+	return recorded, nil
+}
+
+// Check reports ErrNotCurrent unless every embedded migration, every
+// function file as embedded and every River migration has been applied.
+// /readyz calls it.
 func Check(ctx context.Context, pool *pgxpool.Pool) error {
 	all, err := All()
 	if err != nil {
 		return err
 	}
-	applied, err := appliedVersions(ctx, pool)
+	functions, err := Functions()
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-			return fmt.Errorf("%w: chargeflow_migrations is missing (run chargeflow migrate)", ErrNotCurrent)
-		}
 		return err
 	}
+	applied, err := appliedVersions(ctx, pool)
+	if err != nil {
+		return missingTable(err)
+	}
 	for _, m := range all {
-		if !applied[m.Version] {
-			return fmt.Errorf("%w: migration %s is not applied", ErrNotCurrent, m.Name)
+		if applied[m.Version] != m.Name {
+			return fmt.Errorf("%w: migration %s is not applied (run chargeflow migrate)", ErrNotCurrent, m.Name)
+		}
+	}
+	recorded, err := appliedFunctions(ctx, pool)
+	if err != nil {
+		return missingTable(err)
+	}
+	for _, f := range functions {
+		if !bytes.Equal(recorded[f.Name], f.hash()) {
+			return fmt.Errorf("%w: function %s is not applied as this build has it (run chargeflow migrate)", ErrNotCurrent, f.Name)
 		}
 	}
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
@@ -214,4 +347,14 @@ func Check(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("%w: river: %s", ErrNotCurrent, strings.Join(res.Messages, "; "))
 	}
 	return nil
+}
+
+// missingTable turns the error of reading a bookkeeping table that does not
+// exist into ErrNotCurrent.
+func missingTable(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return fmt.Errorf("%w: %s (run chargeflow migrate)", ErrNotCurrent, pgErr.Message)
+	}
+	return err
 }
