@@ -48,33 +48,6 @@ func (b *testBundle) accept(_ context.Context, t *testing.T, key string, job fun
 	return dbtest.PendingCharge(t, b.pool, dbtest.Charge{TenantID: b.tenantID, Key: key, Job: job})
 }
 
-// riverJobRow is what a River job row says, but for its id and times.
-type riverJobRow struct {
-	Args, Kind, Metadata, Queue, State, Tags string
-	MaxAttempts, Priority, Attempt           int
-	UniqueKeyNull, UniqueStatesNull          bool
-	AttemptedAtNull, ErrorsNull, Finalized   bool
-	ScheduledNotLater                        bool
-}
-
-func riverJobRows(ctx context.Context, t *testing.T, db intent.DB) []riverJobRow {
-	t.Helper()
-	rows, err := db.Query(ctx, `
-SELECT args::text, kind, metadata::text, queue, state::text, tags::text, max_attempts, priority, attempt,
-	unique_key IS NULL, unique_states IS NULL, attempted_at IS NULL, errors IS NULL, finalized_at IS NOT NULL,
-	scheduled_at <= now()
-FROM river_job ORDER BY id`)
-	require.NoError(t, err)
-	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (riverJobRow, error) {
-		var j riverJobRow
-		err := row.Scan(&j.Args, &j.Kind, &j.Metadata, &j.Queue, &j.State, &j.Tags, &j.MaxAttempts, &j.Priority, &j.Attempt,
-			&j.UniqueKeyNull, &j.UniqueStatesNull, &j.AttemptedAtNull, &j.ErrorsNull, &j.Finalized, &j.ScheduledNotLater)
-		return j, err
-	})
-	require.NoError(t, err)
-	return jobs
-}
-
 // TestRowMatchesRiverInsert holds the charge.submit row that the accept
 // statement writes itself (Queue.Row) to the row River's client writes for
 // the same job (Queue.Enqueue, River's InsertTx with the same middleware),
@@ -96,7 +69,7 @@ func TestRowMatchesRiverInsert(t *testing.T) {
 		return q.Enqueue(ctx, tx, submit.ChargeArgs{TenantID: b.tenantID, ChargeID: c.ID})
 	}))
 
-	jobs := riverJobRows(ctx, t, b.pool)
+	jobs := dbtest.RiverJobs(t, b.pool)
 	require.Len(t, jobs, 2)
 	require.Equal(t, jobs[1], jobs[0], "Accept's job (first) differs from River's (second)")
 	require.Contains(t, jobs[0].Metadata, span.SpanContext().TraceID().String())

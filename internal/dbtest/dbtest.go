@@ -14,6 +14,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
@@ -87,6 +88,34 @@ func serverConfig(t testing.TB) pgtestdb.Config {
 func URL(t testing.TB) string {
 	t.Helper()
 	conf := pgtestdb.Custom(t, serverConfig(t), migrator{})
+	return conf.URL()
+}
+
+// Empty creates a database with nothing in it, not even River's tables,
+// and returns its URL: for tests of the migrations themselves. It is
+// dropped when the test ends, or kept, with its URL in the log, when the
+// test failed.
+func Empty(t testing.TB) string {
+	t.Helper()
+	admin := Admin(t)
+	name := fmt.Sprintf("chargeflow_empty_%d", time.Now().UnixNano())
+	ctx := context.Background()
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("dbtest: create empty database: %v", err)
+	}
+	conf := serverConfig(t)
+	conf.Database = name
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("dbtest: kept the failed test's database: %s", conf.URL())
+			return
+		}
+		// Admin's connection is closed by a cleanup registered before this
+		// one, so it runs after: cleanups run last first.
+		if _, err := admin.Exec(context.Background(), "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("dbtest: drop %s: %v", name, err)
+		}
+	})
 	return conf.URL()
 }
 
@@ -256,4 +285,38 @@ func WebhookEndpoint(t testing.TB, db webhook.Store, tenantID, url string, event
 		t.Fatalf("create webhook endpoint: created %v, %v", created, err)
 	}
 	return e
+}
+
+// RiverJob is what a row of river_job says, but for its id and times: two
+// rows of the same job, one written by River's client and one by our SQL,
+// compare equal.
+type RiverJob struct {
+	Args, Kind, Metadata, Queue, State, Tags string
+	MaxAttempts, Priority, Attempt           int
+	UniqueKeyNull, UniqueStatesNull          bool
+	AttemptedAtNull, ErrorsNull, Finalized   bool
+	ScheduledNotLater                        bool
+}
+
+// RiverJobs reads every row of river_job on db, in id order.
+func RiverJobs(t testing.TB, db pg.Handle) []RiverJob {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `
+SELECT args::text, kind, metadata::text, queue, state::text, tags::text, max_attempts, priority, attempt,
+	unique_key IS NULL, unique_states IS NULL, attempted_at IS NULL, errors IS NULL, finalized_at IS NOT NULL,
+	scheduled_at <= now()
+FROM river_job ORDER BY id`)
+	if err != nil {
+		t.Fatalf("dbtest: read river_job: %v", err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RiverJob, error) {
+		var j RiverJob
+		err := row.Scan(&j.Args, &j.Kind, &j.Metadata, &j.Queue, &j.State, &j.Tags, &j.MaxAttempts, &j.Priority, &j.Attempt,
+			&j.UniqueKeyNull, &j.UniqueStatesNull, &j.AttemptedAtNull, &j.ErrorsNull, &j.Finalized, &j.ScheduledNotLater)
+		return j, err
+	})
+	if err != nil {
+		t.Fatalf("dbtest: read river_job: %v", err)
+	}
+	return jobs
 }
