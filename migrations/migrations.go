@@ -186,21 +186,22 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
 		logger.InfoContext(ctx, "applied river migration", "version", v.Version, "name", v.Name)
 	}
 
-	if _, err := conn.Exec(ctx, `
-CREATE TABLE IF NOT EXISTS chargeflow_migrations (
-	version    integer PRIMARY KEY,
-	name       text NOT NULL,
-	applied_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS chargeflow_functions (
-	name       text PRIMARY KEY,
-	sha256     bytea NOT NULL,
-	applied_at timestamptz NOT NULL DEFAULT now()
-)`); err != nil {
-		return fmt.Errorf("create chargeflow_migrations and chargeflow_functions: %w", err)
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS chargeflow_migrations (
+		version    integer PRIMARY KEY,
+		name       text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now()
+	)`); err != nil {
+		return fmt.Errorf("create chargeflow_migrations: %w", err)
 	}
 	if err := upgradeHistory(ctx, conn.Conn(), all[0], logger); err != nil {
 		return err
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS chargeflow_functions (
+		name       text PRIMARY KEY,
+		sha256     bytea NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now()
+	)`); err != nil {
+		return fmt.Errorf("create chargeflow_functions: %w", err)
 	}
 	applied, err := appliedVersions(ctx, conn.Conn())
 	if err != nil {
