@@ -133,7 +133,7 @@ type Charge struct {
 
 	// AmountReserved and AmountRefunded are, on a charge, the sums of its
 	// refunds that are not failed and that succeeded; the database keeps
-	// them (migration 0006), never Go.
+	// them (refunds_account), never Go.
 	AmountReserved int64
 	AmountRefunded int64
 

@@ -218,8 +218,8 @@ func TestDatabaseEnforcesStateMachine(t *testing.T) {
 	})
 
 	// The tenant's foreign keys gave way to a check when a charge is born
-	// and a tenant that can never go (migration 0010): the same guarantee,
-	// no shared row lock per write.
+	// and a tenant that can never go (charges_guard, tenants_kept): the
+	// same guarantee, no shared row lock per write.
 	t.Run("ChargeNeedsItsTenant", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t)
@@ -236,7 +236,7 @@ func TestDatabaseEnforcesStateMachine(t *testing.T) {
 	})
 
 	// A provider key is derived from its charge's id, never chosen: two
-	// charges can never share one (migration 0010).
+	// charges can never share one (charges_provider_key_of_id).
 	t.Run("ProviderKeyIsTheChargesOwn", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t)

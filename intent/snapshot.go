@@ -7,7 +7,7 @@ import (
 )
 
 // snapshotRow is a row of charges as Postgres's to_jsonb writes it: the
-// events trigger keeps one per event (migration 0007), so that an event
+// events trigger keeps one per event (events_on_moves), so that an event
 // says what the row was when the move that caused it happened.
 type snapshotRow struct {
 	TenantID         string            `json:"tenant_id"`

@@ -4,15 +4,15 @@
 // The schema is two kinds of file (docs/architecture.md, "Migrations"):
 //
 //   - sql/NNNN_name.sql, the versioned migrations: tables, indexes,
-//     constraints and data, each file applied once, in version order, in
-//     its own transaction, and recorded in chargeflow_migrations.
+//     constraints and data. Each is applied once, in version order, in its
+//     own transaction, and recorded in chargeflow_migrations.
 //     0001_baseline is the schema as it stood before the first release.
-//   - functions/name.sql: each SQL function, with the triggers that call
-//     it, defined once and written to be applied again (CREATE OR REPLACE).
-//     A file is applied when its text differs from the one recorded in
-//     chargeflow_functions, and every file is after a migration ran (which
-//     may have remade a table its triggers are on). So a function is read
-//     in one place and changed in one place: edit its file.
+//   - functions/name.sql: one SQL function with the triggers that call it,
+//     defined once and written to be applied again (CREATE OR REPLACE).
+//     A file is applied when its text differs from the text recorded in
+//     chargeflow_functions (by its hash), and after any migration, which
+//     may have remade a table its triggers are on. A function is read in
+//     one place and changed in one place: its file.
 //
 // Apply is safe to run twice and from several processes at once: the whole
 // run holds a Postgres advisory lock, and River's migrations go first (the
@@ -193,7 +193,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
 	)`); err != nil {
 		return fmt.Errorf("create chargeflow_migrations: %w", err)
 	}
-	if err := upgradeHistory(ctx, conn.Conn(), all[0], logger); err != nil {
+	if err := upgradeHistory(ctx, conn.Conn(), all, logger); err != nil {
 		return err
 	}
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS chargeflow_functions (

@@ -34,6 +34,9 @@ var beforeBaseline = []string{
 	"0015_endpoint_idempotency",
 }
 
+// baseline is the migration that took the place of beforeBaseline.
+const baseline = "0001_baseline"
+
 // lastBeforeBaseline is the commit of github.com/chargeflow/chargeflow whose
 // build migrates any database of the history before the baseline to its end.
 const lastBeforeBaseline = "7a21fa4"
@@ -43,13 +46,18 @@ const lastBeforeBaseline = "7a21fa4"
 // made afresh.
 var ErrHistoryTooOld = errors.New("migrations: the database's migrations predate the baseline and stop short of 0015_endpoint_idempotency")
 
-// upgradeHistory records baseline in place of the migrations before it when
+// upgradeHistory records the baseline in place of the migrations before it when
 // the database recorded all of them, and changes nothing else: the tables
 // are already the baseline's, and Apply then applies every function file.
 // A database that recorded only some of them is refused (ErrHistoryTooOld):
 // nothing was released at such a point, so no database is expected there
 // but a developer's.
-func upgradeHistory(ctx context.Context, conn *pgx.Conn, baseline Migration, logger *slog.Logger) error {
+func upgradeHistory(ctx context.Context, conn *pgx.Conn, all []Migration, logger *slog.Logger) error {
+	i := slices.IndexFunc(all, func(m Migration) bool { return m.Name == baseline })
+	if i < 0 {
+		return fmt.Errorf("migrations: no %s among the embedded migrations", baseline)
+	}
+	base := all[i]
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		applied, err := appliedVersions(ctx, tx)
 		if err != nil {
@@ -80,11 +88,11 @@ func upgradeHistory(ctx context.Context, conn *pgx.Conn, baseline Migration, log
 		if _, err := tx.Exec(ctx, "DELETE FROM chargeflow_migrations"); err != nil {
 			return fmt.Errorf("replace the migrations before the baseline: %w", err)
 		}
-		if _, err := tx.Exec(ctx, "INSERT INTO chargeflow_migrations (version, name) VALUES ($1, $2)", baseline.Version, baseline.Name); err != nil {
-			return fmt.Errorf("record %s: %w", baseline.Name, err)
+		if _, err := tx.Exec(ctx, "INSERT INTO chargeflow_migrations (version, name) VALUES ($1, $2)", base.Version, base.Name); err != nil {
+			return fmt.Errorf("record %s: %w", base.Name, err)
 		}
 		logger.InfoContext(ctx, "recorded the baseline in place of the migrations before it; no table changed",
-			"replaced", len(beforeBaseline), "name", baseline.Name)
+			"replaced", len(beforeBaseline), "name", base.Name)
 		return nil
 	})
 }

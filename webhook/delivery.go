@@ -12,16 +12,17 @@ import (
 	"github.com/chargeflow/chargeflow/internal/pg"
 )
 
-// The job that carries one event to one endpoint. The events trigger writes
-// it (migration 0008), in the transaction of the move, into its own queue so
-// that a slow or hanging receiver never holds up a charge's job.
+// The job that carries one event to one endpoint. The events triggers write
+// it (migrations/functions/events_on_moves.sql, decide_deliveries.sql), in
+// the transaction of the move, into its own queue so that a slow or hanging
+// receiver never holds up a charge's job.
 const (
 	KindDeliver = "webhook.deliver"
 	Queue       = "webhooks"
 	// MaxAttempts spaced by the delivery worker's backoff keep a failing
 	// endpoint retried for about 31 hours with the default schedule (10 s
 	// doubling to an hour). The events triggers write this number into
-	// every webhook.deliver job they insert (migration 0014).
+	// every webhook.deliver job they insert.
 	MaxAttempts = 40
 )
 

@@ -1,9 +1,10 @@
 // Package webhook tells merchants what happened to their charges and
 // refunds. Postgres writes an event in the same transaction as every move
 // that settles one — to succeeded, failed or needs_review — keeping the
-// row as the move left it (migration 0007), and one in the transaction
-// that disables a webhook endpoint (migration 0009); this package reads
-// them, for GET /v1/events and for deliveries (docs/webhooks.md).
+// row as the move left it (migrations/functions/events_on_moves.sql), and
+// one in the transaction that disables a webhook endpoint
+// (events_on_endpoint_disabled.sql); this package reads them, for
+// GET /v1/events and for deliveries (docs/webhooks.md).
 package webhook
 
 import (
@@ -84,7 +85,8 @@ func scanEvent(row pgx.Row) (Event, error) {
 }
 
 // endpointFromSnapshot reads a row of webhook_endpoints that Postgres
-// encoded with to_jsonb, its secret removed (migration 0009).
+// encoded with to_jsonb, its secret removed
+// (migrations/functions/events_on_endpoint_disabled.sql).
 func endpointFromSnapshot(snapshot []byte) (Endpoint, error) {
 	var r struct {
 		TenantID       string     `json:"tenant_id"`
