@@ -73,25 +73,38 @@ func (f Function) hash() []byte {
 	return sum[:]
 }
 
+// embedded returns the files of one embedded directory, names without
+// .sql, in name order.
+func embedded(dir string) (names, bodies []string, err error) {
+	entries, err := fs.ReadDir(files, dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read embedded %s: %w", dir, err)
+	}
+	for _, entry := range entries {
+		body, err := fs.ReadFile(files, path.Join(dir, entry.Name()))
+		if err != nil {
+			return nil, nil, fmt.Errorf("read embedded %s: %w", path.Join(dir, entry.Name()), err)
+		}
+		names = append(names, strings.TrimSuffix(entry.Name(), ".sql"))
+		bodies = append(bodies, string(body))
+	}
+	return names, bodies, nil
+}
+
 // All returns the embedded migrations in version order.
 func All() ([]Migration, error) {
-	entries, err := fs.ReadDir(files, "sql")
+	names, bodies, err := embedded("sql")
 	if err != nil {
-		return nil, fmt.Errorf("read embedded migrations: %w", err)
+		return nil, err
 	}
 	var all []Migration
-	for _, entry := range entries {
-		name := entry.Name()
+	for i, name := range names {
 		prefix, _, ok := strings.Cut(name, "_")
 		version, err := strconv.Atoi(prefix)
 		if !ok || err != nil || version <= 0 {
 			return nil, fmt.Errorf("migration file %q: name must start with a positive version and an underscore", name)
 		}
-		body, err := fs.ReadFile(files, path.Join("sql", name))
-		if err != nil {
-			return nil, fmt.Errorf("read migration %q: %w", name, err)
-		}
-		all = append(all, Migration{Version: version, Name: strings.TrimSuffix(name, ".sql"), SQL: string(body)})
+		all = append(all, Migration{Version: version, Name: name, SQL: bodies[i]})
 	}
 	slices.SortFunc(all, func(a, b Migration) int { return a.Version - b.Version })
 	for i := 1; i < len(all); i++ {
@@ -104,17 +117,13 @@ func All() ([]Migration, error) {
 
 // Functions returns the embedded function files in name order.
 func Functions() ([]Function, error) {
-	entries, err := fs.ReadDir(files, "functions")
+	names, bodies, err := embedded("functions")
 	if err != nil {
-		return nil, fmt.Errorf("read embedded functions: %w", err)
+		return nil, err
 	}
-	var all []Function
-	for _, entry := range entries {
-		body, err := fs.ReadFile(files, path.Join("functions", entry.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("read function %q: %w", entry.Name(), err)
-		}
-		all = append(all, Function{Name: strings.TrimSuffix(entry.Name(), ".sql"), SQL: string(body)})
+	all := make([]Function, len(names))
+	for i, name := range names {
+		all[i] = Function{Name: name, SQL: bodies[i]}
 	}
 	return all, nil
 }
