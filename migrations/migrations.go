@@ -11,8 +11,9 @@
 //     defined once and written to be applied again (CREATE OR REPLACE).
 //     A file is applied when its text differs from the text recorded in
 //     chargeflow_functions (by its hash), and after any migration, which
-//     may have remade a table its triggers are on. A function is read in
-//     one place and changed in one place: its file.
+//     may have remade a table its triggers are on; files go in name order,
+//     each in its own transaction. A function is read in one place and
+//     changed in one place: its file.
 //
 // Apply is safe to run twice and from several processes at once: the whole
 // run holds a Postgres advisory lock, and River's migrations go first (the
@@ -59,16 +60,16 @@ type Migration struct {
 	SQL     string
 }
 
-// Function is one file of functions/: a function and the triggers that call
-// it, applied again whenever its text changes.
-type Function struct {
+// functionFile is one file of functions/: a function and the triggers that
+// call it, applied again whenever its text changes.
+type functionFile struct {
 	// Name is the file's name without .sql: the function's name.
 	Name string
 	SQL  string
 }
 
 // hash is what chargeflow_functions records of the file's text.
-func (f Function) hash() []byte {
+func (f functionFile) hash() []byte {
 	sum := sha256.Sum256([]byte(f.SQL))
 	return sum[:]
 }
@@ -115,15 +116,15 @@ func All() ([]Migration, error) {
 	return all, nil
 }
 
-// Functions returns the embedded function files in name order.
-func Functions() ([]Function, error) {
+// functionFiles returns the embedded function files in name order.
+func functionFiles() ([]functionFile, error) {
 	names, bodies, err := embedded("functions")
 	if err != nil {
 		return nil, err
 	}
-	all := make([]Function, len(names))
+	all := make([]functionFile, len(names))
 	for i, name := range names {
-		all[i] = Function{Name: name, SQL: bodies[i]}
+		all[i] = functionFile{Name: name, SQL: bodies[i]}
 	}
 	return all, nil
 }
@@ -135,7 +136,7 @@ func Hash() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	functions, err := Functions()
+	functions, err := functionFiles()
 	if err != nil {
 		return "", err
 	}
@@ -165,7 +166,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	functions, err := Functions()
+	functions, err := functionFiles()
 	if err != nil {
 		return err
 	}
@@ -262,7 +263,7 @@ func applyOne(ctx context.Context, conn *pgx.Conn, m Migration) error {
 // applyFunction applies one function file and records its hash, in one
 // transaction. A file's triggers are on one table, so the transaction locks
 // one table and cannot deadlock with the application's writes.
-func applyFunction(ctx context.Context, conn *pgx.Conn, f Function) error {
+func applyFunction(ctx context.Context, conn *pgx.Conn, f functionFile) error {
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, f.SQL); err != nil {
 			return fmt.Errorf("apply function %s: %w", f.Name, err)
@@ -323,7 +324,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
-	functions, err := Functions()
+	functions, err := functionFiles()
 	if err != nil {
 		return err
 	}
