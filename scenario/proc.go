@@ -39,7 +39,15 @@ type proc struct {
 	starts  int
 	killed  int
 	exitErr error
+	// readyAt is when the current incarnation said it was ready (an API's
+	// "listening", a worker's or reconciler's "started" line); zero until
+	// then.
+	readyAt time.Time
 }
+
+// readyMessages are the log lines by which a role that serves no HTTP says
+// it is ready.
+var readyMessages = map[string]string{"worker": "worker started", "reconciler": "reconciler started"}
 
 // start runs a new incarnation and, when the process serves HTTP, waits for
 // its "listening" line and records the address.
@@ -72,16 +80,49 @@ func (p *proc) start(ctx context.Context, listens bool) error {
 		p.mu.Unlock()
 		close(done)
 	}()
-	p.cmd, p.done, p.starts = cmd, done, p.starts+1
+	p.cmd, p.done, p.starts, p.readyAt = cmd, done, p.starts+1, time.Time{}
 	if !listens {
+		if msg, ok := readyMessages[p.args[0]]; ok {
+			go p.watchReady(ctx, offset, msg, done)
+		}
 		return nil
 	}
 	addr, err := waitListening(ctx, p.log, offset, done)
 	if err != nil {
 		return fmt.Errorf("%s: %w", p.name, err)
 	}
-	p.addr = "http://" + addr
+	p.addr, p.readyAt = "http://"+addr, time.Now()
 	return nil
+}
+
+// watchReady follows the incarnation that done belongs to until its log
+// says msg, and records when.
+func (p *proc) watchReady(ctx context.Context, offset int64, msg string, done <-chan struct{}) {
+	for !childproc.Logged(p.log, offset, msg) {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == done {
+		p.readyAt = time.Now()
+	}
+}
+
+// upFor is how long the current incarnation has been ready: zero while it
+// starts, and once it has exited.
+func (p *proc) upFor() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.exitedLocked() || p.readyAt.IsZero() {
+		return 0
+	}
+	return time.Since(p.readyAt)
 }
 
 func (p *proc) exitedLocked() bool {

@@ -28,8 +28,9 @@ const (
 	// InvariantFencedWrites: no stale reconciler write was accepted — a
 	// charge's reconciler events carry strictly increasing lease tokens.
 	InvariantFencedWrites = "no_stale_fenced_write"
-	// InvariantConverged: once faults stop, every charge settles within
-	// the bound derived from the configuration.
+	// InvariantConverged: once faults stop, every charge settles, and no
+	// stretch of the bound derived from the configuration passes without
+	// one settling.
 	InvariantConverged = "converged_in_bound"
 	// InvariantLogsClean: no API key, idempotency key, card number,
 	// payment method, description or metadata in any process's log.
@@ -206,7 +207,7 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 
 	if !converged {
 		n, _ := s.nonTerminal(ctx)
-		add(Violation{InvariantConverged, "", fmt.Sprintf("%d charges still unsettled %s after faults stopped", n, bound)})
+		add(Violation{InvariantConverged, "", fmt.Sprintf("%d charges still unsettled after faults stopped, and none settled for %s", n, bound)})
 	}
 
 	// The log audit.

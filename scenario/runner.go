@@ -594,14 +594,21 @@ func (s *system) nonTerminal(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// waitConverged waits up to bound for every charge to settle.
+// waitConverged waits for every charge and refund to settle, and gives up
+// as a convergence says.
 func (s *system) waitConverged(ctx context.Context, bound time.Duration) bool {
-	deadline := time.Now().Add(bound)
+	c := newConvergence(bound, time.Now())
 	last := time.Now()
-	for time.Now().Before(deadline) {
+	for {
 		n, err := s.nonTerminal(ctx)
-		if err == nil && n == 0 {
+		if err != nil {
+			n = -1
+		}
+		switch c.observe(n, time.Now()) {
+		case converged:
 			return true
+		case stalled:
+			return false
 		}
 		if time.Since(last) > 5*time.Second {
 			s.logf("converging: %d charges and refunds not yet settled", n)
@@ -613,7 +620,52 @@ func (s *system) waitConverged(ctx context.Context, bound time.Duration) bool {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	return false
+}
+
+// convergence decides, from successive counts of what is not yet settled,
+// when a wait for every charge to settle is over. One charge may wait the
+// whole bound (for River's rescuer, a lookup round), so a bound that passes
+// with nothing settling is a charge stuck: stalled. A backlog that keeps
+// settling is a machine being slow, and the wait goes on while it does, up
+// to maxStalls bounds in all.
+type convergence struct {
+	bound           time.Duration
+	deadline, limit time.Time
+	least           int // the fewest unsettled seen; -1 before the first count
+}
+
+// maxStalls caps a convergence that keeps making progress: that many
+// bounds in all.
+const maxStalls = 10
+
+type verdict int
+
+const (
+	waiting verdict = iota
+	converged
+	stalled
+)
+
+func newConvergence(bound time.Duration, now time.Time) *convergence {
+	return &convergence{bound: bound, deadline: now.Add(bound), limit: now.Add(maxStalls * bound), least: -1}
+}
+
+// observe takes a count of what is unsettled at now (negative when the
+// count failed) and says where the wait stands.
+func (c *convergence) observe(unsettled int, now time.Time) verdict {
+	if unsettled == 0 {
+		return converged
+	}
+	if unsettled > 0 && (c.least < 0 || unsettled < c.least) {
+		if c.least >= 0 {
+			c.deadline = now.Add(c.bound)
+		}
+		c.least = unsettled
+	}
+	if !now.Before(c.deadline) || !now.Before(c.limit) {
+		return stalled
+	}
+	return waiting
 }
 
 // settleUnderFaults waits, with the faults still armed, until every charge

@@ -97,7 +97,7 @@ const refundShare = 0.25
 
 // soak sends the charges, and refunds a share of them, while a seeded
 // schedule kills a worker or a reconciler every 150–500 ms, the API every
-// 2–5 s, and crashes PostgreSQL once when a third of the charges are
+// 2–5 s (each once it has been ready a while: chaos), and crashes PostgreSQL once when a third of the charges are
 // acknowledged. With a duration the charges are spread over it; without one
 // they go as fast as the clients can send them. The chaos goes on while the
 // refunds are sent, but for at most as long again as the charges took: a
@@ -157,9 +157,17 @@ func soak(ctx context.Context, s *system) error {
 	return nil
 }
 
+// A process is killed only once it has been ready for a while: an API for
+// 2–5 s (drawn per kill), a worker or a reconciler for workerLife. The
+// schedule counts from readiness, not from the last kill, so that on a
+// machine too busy to start a process quickly the chaos slows with it
+// instead of killing every process before it can do any work.
+const workerLife = time.Second
+
 // chaos kills processes on a seeded schedule until ctx is done.
 func (s *system) chaos(ctx context.Context, n int) error {
-	nextAPIKill := time.Now().Add(time.Duration(2000+s.intn(3000)) * time.Millisecond)
+	apiLife := func() time.Duration { return time.Duration(2000+s.intn(3000)) * time.Millisecond }
+	nextAPI, nextAPILife := s.intn(len(s.apis)), apiLife()
 	crashed := false
 	for {
 		select {
@@ -181,23 +189,21 @@ func (s *system) chaos(ctx context.Context, n int) error {
 			}
 			continue
 		}
-		if time.Now().After(nextAPIKill) {
-			i := s.intn(len(s.apis))
-			s.kill(s.apis[i], "api")
+		if s.apis[nextAPI].upFor() >= nextAPILife {
+			s.kill(s.apis[nextAPI], "api")
 			if len(s.apis) > 1 { // which of them, too
 				s.mu.Lock()
-				s.kills[fmt.Sprintf("api-%d", i)]++
+				s.kills[fmt.Sprintf("api-%d", nextAPI)]++
 				s.mu.Unlock()
 			}
-			nextAPIKill = time.Now().Add(time.Duration(2000+s.intn(3000)) * time.Millisecond)
+			nextAPI, nextAPILife = s.intn(len(s.apis)), apiLife()
 			continue
 		}
 		victims := append(append([]*proc(nil), s.workers...), s.reconcilers...)
 		victim := victims[s.intn(len(victims))]
-		role := "worker"
-		if victim.args[0] == "reconciler" {
-			role = "reconciler"
+		if victim.upFor() < workerLife {
+			continue // spared this time: it has not been working long enough
 		}
-		s.kill(victim, role)
+		s.kill(victim, victim.args[0])
 	}
 }

@@ -52,26 +52,47 @@ func FreshDatabase(ctx context.Context, serverURL, name string) (string, func(co
 // ListeningAddr reads a child's JSON log from offset on and returns the
 // address of its first "listening" line, if it has written one yet.
 func ListeningAddr(path string, offset int64) (string, bool) {
+	var addr string
+	found := scanLog(path, offset, func(msg string, line []byte) bool {
+		var l struct {
+			Addr string `json:"addr"`
+		}
+		if msg == "listening" && json.Unmarshal(line, &l) == nil && l.Addr != "" {
+			addr = l.Addr
+			return true
+		}
+		return false
+	})
+	return addr, found
+}
+
+// Logged reports whether a child's JSON log has a line with message msg
+// from offset on ("worker started", "reconciler started").
+func Logged(path string, offset int64, msg string) bool {
+	return scanLog(path, offset, func(m string, _ []byte) bool { return m == msg })
+}
+
+// scanLog reads a JSON log from offset on until match takes a line.
+func scanLog(path string, offset int64, match func(msg string, line []byte) bool) bool {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", false
+		return false
 	}
 	defer f.Close()
 	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return "", false
+		return false
 	}
 	scanner := bufio.NewScanner(f)
 	scanner.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for scanner.Scan() {
 		var line struct {
-			Msg  string `json:"msg"`
-			Addr string `json:"addr"`
+			Msg string `json:"msg"`
 		}
-		if json.Unmarshal(scanner.Bytes(), &line) == nil && line.Msg == "listening" && line.Addr != "" {
-			return line.Addr, true
+		if json.Unmarshal(scanner.Bytes(), &line) == nil && match(line.Msg, scanner.Bytes()) {
+			return true
 		}
 	}
-	return "", false
+	return false
 }
 
 // WaitReady waits, for a minute at most, until the API at apiURL answers
