@@ -462,7 +462,8 @@ func TestDefinitiveRefusals(t *testing.T) {
 }
 
 // Refunds end to end, with the worker carrying charges and refunds to the
-// provider: a refund made once per key, its replay, refund_exceeds_charge
+// provider: a refund made once per key, waited for until it succeeded, its
+// replay, refund_exceeds_charge
 // with nothing stored, the rest refunded by default, and a declined
 // charge's charge_not_refundable.
 func TestRefunds(t *testing.T) {
@@ -493,6 +494,14 @@ func TestRefunds(t *testing.T) {
 	require.Equal(t, client.StatusPending, refund.Status)
 	require.Equal(t, client.RefundReasonRequestedByCustomer, refund.Reason)
 	require.Equal(t, map[string]string{"ticket": "T-9"}, refund.Metadata)
+
+	settled, err := c.WaitForRefund(ctx, refund.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusSucceeded, settled.Status, "WaitForRefund polls until the provider refunded")
+	require.Equal(t, refund.ID, settled.ID)
+	require.NotEmpty(t, settled.ProviderRefundID)
+	_, err = c.WaitForRefund(ctx, "re_00000000000000000000000000")
+	requireRefused(t, err, http.StatusNotFound, client.CodeNotFound)
 
 	again, err := c.CreateRefund(ctx, params)
 	require.NoError(t, err)
@@ -530,36 +539,6 @@ func TestRefunds(t *testing.T) {
 	require.NotEmpty(t, failed.FailureCode)
 	_, err = c.CreateRefund(ctx, client.RefundParams{Charge: failed.ID})
 	requireRefused(t, err, http.StatusConflict, client.CodeChargeNotRefundable)
-}
-
-// WaitForRefund polls a refund until the worker settles it at the
-// provider, and a refund that does not exist is a definitive not_found.
-func TestWaitForRefund(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	s := start(t)
-	s.runWorker(t)
-	c, _ := s.newClient(t, s.url)
-
-	charge, err := c.CreateCharge(ctx, visa(""))
-	require.NoError(t, err)
-	charge, err = c.WaitForOutcome(ctx, charge.ID)
-	require.NoError(t, err)
-	require.Equal(t, client.StatusSucceeded, charge.Status)
-
-	refund, err := c.CreateRefund(ctx, client.RefundParams{Charge: charge.ID, Amount: 250})
-	require.NoError(t, err)
-	require.Equal(t, client.StatusPending, refund.Status)
-	settled, err := c.WaitForRefund(ctx, refund.ID)
-	require.NoError(t, err)
-	require.Equal(t, refund.ID, settled.ID)
-	require.Equal(t, client.StatusSucceeded, settled.Status)
-	require.Equal(t, int64(250), settled.Amount)
-	require.NotEmpty(t, settled.ProviderRefundID)
-
-	_, err = c.WaitForRefund(ctx, "re_00000000000000000000000000")
-	requireRefused(t, err, http.StatusNotFound, client.CodeNotFound)
 }
 
 // WaitForOutcome polls through pending, submitting and unknown — the
