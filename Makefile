@@ -21,7 +21,7 @@ db:
 
 ## run: the whole system on this machine, with a demo tenant and a ready curl
 run: db
-	$(GO) build -o bin/chargeflow ./cmd/chargeflow
+	$(GO) build -tags lab -o bin/chargeflow ./cmd/chargeflow
 	exec bin/chargeflow all
 
 ## test: formatting, vet, every test with -race (a headless Chromium drives the operator's page,
@@ -35,25 +35,25 @@ test: db
 	@unformatted=$$(gofmt -l .); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) test -race -count=1 ./...
+	$(GO) test -tags lab -race -count=1 ./...
 	$(GO) test -run='^$$' -fuzz=FuzzCanonical -fuzztime=$(FUZZTIME) ./api/jsoncanon/
 	$(GO) test -run='^$$' -fuzz='^FuzzCreateCharge$$' -fuzztime=$(FUZZTIME_HTTP) ./api/
 	$(GO) test -run='^$$' -fuzz='^FuzzOperatorRoutes$$' -fuzztime=$(FUZZTIME_HTTP) ./api/
 	scripts/ensure-postgres_test.sh
 	scripts/ha-postgres_test.sh
 	scripts/ensure-stripe-mock_test.sh
-	$(GO) build -o bin/chargeflow ./cmd/chargeflow
+	$(GO) build -tags lab -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow scenario run all --short --parallel 2
 	bin/chargeflow scenario run all --short --parallel 2 --psp stripe
 
 ## bench: measure the performance targets as ratios against baselines on a
 ## fresh database (docs/benchmarks.md); BENCHFLAGS adds flags, e.g. --json
 bench: db
-	$(GO) build -o bin/chargeflow ./cmd/chargeflow
+	$(GO) build -tags lab -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow bench $(BENCHFLAGS)
 
 ## scenarios: the full catalogue, with the 10,000-charge soaks (one with two APIs and a failover)
 scenarios: db
-	$(GO) build -o bin/chargeflow ./cmd/chargeflow
+	$(GO) build -tags lab -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow scenario run all --parallel 2
 	bin/chargeflow scenario run all --parallel 2 --psp stripe

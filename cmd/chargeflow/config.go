@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,32 +56,6 @@ func (c *common) logger(e env) (*slog.Logger, error) {
 		return nil, fmt.Errorf("log level %q: %w", c.logLevel, err)
 	}
 	return slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level})), nil
-}
-
-// crashPoints arms what CHARGEFLOW_CRASHPOINTS names (tests and scenarios
-// only); the draws are seeded by CHARGEFLOW_CRASHPOINT_SEED.
-func crashPoints(e env, logger *slog.Logger) (*crashpoint.Set, error) {
-	seed := uint64(time.Now().UnixNano())
-	if s := e.getenv("CHARGEFLOW_CRASHPOINT_SEED"); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("CHARGEFLOW_CRASHPOINT_SEED: %w", err)
-		}
-		seed = n
-	}
-	set, err := crashpoint.Parse(e.getenv("CHARGEFLOW_CRASHPOINTS"), seed, logger)
-	if err != nil {
-		return nil, fmt.Errorf("CHARGEFLOW_CRASHPOINTS: %w", err)
-	}
-	if set.Armed() {
-		// A crash point's "fired" line must reach the log before the exit.
-		set.WithExit(func(code int) {
-			flushLogs(e.stderr)
-			os.Exit(code)
-		})
-		logger.Warn("crash points armed", "spec", e.getenv("CHARGEFLOW_CRASHPOINTS"), "seed", seed)
-	}
-	return set, nil
 }
 
 // roleSetup is what every long-running command has once its flags are

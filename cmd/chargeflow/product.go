@@ -1,0 +1,44 @@
+//go:build !lab
+
+// The product build's side of the laboratory (lab.go is the lab build's):
+// the image the Dockerfile builds has no crash points to arm, so a role
+// told to arm them refuses to start rather than run as if it had.
+
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/chargeflow/chargeflow/crashpoint"
+)
+
+// labBuild says how to get the build that has the laboratory.
+const labBuild = "build it with -tags lab: `make run` builds bin/chargeflow so, or `go build -tags lab ./cmd/chargeflow`"
+
+// crashPoints refuses CHARGEFLOW_CRASHPOINTS and its seed: this build has
+// no crash point that could be armed (crashpoint), and a setting that
+// silently did nothing would let a deployment believe it had.
+func crashPoints(e env, _ *slog.Logger) (*crashpoint.Set, error) {
+	return nil, refuseLabModes(e, "CHARGEFLOW_CRASHPOINTS", "CHARGEFLOW_CRASHPOINT_SEED")
+}
+
+// refuseLabModes is an error naming every variable of names that is set.
+func refuseLabModes(e env, names ...string) error {
+	var set []string
+	for _, name := range names {
+		if e.getenv(name) != "" {
+			set = append(set, name)
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	verb := "is"
+	if len(set) > 1 {
+		verb = "are"
+	}
+	return fmt.Errorf("%s %s set, but this build has no laboratory modes (crash points, the negative control); %s",
+		strings.Join(set, " and "), verb, labBuild)
+}
