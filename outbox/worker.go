@@ -69,10 +69,9 @@ type Config struct {
 	// MeterProvider records MetricUnknownOutcomes. Nil means no metrics.
 	MeterProvider metric.MeterProvider
 
-	// ResendOnRerun is a deliberately broken mode for the scenario runner's
-	// negative control: a run that finds the charge submitting sends again
-	// instead of moving it to unknown. Never set it outside tests.
-	ResendOnRerun bool
+	// Lab holds the worker's laboratory modes, which only the lab build has
+	// (lab.go); in the product build it is empty (product.go).
+	Lab Lab
 }
 
 // DefaultUnknownCheckAfter is how soon the reconciler first looks up a
@@ -158,13 +157,16 @@ func (w *Worker) work(ctx context.Context, job *river.Job[submit.ChargeArgs], lo
 		})
 	}
 	var conflict *intent.ConflictError
-	switch {
-	case errors.As(err, &conflict) && conflict.Current == intent.StateSubmitting && w.cfg.ResendOnRerun:
-		log.WarnContext(ctx, "broken mode: resending a charge found submitting")
-		charge, err = intent.Get(ctx, w.cfg.DB, args.TenantID, args.ChargeID)
-		if err != nil {
-			return err
+	if errors.As(err, &conflict) && conflict.Current == intent.StateSubmitting {
+		// Only the lab build's negative control sends it again (lab.go).
+		if again, resend, getErr := w.resendOnRerun(ctx, args, log); resend {
+			if getErr != nil {
+				return getErr
+			}
+			charge, err = again, nil
 		}
+	}
+	switch {
 	case errors.As(err, &conflict) && conflict.Current == intent.StateSubmitting:
 		// An earlier run died (or is still running) after committing
 		// submitting: a provider charge may exist. Never send again blindly.

@@ -39,9 +39,9 @@ type testBundle struct {
 }
 
 type setupOpts struct {
-	callTimeout   time.Duration
-	maxAttempts   int
-	resendOnRerun bool
+	callTimeout time.Duration
+	maxAttempts int
+	lab         outbox.Lab
 	// wrap, when set, puts a handler between the worker and the provider.
 	wrap func(http.Handler) http.Handler
 	// noStart leaves the River client stopped, so jobs can pile up first.
@@ -71,7 +71,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) (context.Context, *testBundle
 		DB:                pool,
 		Provider:          psp.NewClient(psp.Config{BaseURL: cmp.Or(o.providerURL, pspURL), Timeout: o.callTimeout}),
 		UnknownCheckAfter: time.Minute,
-		ResendOnRerun:     o.resendOnRerun,
+		Lab:               o.lab,
 	})
 	require.NoError(t, err)
 	workers := river.NewWorkers()
@@ -371,22 +371,6 @@ func TestRerunFindsSubmitting(t *testing.T) {
 		require.Empty(t, b.ledger(t), "nothing was sent")
 		reasons := b.reasons(ctx, t, c.ID)
 		require.Equal(t, "submitting>unknown:rerun_found_submitting", reasons[len(reasons)-1])
-	})
-
-	// The negative control: the broken mode re-sends, and with the
-	// provider's de-duplication off that is a second charge in the ledger.
-	t.Run("BrokenModeResends", func(t *testing.T) {
-		t.Parallel()
-		ctx, b := setup(t, func(o *setupOpts) { o.noStart = true; o.resendOnRerun = true })
-		b.faults(t, noDedupe())
-
-		c := b.accept(ctx, t, "pm_card_visa", 1)
-		_, err := intent.MoveCharge(ctx, b.pool, intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StatePending,
-			To: intent.StateSubmitting, Actor: "test", Reason: "crashed_mid_call", CountAttempt: true})
-		require.NoError(t, err)
-		require.NoError(t, b.river.Start(ctx))
-		b.waitFor(ctx, t, c.ID, intent.StateSucceeded)
-		require.Len(t, b.ledger(t), 1, "it sent although an earlier attempt may have been applied")
 	})
 }
 

@@ -2,7 +2,8 @@
 
 // The laboratory's side of the command, built only with -tags lab (make
 // run, make test, the scenarios and the benchmark build it so): arming crash
-// points. product.go is what the product build has in its place.
+// points, and the negative control's broken mode. product.go is what the
+// product build has in their place.
 
 package main
 
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chargeflow/chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/internal/app"
 )
 
 // crashPoints arms what CHARGEFLOW_CRASHPOINTS names (tests and scenarios
@@ -40,4 +42,20 @@ func crashPoints(e env, logger *slog.Logger) (*crashpoint.Set, error) {
 		logger.Warn("crash points armed", "spec", e.getenv("CHARGEFLOW_CRASHPOINTS"), "seed", seed)
 	}
 	return set, nil
+}
+
+// brokenModes arms the deliberately broken behaviours the scenario runner
+// uses as negative controls. They exist to prove the invariant checker can
+// fail; they are read only from CHARGEFLOW_BROKEN and are loudly logged.
+func brokenModes(e env, o *app.Options, logger *slog.Logger) error {
+	switch mode := e.getenv("CHARGEFLOW_BROKEN"); mode {
+	case "":
+		return nil
+	case "resend_on_rerun":
+		logger.Error("BROKEN MODE: a rerun re-sends charges found submitting; this can double-charge", "mode", mode)
+		o.Worker.Lab.ResendOnRerun = true
+		return nil
+	default:
+		return fmt.Errorf("CHARGEFLOW_BROKEN=%q: unknown broken mode", mode)
+	}
 }

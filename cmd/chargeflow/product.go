@@ -1,8 +1,9 @@
 //go:build !lab
 
 // The product build's side of the laboratory (lab.go is the lab build's):
-// the image the Dockerfile builds has no crash points to arm, so a role
-// told to arm them refuses to start rather than run as if it had.
+// the image the Dockerfile builds has no crash points to arm and no
+// negative control, so a role told to use them refuses to start rather
+// than run as if it had them.
 
 package main
 
@@ -12,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/chargeflow/chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/internal/app"
 )
 
 // labBuild says how to get the build that has the laboratory.
@@ -41,4 +43,11 @@ func refuseLabModes(e env, names ...string) error {
 	}
 	return fmt.Errorf("%s %s set, but this build has no laboratory modes (crash points, the negative control); %s",
 		strings.Join(set, " and "), verb, labBuild)
+}
+
+// brokenModes refuses CHARGEFLOW_BROKEN: this build has no negative
+// control (outbox.Lab is empty), and it must never be possible to switch a
+// production worker into re-sending by an environment variable.
+func brokenModes(e env, _ *app.Options, _ *slog.Logger) error {
+	return refuseLabModes(e, "CHARGEFLOW_BROKEN")
 }

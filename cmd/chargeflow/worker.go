@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -88,20 +87,4 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	g.Go(func() error { return serveMetrics(ctx, metricsAddr, r.tel, r.logger) })
 	g.Go(func() error { return app.RunRiver(ctx, client, r.logger, grace) })
 	return g.Wait()
-}
-
-// brokenModes arms the deliberately broken behaviours the scenario runner
-// uses as negative controls. They exist to prove the invariant checker can
-// fail; they are read only from CHARGEFLOW_BROKEN and are loudly logged.
-func brokenModes(e env, o *app.Options, logger *slog.Logger) error {
-	switch mode := e.getenv("CHARGEFLOW_BROKEN"); mode {
-	case "":
-		return nil
-	case "resend_on_rerun":
-		logger.Error("BROKEN MODE: a rerun re-sends charges found submitting; this can double-charge", "mode", mode)
-		o.Worker.ResendOnRerun = true
-		return nil
-	default:
-		return fmt.Errorf("CHARGEFLOW_BROKEN=%q: unknown broken mode", mode)
-	}
 }

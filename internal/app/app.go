@@ -142,10 +142,10 @@ type Worker struct {
 	// deliveries and River's own work. Default WorkerConns of the
 	// machine's CPUs.
 	MaxConns int
-	// UnknownCheckAfter and ResendOnRerun are the outbox.Config fields of
-	// the same names.
+	// UnknownCheckAfter and Lab are the outbox.Config fields of the same
+	// names; Lab is empty in the product build.
 	UnknownCheckAfter time.Duration
-	ResendOnRerun     bool
+	Lab               outbox.Lab
 	// Retry spaces the attempts of a job whose call was provably not applied.
 	Retry outbox.RetryPolicy
 	// RescueAfter is how long a job may run before River reruns it, as
@@ -504,7 +504,7 @@ func NewWorker(pool *pgxpool.Pool, o Options) (*river.Client[pgx.Tx], error) {
 		Logger:            o.Logger,
 		CrashPoints:       o.CrashPoints,
 		UnknownCheckAfter: o.Worker.UnknownCheckAfter,
-		ResendOnRerun:     o.Worker.ResendOnRerun,
+		Lab:               o.Worker.Lab,
 		TracerProvider:    o.TracerProvider,
 		MeterProvider:     o.MeterProvider,
 	})
