@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/api"
-	"github.com/chargeflow/chargeflow/fakepsp"
-	"github.com/chargeflow/chargeflow/fakepsp/fakepsptest"
 	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/lab/fakepsp"
+	"github.com/chargeflow/chargeflow/lab/fakepsp/fakepsptest"
 	"github.com/chargeflow/chargeflow/psp"
 )
 

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/api"
-	"github.com/chargeflow/chargeflow/fakepsp"
 	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/lab/fakepsp"
 	"github.com/chargeflow/chargeflow/psp"
 )
 

@@ -19,10 +19,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/client"
-	"github.com/chargeflow/chargeflow/fakepsp"
-	"github.com/chargeflow/chargeflow/fakepsp/fakepsptest"
 	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/lab/fakepsp"
+	"github.com/chargeflow/chargeflow/lab/fakepsp/fakepsptest"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/tenant"
 )

@@ -20,10 +20,10 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/chargeflow/chargeflow/fakepsp"
-	"github.com/chargeflow/chargeflow/fakepsp/fakepsptest"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/lab/fakepsp"
+	"github.com/chargeflow/chargeflow/lab/fakepsp/fakepsptest"
 	"github.com/chargeflow/chargeflow/outbox"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/submit"

@@ -19,10 +19,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/chargeflow/chargeflow/fakepsp"
-	"github.com/chargeflow/chargeflow/fakepsp/fakepsptest"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/lab/fakepsp"
+	"github.com/chargeflow/chargeflow/lab/fakepsp/fakepsptest"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/reconciler"
 	"github.com/chargeflow/chargeflow/submit"

@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/chargeflow/chargeflow/fakepsp"
 	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/internal/pg"
+	"github.com/chargeflow/chargeflow/lab/fakepsp"
 	"github.com/chargeflow/chargeflow/migrations"
 	"github.com/chargeflow/chargeflow/operator"
 	"github.com/chargeflow/chargeflow/tenant"

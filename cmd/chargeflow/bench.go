@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chargeflow/chargeflow/bench"
+	"github.com/chargeflow/chargeflow/lab/bench"
 	"github.com/chargeflow/chargeflow/retention"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/chargeflow/chargeflow/bench"
+	"github.com/chargeflow/chargeflow/lab/bench"
 )
 
 // benchJSON runs `chargeflow bench --json` with args, this test binary

@@ -286,7 +286,7 @@ func TestSettingsThatStartABrokenService(t *testing.T) {
 		{"a tool's negative timeout", []string{"healthcheck", "--timeout", "-1s"}, nil, "--timeout is -1s: want 1ms to 10m0s"},
 		{"a tool's negative amount", []string{"charge", "refund", "ch_x", "--amount", "-5"}, nil, "--amount is -5"},
 
-		// What the scenarios run (scenario/runner.go, catalogue.go) and the
+		// What the scenarios run (lab/scenario/runner.go, catalogue.go) and the
 		// benchmark, which must keep starting.
 		{"the scenarios' API", []string{"api", "--addr", "127.0.0.1:0", "--lock-timeout", "500ms", "--max-conns", "8"}, nil, ""},
 		{"the scenarios' worker", []string{"worker", "--call-timeout", "1s", "--rescue-after", "7s", "--retry-base", "50ms", "--retry-cap", "300ms",

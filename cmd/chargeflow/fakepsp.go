@@ -10,7 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/lab/fakepsp"
 )
 
 // fakepspFlags configure the bundled fake provider.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/chargeflow/chargeflow/fakepsp"
-	"github.com/chargeflow/chargeflow/fakepsp/fakepsptest"
+	"github.com/chargeflow/chargeflow/lab/fakepsp"
+	"github.com/chargeflow/chargeflow/lab/fakepsp/fakepsptest"
 	"github.com/chargeflow/chargeflow/psp"
 )
 

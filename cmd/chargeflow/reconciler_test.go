@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/chargeflow/chargeflow/fakepsp"
 	"github.com/chargeflow/chargeflow/intent"
-	"github.com/chargeflow/chargeflow/scenario"
+	"github.com/chargeflow/chargeflow/lab/fakepsp"
+	"github.com/chargeflow/chargeflow/lab/scenario"
 )
 
 // postMany creates n charges through the API, 16 at a time, and returns

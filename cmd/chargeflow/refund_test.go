@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/chargeflow/chargeflow/fakepsp"
+	"github.com/chargeflow/chargeflow/lab/fakepsp"
 )
 
 // Refunds through real processes, in both provider protocols, with the

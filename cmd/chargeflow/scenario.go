@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/chargeflow/chargeflow/scenario"
+	"github.com/chargeflow/chargeflow/lab/scenario"
 )
 
 // runScenario replays the crash scenarios of docs/scenarios.md against real

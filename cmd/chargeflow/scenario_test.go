@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/internal/dbtest"
-	"github.com/chargeflow/chargeflow/scenario"
+	"github.com/chargeflow/chargeflow/lab/scenario"
 )
 
 // The runner, driven the way `chargeflow scenario run` drives it, with this

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/chargeflow/chargeflow/fakepsp"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/lab/fakepsp"
 )
 
 // terminate sends SIGTERM, as Docker and Kubernetes do to stop a container.

@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/chargeflow/chargeflow/fakepsp"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
-	"github.com/chargeflow/chargeflow/scenario"
+	"github.com/chargeflow/chargeflow/lab/fakepsp"
+	"github.com/chargeflow/chargeflow/lab/scenario"
 )
 
 // A merchant's receiver failing 30 % of deliveries at random and down

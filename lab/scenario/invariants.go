@@ -1,0 +1,167 @@
+package scenario
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/chargeflow/chargeflow/lab/fakepsp"
+)
+
+// ChargeRow is what the checker reads of each row of charges: a charge,
+// or a refund of one (ParentID).
+type ChargeRow struct {
+	TenantID         string
+	ID               string
+	ParentID         string
+	State            string
+	Amount           int64
+	Currency         string
+	ProviderKey      string
+	ProviderChargeID string
+	ReviewReason     string
+}
+
+// ReadCharges reads every charge of the database.
+func ReadCharges(ctx context.Context, db *pgxpool.Pool) ([]ChargeRow, error) {
+	rows, err := db.Query(ctx, `SELECT tenant_id, id, coalesce(parent_id, ''), state, amount, currency, provider_key,
+		coalesce(provider_charge_id, ''), coalesce(review_reason, '') FROM charges`)
+	if err != nil {
+		return nil, fmt.Errorf("read charges: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ChargeRow, error) {
+		var c ChargeRow
+		err := row.Scan(&c.TenantID, &c.ID, &c.ParentID, &c.State, &c.Amount, &c.Currency, &c.ProviderKey, &c.ProviderChargeID, &c.ReviewReason)
+		return c, err
+	})
+}
+
+// Violation is one broken invariant, with the charge or ledger entry that
+// breaks it.
+type Violation struct {
+	Invariant string
+	Subject   string
+	Detail    string
+}
+
+func (v Violation) String() string { return v.Invariant + " " + v.Subject + ": " + v.Detail }
+
+// The invariants of docs/scenarios.md that compare the database with the
+// ledger. Each holds for a refund as for a charge: at most one provider
+// refund per refund, succeeded ⇔ refunded, failed ⇒ not refunded, no
+// provider refund without a refund.
+const (
+	// InvariantAtMostOnce: at most one provider charge per charge.
+	InvariantAtMostOnce = "at_most_one_provider_charge"
+	// InvariantSucceededCharged: succeeded ⇔ exactly one provider charge
+	// with the same amount and currency (and the stored provider charge id).
+	InvariantSucceededCharged = "succeeded_iff_charged"
+	// InvariantFailedUncharged: failed ⇒ no provider charge.
+	InvariantFailedUncharged = "failed_implies_uncharged"
+	// InvariantNoOrphans: no provider charge without a charge.
+	InvariantNoOrphans = "no_orphan_provider_charge"
+	// InvariantTerminal: every charge terminal, or needs_review with a reason.
+	InvariantTerminal = "terminal_or_reviewed"
+	// InvariantNotOverRefunded: the provider's refunds of a charge never
+	// add up to more than the charge.
+	InvariantNotOverRefunded = "not_over_refunded"
+)
+
+// LedgerInvariants lists the invariants CheckLedger checks, in report order.
+func LedgerInvariants() []string {
+	return []string{InvariantAtMostOnce, InvariantSucceededCharged, InvariantFailedUncharged, InvariantNoOrphans, InvariantTerminal,
+		InvariantNotOverRefunded}
+}
+
+// applied is one thing the provider applied, a charge or a refund, as the
+// checker compares it with a row.
+type applied struct {
+	id, key, reference, currency string
+	amount                       int64
+}
+
+// appliedByReference flattens the ledger: every succeeded charge and every
+// refund, by our reference. It reports charges refunded beyond their
+// amount on the way.
+func appliedByReference(ledger []fakepsp.LedgerEntry, add func(invariant, subject, format string, args ...any)) map[string][]applied {
+	out := map[string][]applied{}
+	for _, e := range ledger {
+		if e.Status == "succeeded" {
+			out[e.Reference] = append(out[e.Reference], applied{e.ID, e.IdempotencyKey, e.Reference, e.Currency, e.Amount})
+		}
+		var refunded int64
+		for _, r := range e.Refunds {
+			refunded += r.Amount
+			out[r.Reference] = append(out[r.Reference], applied{r.ID, r.IdempotencyKey, r.Reference, r.Currency, r.Amount})
+		}
+		if refunded > e.Amount {
+			add(InvariantNotOverRefunded, e.Reference, "provider charge %s of %d refunded %d", e.ID, e.Amount, refunded)
+		}
+	}
+	return out
+}
+
+// CheckLedger compares the charges with the provider's ledger and returns
+// every violation. A charge that is not terminal is a violation of
+// InvariantTerminal: call it once the system has converged.
+func CheckLedger(charges []ChargeRow, ledger []fakepsp.LedgerEntry) []Violation {
+	var violations []Violation
+	add := func(invariant, subject, format string, args ...any) {
+		violations = append(violations, Violation{Invariant: invariant, Subject: subject, Detail: fmt.Sprintf(format, args...)})
+	}
+	byReference := appliedByReference(ledger, add)
+	known := make(map[string]bool, len(charges))
+	for _, c := range charges {
+		known[c.ID] = true
+		entries := byReference[c.ID]
+		if len(entries) > 1 {
+			add(InvariantAtMostOnce, c.ID, "%d provider charges (%s)", len(entries), ids(entries))
+		}
+		switch c.State {
+		case "succeeded":
+			if len(entries) != 1 {
+				add(InvariantSucceededCharged, c.ID, "succeeded, applied %d times at the provider", len(entries))
+				break
+			}
+			e := entries[0]
+			if e.amount != c.Amount || e.currency != c.Currency || e.id != c.ProviderChargeID || e.key != c.ProviderKey {
+				add(InvariantSucceededCharged, c.ID, "row %d %s %s, provider %d %s %s", c.Amount, c.Currency, c.ProviderChargeID, e.amount, e.currency, e.id)
+			}
+		case "failed":
+			if len(entries) > 0 {
+				add(InvariantFailedUncharged, c.ID, "failed but applied at the provider (%s)", ids(entries))
+			}
+		case "needs_review":
+			if c.ReviewReason == "" {
+				add(InvariantTerminal, c.ID, "needs_review without a reason")
+			}
+		default:
+			add(InvariantTerminal, c.ID, "still %s", c.State)
+			if c.State == "pending" && len(entries) > 0 {
+				add(InvariantSucceededCharged, c.ID, "pending but applied at the provider (%s)", ids(entries))
+			}
+		}
+	}
+	for ref, entries := range byReference {
+		if !known[ref] {
+			add(InvariantNoOrphans, ref, "applied at the provider without a row (%s)", ids(entries))
+		}
+	}
+	slices.SortFunc(violations, func(a, b Violation) int {
+		return cmp.Or(cmp.Compare(a.Invariant, b.Invariant), cmp.Compare(a.Subject, b.Subject))
+	})
+	return violations
+}
+
+func ids(entries []applied) string {
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.id)
+	}
+	return strings.Join(out, ",")
+}
