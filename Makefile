@@ -1,6 +1,11 @@
 # The two commands of the README: `make run` and `make test`. Both make sure
 # a PostgreSQL answers at DATABASE_URL first, starting a private one from the
 # system's binaries when nothing does (scripts/ensure-postgres).
+#
+# bin/chargeflow is the laboratory's build (-tags lab): the product's roles
+# plus the fake provider, the scenarios, the benchmark, `all`, crash points
+# and the negative control. The Dockerfile builds the product without the
+# tag (docs/architecture.md, "The laboratory apart").
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -24,7 +29,8 @@ run: db
 	$(GO) build -tags lab -o bin/chargeflow ./cmd/chargeflow
 	exec bin/chargeflow all
 
-## test: formatting, vet, every test with -race (a headless Chromium drives the operator's page,
+## test: formatting, vet and build of the product and the lab builds, every test with -race and
+## -tags lab (a headless Chromium drives the operator's page,
 ## and stripe-mock validates the Stripe adapter's requests),
 ## short fuzz runs, the bootstrap scripts' own tests, and the crash-scenario catalogue with short
 ## timings (a 2,000-charge soak and a failover of PostgreSQL under pg_auto_failover included)
@@ -35,6 +41,8 @@ test: db
 	@unformatted=$$(gofmt -l .); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags lab ./...
+	$(GO) build ./...
 	$(GO) test -tags lab -race -count=1 ./...
 	$(GO) test -run='^$$' -fuzz=FuzzCanonical -fuzztime=$(FUZZTIME) ./api/jsoncanon/
 	$(GO) test -run='^$$' -fuzz='^FuzzCreateCharge$$' -fuzztime=$(FUZZTIME_HTTP) ./api/

@@ -1,3 +1,5 @@
+//go:build lab
+
 package main
 
 import (
@@ -144,10 +146,6 @@ func parseConcurrency(s string) ([]int, error) {
 	}
 	return levels, nil
 }
-
-// scaleEmpty is the small size --scale compares with: the in-flight
-// charges every seed holds, and a few hundred settled ones.
-const scaleEmpty = 1000
 
 // runScale runs bench.Scale and prints its report.
 func runScale(ctx context.Context, e env, serverURL string, o bench.ScaleOptions, asJSON bool) error {

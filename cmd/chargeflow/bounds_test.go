@@ -1,3 +1,5 @@
+//go:build lab
+
 package main
 
 import (
@@ -5,11 +7,9 @@ import (
 	"flag"
 	"io"
 	"math"
-	"net"
 	"os/exec"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -316,27 +316,6 @@ func TestSettingsThatStartABrokenService(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
-}
-
-// countingServer listens on loopback, counts the connections it is
-// offered and closes each at once, like a database that refuses to talk.
-func countingServer(t *testing.T) (addr string, connections *atomic.Int64) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	connections = &atomic.Int64{}
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			connections.Add(1)
-			_ = conn.Close()
-		}
-	}()
-	t.Cleanup(func() { _ = ln.Close() })
-	return ln.Addr().String(), connections
 }
 
 // A real process given a value out of bounds, from its command line or

@@ -1,10 +1,10 @@
+//go:build lab
+
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"io"
 	"maps"
@@ -30,11 +30,11 @@ import (
 // composeService is what the tests read of one service in the output of
 // `docker-compose config`, which has resolved the anchors and merge keys.
 type composeService struct {
-	Image       string                    `yaml:"image"`
-	Build       *struct{ Context string } `yaml:"build"`
-	Entrypoint  any                       `yaml:"entrypoint"`
-	Command     any                       `yaml:"command"`
-	Environment map[string]*string        `yaml:"environment"`
+	Image       string                            `yaml:"image"`
+	Build       *struct{ Context, Target string } `yaml:"build"`
+	Entrypoint  any                               `yaml:"entrypoint"`
+	Command     any                               `yaml:"command"`
+	Environment map[string]*string                `yaml:"environment"`
 	Healthcheck *struct {
 		Test    []string `yaml:"test"`
 		Disable bool     `yaml:"disable"`
@@ -78,17 +78,6 @@ func (s composeService) env() map[string]string {
 		}
 	}
 	return m
-}
-
-// repoRoot is the top of the repository: the tests run in cmd/chargeflow.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	require.NoError(t, err)
-	root, err = filepath.EvalSymlinks(root)
-	require.NoError(t, err)
-	require.FileExists(t, filepath.Join(root, "go.mod"))
-	return root
 }
 
 // composeConfig runs `docker-compose config` on the repository's
@@ -235,8 +224,10 @@ func TestDockerCompose(t *testing.T) {
 	}
 
 	// The chargeflow services are those built from the repository's
-	// Dockerfile, all as the one image.
-	var chargeflow []string
+	// Dockerfile: the product's roles as its default (last) stage, one
+	// image; the bundled fake provider, a command of the laboratory, as its
+	// lab stage, another.
+	var chargeflow, product, lab []string
 	for name, s := range services {
 		if s.Build == nil {
 			continue
@@ -244,11 +235,25 @@ func TestDockerCompose(t *testing.T) {
 		dir, err := filepath.EvalSymlinks(s.Build.Context)
 		require.NoError(t, err, "%s: build context", name)
 		require.Equal(t, root, dir, "%s: built from somewhere else than the repository", name)
-		require.Equal(t, "chargeflow:local", s.Image, "%s: every chargeflow service uses the one image", name)
+		switch s.Build.Target {
+		case "":
+			require.Equal(t, "chargeflow:local", s.Image, "%s: every product service uses the one image", name)
+			command := stringList(t, name+" command", s.Command)
+			require.NotContains(t, labCommandNames, command[0], "%s: the product image has no %s; run it from the lab target", name, command[0])
+			product = append(product, name)
+		case "lab":
+			require.Equal(t, "chargeflow-lab:local", s.Image, "%s: every laboratory service uses the lab image", name)
+			lab = append(lab, name)
+		default:
+			t.Fatalf("%s: built from the Dockerfile's stage %q: want its default (the product) or lab", name, s.Build.Target)
+		}
 		chargeflow = append(chargeflow, name)
 	}
 	slices.Sort(chargeflow)
+	slices.Sort(product)
 	require.Equal(t, []string{"api", "fakepsp", "migrate", "reconciler", "worker"}, chargeflow)
+	require.Equal(t, []string{"api", "migrate", "reconciler", "worker"}, product)
+	require.Equal(t, []string{"fakepsp"}, lab)
 
 	for _, name := range chargeflow {
 		s := services[name]
@@ -332,87 +337,6 @@ func TestDeployEnvCheck(t *testing.T) {
 	}))
 }
 
-// dockerInstruction is one instruction of a Dockerfile: its keyword in upper
-// case and its arguments, continuation lines joined.
-type dockerInstruction struct {
-	keyword string
-	args    string
-}
-
-// dockerStage is one FROM and the instructions after it.
-type dockerStage struct {
-	from         string
-	instructions []dockerInstruction
-}
-
-// parseDockerfile splits the repository's Dockerfile into stages. It knows
-// the default escape character and comments only, which is all it uses.
-func parseDockerfile(t *testing.T, root string) []dockerStage {
-	t.Helper()
-	f, err := os.Open(filepath.Join(root, "Dockerfile"))
-	require.NoError(t, err)
-	defer f.Close()
-	var stages []dockerStage
-	var pending string
-	scanner := bufio.NewScanner(f)
-	for scanner.Scan() {
-		line := strings.TrimSpace(scanner.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if rest, ok := strings.CutSuffix(line, "\\"); ok {
-			pending += rest + " "
-			continue
-		}
-		line, pending = pending+line, ""
-		keyword, args, _ := strings.Cut(line, " ")
-		in := dockerInstruction{keyword: strings.ToUpper(keyword), args: strings.TrimSpace(args)}
-		if in.keyword == "FROM" {
-			stages = append(stages, dockerStage{from: in.args})
-			continue
-		}
-		require.NotEmpty(t, stages, "Dockerfile: %s before the first FROM", in.keyword)
-		stages[len(stages)-1].instructions = append(stages[len(stages)-1].instructions, in)
-	}
-	require.NoError(t, scanner.Err())
-	require.Empty(t, pending, "Dockerfile ends in a continuation line")
-	return stages
-}
-
-// with returns the stage's instructions that have keyword.
-func (s dockerStage) with(keyword string) []dockerInstruction {
-	var out []dockerInstruction
-	for _, in := range s.instructions {
-		if in.keyword == keyword {
-			out = append(out, in)
-		}
-	}
-	return out
-}
-
-// execForm parses a JSON array argument: the exec form, no shell.
-func execForm(t *testing.T, what, args string) []string {
-	t.Helper()
-	var list []string
-	require.NoError(t, json.Unmarshal([]byte(args), &list), "%s: want the exec form, a JSON array (the image has no shell), got %s", what, args)
-	require.NotEmpty(t, list, what)
-	return list
-}
-
-// dockerfileEntrypoint returns the path of the binary the final stage runs.
-func dockerfileEntrypoint(t *testing.T, root string) string {
-	t.Helper()
-	stages := parseDockerfile(t, root)
-	require.NotEmpty(t, stages)
-	final := stages[len(stages)-1]
-	entrypoints := final.with("ENTRYPOINT")
-	require.Len(t, entrypoints, 1, "Dockerfile: the final stage needs one ENTRYPOINT")
-	entrypoint := execForm(t, "ENTRYPOINT", entrypoints[0].args)
-	require.Len(t, entrypoint, 1, "Dockerfile: ENTRYPOINT is the binary alone, so a command is a subcommand and its flags")
-	require.True(t, filepath.IsAbs(entrypoint[0]), "Dockerfile: ENTRYPOINT %q is not an absolute path", entrypoint[0])
-	return entrypoint[0]
-}
-
 func TestDockerfile(t *testing.T) {
 	t.Parallel()
 
@@ -455,6 +379,16 @@ func TestDockerfile(t *testing.T) {
 		copied = copied || fields[len(fields)-1] == binary
 	}
 	require.True(t, copied, "Dockerfile: nothing is copied to the ENTRYPOINT %s", binary)
+
+	// The laboratory's stage, which docker-compose.yml runs the fake
+	// provider from, is not the default, and runs the binary from the same
+	// path, so the services' health checks hold in both images.
+	lab := slices.IndexFunc(stages, func(s dockerStage) bool { return strings.HasSuffix(strings.ToLower(s.from), " as lab") })
+	require.GreaterOrEqual(t, lab, 0, "Dockerfile: no stage named lab")
+	require.Less(t, lab, len(stages)-1, "Dockerfile: the lab stage is the last, so the default image would be the laboratory's")
+	labEntrypoints := stages[lab].with("ENTRYPOINT")
+	require.Len(t, labEntrypoints, 1, "Dockerfile: the lab stage needs one ENTRYPOINT")
+	require.Equal(t, []string{binary}, execForm(t, "lab ENTRYPOINT", labEntrypoints[0].args))
 	cmds := final.with("CMD")
 	require.Len(t, cmds, 1, "Dockerfile: the final stage needs one CMD")
 	checkArgs(t, "Dockerfile CMD", execForm(t, "CMD", cmds[0].args), nil)

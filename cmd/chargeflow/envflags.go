@@ -139,9 +139,9 @@ func parseWithEnv(fs *flag.FlagSet, e env, args []string, fromEnv func(string) b
 var envOnly = []struct {
 	name, roles, meaning string
 }{
-	{"CHARGEFLOW_CRASHPOINTS", "api, worker, reconciler, all", "tests and scenarios only: crash points to arm, `point=action[,…]` (\"Crash points\" below)"},
-	{"CHARGEFLOW_CRASHPOINT_SEED", "api, worker, reconciler, all", "tests and scenarios only: the seed of the crash points' draws (default: the clock)"},
-	{"CHARGEFLOW_BROKEN", "worker", "the scenario runner's negative control only: `resend_on_rerun` re-sends charges found submitting (can double-charge; loudly logged)"},
+	{"CHARGEFLOW_CRASHPOINTS", "api, worker, reconciler, all", "the lab build only (tests and scenarios): crash points to arm, `point=action[,…]` (\"Crash points\" below); the product build refuses to start when it is set"},
+	{"CHARGEFLOW_CRASHPOINT_SEED", "api, worker, reconciler, all", "the lab build only: the seed of the crash points' draws (default: the clock); the product build refuses to start when it is set"},
+	{"CHARGEFLOW_BROKEN", "worker", "the lab build's negative control only: `resend_on_rerun` re-sends charges found submitting (can double-charge; loudly logged); the product build refuses to start when it is set"},
 	{"CHARGEFLOW_DATA", "fakepsp, all", "the folder of local state (default `.data`): the fake provider's default ledger, and scripts/ensure-postgres's clusters"},
 	{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "api, worker, reconciler, all", "an OTLP/HTTP traces URL, used as is (\"Metrics and traces\" below)"},
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "api, worker, reconciler, all", "an OTLP/HTTP base URL; `/v1/traces` is appended"},

@@ -1,9 +1,10 @@
 //go:build lab
 
 // The laboratory's side of the command, built only with -tags lab (make
-// run, make test, the scenarios and the benchmark build it so): arming crash
-// points, and the negative control's broken mode. product.go is what the
-// product build has in their place.
+// run, make test, the scenarios and the benchmark build it so): its
+// commands (all.go, bench.go, fakepsp.go, scenario.go carry the same tag),
+// arming crash points, and the negative control's broken mode. product.go
+// is what the product build has in their place.
 
 package main
 
@@ -17,6 +18,17 @@ import (
 	"github.com/chargeflow/chargeflow/crashpoint"
 	"github.com/chargeflow/chargeflow/internal/app"
 )
+
+// labCommands are the laboratory's commands, in the order usage lists
+// them; labCommandNames names them for the product build.
+func labCommands() []command {
+	return []command{
+		{"fakepsp", "run the bundled fake payment provider (durable ledger, fault injection)", runFakePSP},
+		{"scenario", "scenario list | scenario run NAME|all: replay crash scenarios against real processes and check the invariants", runScenario},
+		{"bench", "measure the performance targets as ratios against baselines on a fresh database (docs/benchmarks.md)", runBench},
+		{"all", "every role in one process against the local Postgres, with the bundled fake provider, a demo tenant and a ready curl", runAll},
+	}
+}
 
 // crashPoints arms what CHARGEFLOW_CRASHPOINTS names (tests and scenarios
 // only); the draws are seeded by CHARGEFLOW_CRASHPOINT_SEED.

@@ -1,5 +1,6 @@
-// Command chargeflow is the one binary of chargeflow: every role, the
-// operator tools and the scenario runner. It is the only code that reads
+// Command chargeflow is the one binary of chargeflow: every role and the
+// operator tools, and, in the laboratory's build, the scenario runner, the
+// benchmark and the bundled fake provider. It is the only code that reads
 // flags and the environment; everything else takes a Config.
 //
 //	chargeflow migrate                  apply every migration (River's included)
@@ -8,11 +9,20 @@
 //	chargeflow api                      the HTTP API
 //	chargeflow worker                   the outbox worker (charge.submit jobs)
 //	chargeflow reconciler               the reconciler (unknown outcomes, with proof)
-//	chargeflow fakepsp                  the bundled fake payment provider
 //	chargeflow charge list|get|events|reconcile|resolve   a client of the API (reads: tenant key; reconcile, resolve: operator token)
+//	chargeflow healthcheck --url URL    the container image's probe
+//
+// The laboratory's build (go build -tags lab; make run builds it as
+// bin/chargeflow) adds its commands (lab.go), its crash points and its
+// negative control:
+//
+//	chargeflow fakepsp                  the bundled fake payment provider
 //	chargeflow scenario list|run        crash scenarios against real processes, with an invariant checker
 //	chargeflow bench                    the performance targets, as ratios against baselines
-//	chargeflow all                      every role in one process, with a demo tenant
+//	chargeflow all                      every role in one process, with the fake provider and a demo tenant
+//
+// The product build (the Dockerfile's) names them with how to get them,
+// and refuses to start a role given a laboratory variable (product.go).
 //
 // Every flag of a long-running command can also be set from the environment
 // as CHARGEFLOW_ and its name (--call-timeout ↔ CHARGEFLOW_CALL_TIMEOUT); a
@@ -27,6 +37,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/chargeflow/chargeflow/internal/logsink"
@@ -82,22 +94,27 @@ type command struct {
 	run     func(ctx context.Context, e env, args []string) error
 }
 
+// commands are the product's commands, then the laboratory's (labCommands:
+// none in the product build).
 func commands() []command {
-	return []command{
+	return append([]command{
 		{"migrate", "apply every migration, River's included (safe to run twice, or from two processes at once)", runMigrate},
 		{"tenant", "tenant create --name NAME: create a tenant and an API key, print them as JSON", runTenant},
 		{"operator", "operator create --name NAME --role admin|viewer: create an operator and a token for /ops/, print them as JSON", runOperator},
 		{"api", "serve the HTTP API", runAPI},
 		{"worker", "run the outbox worker: carry pending charges to the provider", runWorker},
 		{"reconciler", "run the reconciler: resolve unknown outcomes with proof (any number of them)", runReconciler},
-		{"fakepsp", "run the bundled fake payment provider (durable ledger, fault injection)", runFakePSP},
 		{"charge", "a client of the API: charge create|refund|list|get|events (tenant key; create and refund through chargeflow/client), charge reconcile|resolve (operator token)", runCharge},
-		{"scenario", "scenario list | scenario run NAME|all: replay crash scenarios against real processes and check the invariants", runScenario},
-		{"bench", "measure the performance targets as ratios against baselines on a fresh database (docs/benchmarks.md)", runBench},
-		{"all", "every role in one process against the local Postgres, with a demo tenant and a ready curl", runAll},
 		{"healthcheck", "healthcheck --url URL: GET it, exit 0 on a 2xx (the container image's HEALTHCHECK)", runHealthcheck},
-	}
+	}, labCommands()...)
 }
+
+// labCommandNames are the commands only the lab build has (lab.go); the
+// product build names them when asked for one, with how to get it.
+var labCommandNames = []string{"fakepsp", "scenario", "bench", "all"}
+
+// labBuild says how to get the build that has the laboratory.
+const labBuild = "build it with -tags lab: `make run` builds bin/chargeflow so, or `go build -tags lab ./cmd/chargeflow`"
 
 // run is the whole program; tests call it with their own environment.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -114,6 +131,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return c.run(ctx, e, args[1:])
 		}
 	}
+	if slices.Contains(labCommandNames, args[0]) {
+		return fmt.Errorf("%q is a command of the laboratory, which this build does not have; %s", args[0], labBuild)
+	}
 	usage(stderr)
 	return fmt.Errorf("unknown command %q", args[0])
 }
@@ -124,5 +144,8 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nenvironment: every flag of api, worker, reconciler, fakepsp, migrate and all is also CHARGEFLOW_<FLAG> (--call-timeout: CHARGEFLOW_CALL_TIMEOUT);\nDATABASE_URL, LOG_LEVEL, PSP_KIND, PSP_URL, STRIPE_API_KEY, PSP_WEBHOOK_SECRET, WEBHOOKS_ALLOW_PRIVATE still work (docs/operations.md)")
+	if len(labCommands()) == 0 {
+		fmt.Fprintf(w, "\nnot in this build: %s, the laboratory's commands; %s\n", strings.Join(labCommandNames, ", "), labBuild)
+	}
 	fmt.Fprintln(w, "run 'chargeflow COMMAND -h' for a command's flags")
 }

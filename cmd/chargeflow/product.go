@@ -16,8 +16,9 @@ import (
 	"github.com/chargeflow/chargeflow/internal/app"
 )
 
-// labBuild says how to get the build that has the laboratory.
-const labBuild = "build it with -tags lab: `make run` builds bin/chargeflow so, or `go build -tags lab ./cmd/chargeflow`"
+// labCommands are none in this build: run names labCommandNames with how
+// to get the build that has them.
+func labCommands() []command { return nil }
 
 // crashPoints refuses CHARGEFLOW_CRASHPOINTS and its seed: this build has
 // no crash point that could be armed (crashpoint), and a setting that

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,4 +65,25 @@ func silentServer(t *testing.T) string {
 		}
 	})
 	return ln.Addr().String()
+}
+
+// countingServer listens on loopback, counts the connections it is
+// offered and closes each at once, like a database that refuses to talk.
+func countingServer(t *testing.T) (addr string, connections *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	connections = &atomic.Int64{}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			connections.Add(1)
+			_ = conn.Close()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close() })
+	return ln.Addr().String(), connections
 }
