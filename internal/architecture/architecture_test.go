@@ -71,30 +71,55 @@ func table(t *testing.T, root string) map[string]row {
 	return rows
 }
 
-// packages is what go list says each package of the module imports of
-// the module, test files aside, keyed and valued without the module prefix.
-func packages(t *testing.T, root string) map[string][]string {
+// listed is one package as go list describes it.
+type listed struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+	GoFiles    []string
+}
+
+// goList lists the module's packages as the build with tags sees them.
+func goList(t *testing.T, root string, tags ...string) []listed {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-json=ImportPath,Imports", "./...")
+	args := []string{"list", "-json=ImportPath,Imports,Deps,GoFiles"}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command("go", append(args, "./...")...)
 	cmd.Dir = root
 	out, err := cmd.Output()
 	require.NoError(t, err)
-	got := map[string][]string{}
+	var pkgs []listed
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for dec.More() {
-		var p struct {
-			ImportPath string
-			Imports    []string
-		}
+		var p listed
 		require.NoError(t, dec.Decode(&p))
-		ours := []string{}
-		for _, imp := range p.Imports {
-			if rel, ok := strings.CutPrefix(imp, module+"/"); ok {
-				ours = append(ours, rel)
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+// packages is what go list says each package of the module imports of
+// the module, test files aside, in the product build or the laboratory's
+// (-tags lab), keyed and valued without the module prefix.
+func packages(t *testing.T, root string) map[string][]string {
+	t.Helper()
+	got := map[string][]string{}
+	for _, tags := range [][]string{nil, {"lab"}} {
+		for _, p := range goList(t, root, tags...) {
+			ours := got[strings.TrimPrefix(p.ImportPath, module+"/")]
+			if ours == nil {
+				ours = []string{}
 			}
+			for _, imp := range p.Imports {
+				if rel, ok := strings.CutPrefix(imp, module+"/"); ok && !slices.Contains(ours, rel) {
+					ours = append(ours, rel)
+				}
+			}
+			slices.Sort(ours)
+			got[strings.TrimPrefix(p.ImportPath, module+"/")] = ours
 		}
-		slices.Sort(ours)
-		got[strings.TrimPrefix(p.ImportPath, module+"/")] = ours
 	}
 	return got
 }
@@ -132,5 +157,80 @@ func TestDependenciesPointDown(t *testing.T) {
 			require.Less(t, to.layer, from.layer,
 				"%s (layer %d) imports %s (layer %d): imports must point to a lower layer", name, from.layer, imp, to.layer)
 		}
+	}
+}
+
+// lab is the laboratory's folder: the fake provider, the scenarios, the
+// benchmark and what only they use (docs/architecture.md, "The laboratory
+// apart").
+const lab = module + "/lab"
+
+func inLab(path string) bool { return path == lab || strings.HasPrefix(path, lab+"/") }
+
+// No package of the product depends on the laboratory, directly or not, in
+// either build: every package outside lab/, and cmd/chargeflow itself in
+// the product build. With -tags lab cmd/chargeflow is the laboratory's
+// binary, and does depend on it, which shows the check sees such a
+// dependency when there is one.
+func TestProductNeverImportsTheLab(t *testing.T) {
+	t.Parallel()
+	root := moduleRoot(t)
+	const command = module + "/cmd/chargeflow"
+	for _, tags := range [][]string{nil, {"lab"}} {
+		var checked int
+		for _, p := range goList(t, root, tags...) {
+			if inLab(p.ImportPath) {
+				continue
+			}
+			labDeps := slices.DeleteFunc(slices.Clone(p.Deps), func(dep string) bool { return !inLab(dep) })
+			if len(tags) > 0 && p.ImportPath == command {
+				require.NotEmpty(t, labDeps, "the lab build of %s depends on no package of the laboratory", command)
+				continue
+			}
+			require.Empty(t, labDeps, "%s (tags %v) depends on the laboratory", p.ImportPath, tags)
+			checked++
+		}
+		require.NotZero(t, checked)
+	}
+}
+
+// labSeams are the product's packages that have files only the lab build
+// compiles, each for the one reason it says: code that must sit at the
+// lines it tests, or the binary's own commands. Any other file tagged lab
+// outside lab/ would be laboratory code inside the product.
+var labSeams = map[string]string{
+	"crashpoint":     "arming the crash points, which sit in the product's code",
+	"outbox":         "the negative control, a branch of the worker's run",
+	"cmd/chargeflow": "the laboratory's commands, and reading its variables",
+}
+
+func TestLabOnlyFilesOnlyAtTheSeams(t *testing.T) {
+	t.Parallel()
+	root := moduleRoot(t)
+	product := map[string][]string{}
+	for _, p := range goList(t, root) {
+		product[p.ImportPath] = p.GoFiles
+	}
+	seen := map[string]bool{}
+	for _, p := range goList(t, root, "lab") {
+		if inLab(p.ImportPath) {
+			continue
+		}
+		var labOnly []string
+		for _, f := range p.GoFiles {
+			if !slices.Contains(product[p.ImportPath], f) {
+				labOnly = append(labOnly, f)
+			}
+		}
+		if len(labOnly) == 0 {
+			continue
+		}
+		name := strings.TrimPrefix(p.ImportPath, module+"/")
+		_, ok := labSeams[name]
+		require.True(t, ok, "%s has files only the lab build compiles (%s): laboratory code belongs in lab/", name, strings.Join(labOnly, ", "))
+		seen[name] = true
+	}
+	for name := range labSeams {
+		require.True(t, seen[name], "labSeams lists %s, which has no file only the lab build compiles", name)
 	}
 }
