@@ -12,11 +12,15 @@ SHELL := /bin/bash
 export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/chargeflow?sslmode=disable
 
 GO ?= go
-# How long `make test` fuzzes the canonical-JSON parser, and each of the two
-# HTTP targets against a real database: POST /v1/charges (api/fuzz_test.go)
-# and the operator's routes and page forms (api/fuzz_ops_test.go).
-FUZZTIME ?= 20s
-FUZZTIME_HTTP ?= 10s
+# How many inputs `make test` fuzzes the canonical-JSON parser with, and each
+# of the two HTTP targets against a real database: POST /v1/charges
+# (api/fuzz_test.go) and the operator's routes and page forms
+# (api/fuzz_ops_test.go). A count, not a duration: Go 1.26's fuzzing
+# coordinator can report its own -fuzztime deadline as a failure
+# ("context deadline exceeded", no crasher) when a worker is busy
+# minimizing as the time runs out; a count has no deadline to race.
+FUZZTIME ?= 200000x
+FUZZTIME_HTTP ?= 3000x
 
 .PHONY: run test scenarios bench db
 
