@@ -93,25 +93,41 @@ func (c *haCluster) URL() string { return c.url }
 func (c *haCluster) folder() string { return filepath.Join(c.root, fmt.Sprintf("ha-%d", c.port)) }
 
 // primary names the node that answers as a primary (not in recovery), and
-// its port.
+// its port. It asks again until primaryWait has passed: on a busy machine a
+// node that has just been promoted, or that serves the whole load, may take
+// longer than one try to answer, and no answer is not proof there is no
+// primary.
 func (c *haCluster) primary(ctx context.Context) (string, int, error) {
-	for i, node := range []string{"node1", "node2"} {
-		port := c.port + 1 + i
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		conn, err := pgx.Connect(cctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port))
-		if err != nil {
-			cancel()
-			continue
+	deadline := time.Now().Add(primaryWait)
+	for {
+		for i, node := range []string{"node1", "node2"} {
+			port := c.port + 1 + i
+			if isPrimary(ctx, port) {
+				return node, port, nil
+			}
 		}
-		var recovering bool
-		err = conn.QueryRow(cctx, `SELECT pg_is_in_recovery()`).Scan(&recovering)
-		conn.Close(cctx)
-		cancel()
-		if err == nil && !recovering {
-			return node, port, nil
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return "", 0, fmt.Errorf("no node answers as a primary (asked for %s)", primaryWait)
 		}
+		time.Sleep(500 * time.Millisecond)
 	}
-	return "", 0, errors.New("no node answers as a primary")
+}
+
+// primaryWait is how long primary asks before it gives up; each try may
+// take 5 s.
+const primaryWait = time.Minute
+
+// isPrimary reports whether the node on port answers and is not in recovery.
+func isPrimary(ctx context.Context, port int) bool {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port))
+	if err != nil {
+		return false
+	}
+	defer conn.Close(cctx)
+	var recovering bool
+	return conn.QueryRow(cctx, `SELECT pg_is_in_recovery()`).Scan(&recovering) == nil && !recovering
 }
 
 // killPrimary SIGKILLs the primary node — its pg_autoctl keeper and its
