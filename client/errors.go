@@ -127,7 +127,7 @@ func (e *Error) retryable() bool {
 }
 
 // beforeKeyLookup reports whether the API refuses this way before it looks
-// the idempotency key up (docs/api.md, "Order of work"): a credential that
+// the idempotency key up (docs/api.md, "Accepting a charge", its order of work): a credential that
 // no longer works. The answer is then no news of a charge an earlier attempt
 // of the same call may have made.
 func (e *Error) beforeKeyLookup() bool {

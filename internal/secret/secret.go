@@ -4,7 +4,7 @@
 // underscore and a 256-bit secret in lowercase base32. Naming the owner lets
 // a credential be checked against that owner's hashes only; only sha256 of
 // the secret is stored, and hashes are compared in constant time
-// (docs/architecture.md, "Credentials").
+// (docs/architecture.md, "A second kind of credential, not a flag on a tenant").
 //
 // It imports nothing of chargeflow's but internal/ids.
 package secret

@@ -773,7 +773,7 @@ func TestStripeLogsNeverContainPaymentMethodsDescriptionsOrMetadata(t *testing.T
 // The Stripe adapter, built to docs/refunds.md, against the fake's Stripe
 // protocol: a refund, its lookups by id and by reference, and Stripe's
 // charge_already_refunded as a failed refund. The other two refusals the
-// fake words without a code (docs/refunds.md, "What the fake answers"),
+// fake words without a code (docs/refunds.md, "The fake protocol"),
 // which the adapter reads otherwise; whichever way either side settles it,
 // a refusal must never read as a refund, nor move money.
 func TestRefundThroughTheStripeAdapter(t *testing.T) {
