@@ -27,7 +27,11 @@ func TestRequestInProgressStorm(t *testing.T) {
 	var logs lockedbuf.Buffer // the crash point's and the API's
 	// The first accept pauses between its insert and its commit, holding
 	// the key; the API's lock_timeout turns the others' wait into a 409.
-	points, err := crashpoint.Parse(crashpoint.APIAfterInsertBeforeCommit+"=pause:1500ms#1", 1, slogJSON(&logs))
+	// The pause is long enough for all of the storm to reach the held key
+	// on a busy machine, and short of the API's own limits on an accept,
+	// past which the first call would be answered and retried (a replay);
+	// the storm's clients retry meanwhile, each wait recorded.
+	points, err := crashpoint.Parse(crashpoint.APIAfterInsertBeforeCommit+"=pause:4s#1", 1, slogJSON(&logs))
 	require.NoError(t, err)
 	s := start(t, func(o *app.Options) {
 		o.CrashPoints = points
@@ -49,8 +53,8 @@ func TestRequestInProgressStorm(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "crashpoint fired") },
 		10*time.Second, 5*time.Millisecond, "the first request holds the key")
 
-	// The waits are recorded, and slept for at most 20 ms of real time.
-	clock := &testClock{realWait: 20 * time.Millisecond}
+	// The waits are recorded, and slept for at most 200 ms of real time.
+	clock := &testClock{realWait: 200 * time.Millisecond}
 	storm, seen := s.newClient(t, s.url, client.WithClock(clock))
 	const n = 20
 	charges := make([]*client.Charge, n)
