@@ -145,8 +145,12 @@ type Reconciler struct {
 	limiter *rate.Limiter
 	// settle is how long after the last send a not-found proves that no
 	// charge exists; provable is false when it never does.
-	settle    time.Duration
-	provable  bool
+	settle   time.Duration
+	provable bool
+	// resend is how long after a charge's first send a re-send is still
+	// de-duplicated (settle.ResendWindow); zero when the provider never
+	// de-duplicates.
+	resend    time.Duration
 	telemetry telemetry
 
 	totals struct {
@@ -275,6 +279,7 @@ func New(cfg Config) (*Reconciler, error) {
 		limiter:  rate.NewLimiter(rate.Limit(p.LookupRate), p.LookupBurst),
 		settle:   proof,
 		provable: provable,
+		resend:   settle.ResendWindow(caps.KeyWindow, p.KeyWindowMargin),
 	}
 	tel, err := newTelemetry(cfg, r.lag)
 	if err != nil {
@@ -583,12 +588,11 @@ func (r *Reconciler) decide(l intent.Leased, found psp.Charge, lookupErr error) 
 		move.To, move.Reason, move.ReviewReason = intent.StateNeedsReview, reason, why
 		return decision{reason: reason, move: move, counts: Result{NeedsReview: 1}}
 	}
-	// With no key window the provider never de-duplicates: a re-send is
-	// never covered, and its deadline is the first send.
-	keyDeadline := timeOr(c.FirstAttemptAt, c.CreatedAt)
-	if r.caps.KeyWindow > 0 {
-		keyDeadline = keyDeadline.Add(r.caps.KeyWindow - r.cfg.Provider.KeyWindowMargin)
-	}
+	// The key window is ending once a re-send would no longer be
+	// de-duplicated (settle.ResendCovered, the rule an operator's
+	// resolution is held to as well). A provider that never de-duplicates
+	// has no key window to end; its not-found goes to review below.
+	keyWindowEnding := r.resend > 0 && !settle.ResendCovered(c, r.resend, now)
 	unknownFor := now.Sub(timeOr(c.UnknownSince, now))
 
 	switch {
@@ -608,7 +612,7 @@ func (r *Reconciler) decide(l intent.Leased, found psp.Charge, lookupErr error) 
 	case errors.Is(lookupErr, psp.ErrNotFound):
 		settledAt := timeOr(c.LastAttemptAt, c.CreatedAt).Add(r.settle)
 		switch {
-		case r.caps.KeyWindow > 0 && !now.Before(keyDeadline):
+		case keyWindowEnding:
 			return review("key_window_passed", "the provider's idempotency key window is ending; a not-found can no longer prove that no charge exists")
 		case !r.provable && unknownFor >= r.cfg.MaxUnknownAge:
 			return review("lookup_not_authoritative", "the provider's lookup cannot prove that no charge exists, and the charge has been unknown for "+unknownFor.Round(time.Second).String())
@@ -627,7 +631,7 @@ func (r *Reconciler) decide(l intent.Leased, found psp.Charge, lookupErr error) 
 
 	default:
 		switch {
-		case r.caps.KeyWindow > 0 && !now.Before(keyDeadline):
+		case keyWindowEnding:
 			return review("key_window_passed", "the provider's idempotency key window is ending and the lookup fails")
 		case unknownFor >= r.cfg.MaxUnknownAge:
 			return review("lookup_unavailable", "lookups have failed for "+unknownFor.Round(time.Second).String()+": "+psp.ReasonOf(lookupErr))

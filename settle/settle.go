@@ -5,7 +5,8 @@
 // the decline code are one rule wherever the answer comes from
 // (docs/architecture.md, "Settling on a provider's answer"). Both ask a
 // lookup through LookupOf, so the reconciler and an operator's
-// verification ask the provider the same question.
+// verification ask the provider the same question; and both hold an answer
+// to Matches and a new attempt to ResendCovered (rules.go).
 package settle
 
 import (
@@ -53,7 +54,7 @@ const (
 // them in one transaction.
 func Moves(base intent.Move, charge intent.Charge, answer psp.Charge, src Source) ([]intent.Move, Outcome) {
 	evidence := "provider " + string(cmp.Or(charge.Kind, intent.KindCharge)) + " " + answer.ID
-	if answer.Amount != charge.Amount || answer.Currency != charge.Currency || answer.Reference != charge.ID {
+	if !Matches(charge, answer) {
 		review := base
 		review.To, review.Reason, review.Evidence = intent.StateNeedsReview, "amount_mismatch", evidence
 		review.ReviewReason = fmt.Sprintf("provider holds %d %s for reference %q under this key; the charge is %d %s",
