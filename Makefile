@@ -15,7 +15,7 @@ GO ?= go
 # How many inputs `make test` fuzzes the canonical-JSON parser with, and each
 # of the two HTTP targets against a real database: POST /v1/charges
 # (api/fuzz_test.go) and the operator's routes and page forms
-# (api/fuzz_ops_test.go). A count, not a duration: Go 1.26's fuzzing
+# (opsplane/fuzz_test.go). A count, not a duration: Go 1.26's fuzzing
 # coordinator can report its own -fuzztime deadline as a failure
 # ("context deadline exceeded", no crasher) when a worker is busy
 # minimizing as the time runs out; a count has no deadline to race.
@@ -50,7 +50,7 @@ test: db
 	$(GO) test -tags lab -race -count=1 ./...
 	$(GO) test -run='^$$' -fuzz=FuzzCanonical -fuzztime=$(FUZZTIME) ./api/jsoncanon/
 	$(GO) test -run='^$$' -fuzz='^FuzzCreateCharge$$' -fuzztime=$(FUZZTIME_HTTP) ./api/
-	$(GO) test -run='^$$' -fuzz='^FuzzOperatorRoutes$$' -fuzztime=$(FUZZTIME_HTTP) ./api/
+	$(GO) test -run='^$$' -fuzz='^FuzzOperatorRoutes$$' -fuzztime=$(FUZZTIME_HTTP) ./opsplane/
 	scripts/ensure-postgres_test.sh
 	scripts/ha-postgres_test.sh
 	scripts/ensure-stripe-mock_test.sh

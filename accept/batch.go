@@ -1,4 +1,4 @@
-package api
+package accept
 
 import (
 	"context"
@@ -38,17 +38,17 @@ var errAcceptAlone = errors.New("accept batch failed")
 // alone, outside the batch's turn (acceptOnce), so each gets its own
 // answer (that one key its 409, the others their 201) and the next batch
 // does not wait for them.
-func (s *Server) acceptBatch(ctx context.Context, as []intent.Acceptance) ([]acceptAnswer, error) {
-	s.telemetry.acceptBatch.Record(ctx, int64(len(as)))
+func (a *Acceptor) acceptBatch(ctx context.Context, as []intent.Acceptance) ([]acceptAnswer, error) {
+	a.batchSize.Record(ctx, int64(len(as)))
 	out := make([]acceptAnswer, len(as))
 	if len(as) == 1 {
 		g := &out[0]
-		g.Inserted, g.Record, g.Found, g.err = intent.AcceptOrReplay(ctx, s.cfg.DB, as[0])
+		g.Inserted, g.Record, g.Found, g.err = intent.AcceptOrReplay(ctx, a.cfg.DB, as[0])
 		return out, nil
 	}
-	got, err := intent.AcceptMany(ctx, s.cfg.DB, as)
+	got, err := intent.AcceptMany(ctx, a.cfg.DB, as)
 	if err != nil {
-		s.cfg.Logger.WarnContext(ctx, "accept batch failed; accepting its charges one by one", "charges", len(as), "err", err.Error())
+		a.cfg.Logger.WarnContext(ctx, "accept batch failed; accepting its charges one by one", "charges", len(as), "err", err.Error())
 		for i := range out {
 			out[i].err = errAcceptAlone
 		}

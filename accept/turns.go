@@ -1,4 +1,4 @@
-package api
+package accept
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 // turns lets one request at a time per key go on, the others waiting in
 // arrival order without holding anything else. Refunds of one charge take
-// turns (createRefund): each must wait for the previous one's commit on
+// turns (Acceptor.Turn): each must wait for the previous one's commit on
 // the charge's row anyway, and waiting here rather than on the row keeps
 // every other request's database connections free, so a hot charge cannot
 // starve the pool and turn contention into unavailability. Across API

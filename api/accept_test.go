@@ -17,6 +17,7 @@ import (
 
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
 	"github.com/chargeflow/chargeflow/internal/ids"
 	"github.com/chargeflow/chargeflow/submit"
@@ -139,9 +140,9 @@ func TestAcceptsShareACommit(t *testing.T) {
 		reader := sdkmetric.NewManualReader()
 		b := setup(t, func(o *setupOpts) {
 			o.config = func(c *api.Config) {
-				c.AcceptBatches = 1
 				c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 			}
+			o.server = func(c *app.ServerConfig) { c.Accept.Batches = 1 }
 		})
 		const n, dup = 40, 4
 		start := make(chan struct{})
@@ -196,7 +197,7 @@ func TestAcceptsShareACommit(t *testing.T) {
 		t.Parallel()
 		b := setup(t, func(o *setupOpts) {
 			o.lockTimeout = "500ms"
-			o.config = func(c *api.Config) { c.AcceptBatches = 1 }
+			o.server = func(c *app.ServerConfig) { c.Accept.Batches = 1 }
 		})
 		const key = "held-by-another-001"
 		holdKey(t, b, key)

@@ -21,13 +21,13 @@ const tenantKey = "chargeflow.tenant"
 // then the tenant's rate limit. Both refusals store nothing.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		t, err := bearer(s, c, "API key", s.auth.authenticate, tenant.ErrUnauthenticated)
+		t, err := Bearer(s, c, "API key", s.auth.authenticate, tenant.ErrUnauthenticated)
 		if err != nil {
 			return err
 		}
 		c.Set(logTenantKey, t.ID) // before the limit: its 429s name the tenant too
 		if wait, ok := s.limiter.allow(t, s.cfg.Now()); !ok {
-			p := problem(CodeRateLimited, "this tenant is over its request rate; nothing was stored")
+			p := NewProblem(CodeRateLimited, "this tenant is over its request rate; nothing was stored")
 			p.RetryAfter = int(math.Ceil(wait.Seconds()))
 			return p
 		}
@@ -36,20 +36,20 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// bearer verifies a request's bearer credential (what names it in the
+// Bearer verifies a request's bearer credential (what names it in the
 // answer): a missing one, or one verify refuses with refused, is 401 and
 // says what to send; any other error is the caller's.
-func bearer[T any](s *Server, c echo.Context, what string, verify func(context.Context, string) (T, error), refused error) (T, error) {
+func Bearer[T any](s *Server, c echo.Context, what string, verify func(context.Context, string) (T, error), refused error) (T, error) {
 	credential, ok := bearerToken(c.Request().Header.Values("Authorization"))
 	if !ok {
 		var zero T
-		return zero, problem(CodeUnauthorized, "send Authorization: Bearer <"+what+">")
+		return zero, NewProblem(CodeUnauthorized, "send Authorization: Bearer <"+what+">")
 	}
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := s.DBContext(c)
 	defer cancel()
 	v, err := verify(ctx, credential)
 	if errors.Is(err, refused) {
-		return v, problem(CodeUnauthorized, "the "+what+" is not valid")
+		return v, NewProblem(CodeUnauthorized, "the "+what+" is not valid")
 	}
 	return v, err
 }

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// limitAuthFailures slows key guessing: it counts the /v1 requests that
+// LimitAuthFailures slows key guessing: it counts the /v1 requests that
 // authentication refuses (401) per client address, and once an address has
 // used up Config.AuthFailureLimit failures (a token bucket refilled at that
 // many a minute) it answers 429 too_many_auth_failures with Retry-After
@@ -27,13 +27,13 @@ import (
 // behind the same address (a NAT, a proxy) goes on. Successful
 // authentications never count. docs/api.md, "Authentication and rate
 // limits".
-func (s *Server) limitAuthFailures(next echo.HandlerFunc) echo.HandlerFunc {
+func (s *Server) LimitAuthFailures(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		addr := clientAddress(c.Request())
 		if wait, blocked := s.authFailures.blocked(addr, s.cfg.Now()); blocked {
 			apiKey, ok := bearerToken(c.Request().Header.Values("Authorization"))
 			if !ok || !s.auth.verifiedRecently(apiKey) {
-				p := problem(CodeTooManyAuthFailures, "too many failed authentications from this address; nothing was looked at or stored")
+				p := NewProblem(CodeTooManyAuthFailures, "too many failed authentications from this address; nothing was looked at or stored")
 				p.RetryAfter = max(1, int(math.Ceil(wait.Seconds())))
 				return p
 			}

@@ -19,6 +19,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/apitest"
+	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/submit"
@@ -61,10 +63,11 @@ func benchServer(b *testing.B, config func(*api.Config)) (*api.Server, string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := api.Config{DB: pool, Jobs: newQueue(b, pool, submit.Config{}),
-		ProviderClient: psp.NewClient(psp.Config{}), ProviderKeyWindow: time.Hour} // no resolutions here
-	config(&cfg)
-	server, err := api.New(cfg)
+	cfg := app.ServerConfig{DB: pool, Jobs: newQueue(b, pool, submit.Config{}),
+		Provider: psp.NewClient(psp.Config{})} // no resolutions here
+	cfg.Resolve.ResendWindow = time.Hour
+	apitest.EditAPI(&cfg, config)
+	server, err := app.NewServer(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

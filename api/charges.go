@@ -1,11 +1,9 @@
 package api
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -26,7 +24,8 @@ import (
 
 const chargesRoute = "/v1/charges"
 
-func nonEmpty(s string) *string {
+// NonEmpty is s, or nil (JSON null) when it is empty.
+func NonEmpty(s string) *string {
 	if s == "" {
 		return nil
 	}
@@ -51,7 +50,7 @@ func (s *Server) createCharge(c echo.Context) error {
 		return err
 	}
 	ctx, fp, keyHash := k.ctx, k.fingerprint, k.keyHash
-	if rec, ok := s.replays.get(t.ID, keyHash, s.cfg.Now()); ok {
+	if rec, ok := s.cfg.Accept.Cached(t.ID, keyHash, s.cfg.Now()); ok {
 		return s.replayFromMemory(c, rec, fp)
 	}
 	req, err := chargeFromJSON(k.parsed, s.cfg.MaxAmount)
@@ -99,7 +98,7 @@ func (s *Server) createCharge(c echo.Context) error {
 		ExpiresAt:    now.Add(s.cfg.IdempotencyTTL),
 		Job:          job,
 	}
-	rec, inserted, err := s.accept(ctx, acceptance)
+	rec, inserted, err := s.cfg.Accept.Accept(ctx, acceptance)
 	if err != nil {
 		return err
 	}
@@ -132,7 +131,7 @@ func (s *Server) readRequest(c echo.Context, route string) (keyed, error) {
 	if err != nil {
 		return keyed{}, err
 	}
-	body, err := readBody(c, s.cfg.MaxBodyBytes)
+	body, err := ReadBody(c, s.cfg.MaxBodyBytes)
 	if err != nil {
 		return keyed{}, err
 	}
@@ -141,7 +140,7 @@ func (s *Server) readRequest(c echo.Context, route string) (keyed, error) {
 		return keyed{}, err
 	}
 	k := keyed{parsed: parsed, fingerprint: fingerprint(http.MethodPost, route, canonical), keyHash: sha256.Sum256([]byte(key))}
-	k.ctx, k.cancel = s.dbContext(c)
+	k.ctx, k.cancel = s.DBContext(c)
 	return k, nil
 }
 
@@ -151,18 +150,14 @@ func (s *Server) readRequest(c echo.Context, route string) (keyed, error) {
 // 422 for another request) and reports replayed.
 func (s *Server) checkReplay(c echo.Context, k *keyed) (replayed bool, err error) {
 	tenantID := tenantOf(c).ID
-	if rec, ok := s.replays.get(tenantID, k.keyHash, s.cfg.Now()); ok {
+	if rec, ok := s.cfg.Accept.Cached(tenantID, k.keyHash, s.cfg.Now()); ok {
 		return true, s.replayFromMemory(c, rec, k.fingerprint)
 	}
-	rec, err := intent.Idempotency(k.ctx, s.cfg.DB, tenantID, k.keyHash[:])
-	switch {
-	case err == nil:
-		s.replays.put(tenantID, k.keyHash, rec)
-		return true, s.replay(c, rec, k.fingerprint)
-	case !errors.Is(err, intent.ErrNotFound):
+	rec, found, err := s.cfg.Accept.Record(k.ctx, tenantID, k.keyHash)
+	if err != nil || !found {
 		return false, err
 	}
-	return false, nil
+	return true, s.replay(c, rec, k.fingerprint)
 }
 
 // readKeyed is readRequest and then checkReplay. The caller defers cancel
@@ -174,92 +169,6 @@ func (s *Server) readKeyed(c echo.Context, route string) (keyed, bool, error) {
 	}
 	replayed, err := s.checkReplay(c, &k)
 	return k, replayed, err
-}
-
-// accept writes an accepted charge — the idempotency record, the charge,
-// its event and its charge.submit job — in one statement that is its own
-// transaction and also its replay check: one round trip, one commit. If
-// the key was taken, it returns that request's record instead, having
-// written nothing.
-//
-// The crash point between the writes and the commit needs a moment between
-// them, so while it is armed the same statement runs in an explicit
-// transaction; otherwise there is no such moment to crash in.
-func (s *Server) accept(ctx context.Context, a intent.Acceptance) (intent.IdempotencyRecord, bool, error) {
-	rec, inserted, err := s.acceptOnce(ctx, a)
-	if err != nil {
-		return rec, inserted, err
-	}
-	keyHash := [32]byte(a.KeyHash)
-	if inserted {
-		s.replays.put(a.Charge.TenantID, keyHash, intent.IdempotencyRecord{Fingerprint: a.Fingerprint, ChargeID: a.Charge.ID,
-			StatusCode: a.StatusCode, ResponseBody: a.ResponseBody, CreatedAt: a.Charge.CreatedAt, ExpiresAt: a.ExpiresAt})
-	} else {
-		s.replays.put(a.Charge.TenantID, keyHash, rec)
-	}
-	return rec, inserted, nil
-}
-
-// acceptOnce is accept without the cache: committed when it returns.
-func (s *Server) acceptOnce(ctx context.Context, a intent.Acceptance) (intent.IdempotencyRecord, bool, error) {
-	if a.Charge.ParentID != "" || s.cfg.CrashPoints.Has(crashpoint.APIAfterInsertBeforeCommit) {
-		return s.acceptInTx(ctx, a)
-	}
-	var got intent.Accepted
-	var err error
-	alone := s.accepts == nil || !a.Batchable()
-	if !alone {
-		var ans acceptAnswer
-		ans, err = s.accepts.Do(ctx, a)
-		got = ans.Accepted
-		err = cmp.Or(err, ans.err)
-		alone = errors.Is(err, errAcceptAlone)
-	}
-	if alone {
-		got.Inserted, got.Record, got.Found, err = intent.AcceptOrReplay(ctx, s.cfg.DB, a)
-	}
-	rec := got.Record
-	if err != nil || got.Inserted || got.Found {
-		return rec, got.Inserted, err
-	}
-	// The key's first request committed while the statement waited on it.
-	rec, err = intent.Idempotency(ctx, s.cfg.DB, a.Charge.TenantID, a.KeyHash)
-	return rec, false, err
-}
-
-// acceptInTx is accept in an explicit transaction, with the crash point
-// APIAfterInsertBeforeCommit between the statement and the commit. A
-// refund's transaction first waits for its charge's row
-// (intent.LockForRefund).
-func (s *Server) acceptInTx(ctx context.Context, a intent.Acceptance) (intent.IdempotencyRecord, bool, error) {
-	tx, err := s.cfg.DB.Begin(ctx)
-	if err != nil {
-		return intent.IdempotencyRecord{}, false, fmt.Errorf("begin accept: %w", err)
-	}
-	// Rollback after Commit is a no-op; after a failure it must still run
-	// even if ctx is done, or the connection goes back to the pool mid-tx.
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if a.Charge.ParentID != "" {
-		if err := intent.LockForRefund(ctx, tx, a.Charge.TenantID, a.Charge.ParentID); err != nil {
-			return intent.IdempotencyRecord{}, false, err
-		}
-	}
-
-	inserted, err := intent.Accept(ctx, tx, a)
-	if err != nil {
-		return intent.IdempotencyRecord{}, false, err
-	}
-	if !inserted {
-		rec, err := intent.Idempotency(ctx, tx, a.Charge.TenantID, a.KeyHash)
-		return rec, false, err
-	}
-	if err := s.cfg.CrashPoints.Hit(ctx, crashpoint.APIAfterInsertBeforeCommit); err != nil {
-		return intent.IdempotencyRecord{}, false, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return intent.IdempotencyRecord{}, false, fmt.Errorf("commit accept: %w", intent.CommitFailed(err))
-	}
-	return intent.IdempotencyRecord{}, true, nil
 }
 
 // replayFromMemory is replay with a record from the replay cache; the
@@ -274,7 +183,7 @@ func (s *Server) replayFromMemory(c echo.Context, rec intent.IdempotencyRecord, 
 // a different request that reuses the key.
 func (s *Server) replay(c echo.Context, rec intent.IdempotencyRecord, fp []byte) error {
 	if subtle.ConstantTimeCompare(rec.Fingerprint, fp) != 1 {
-		return problem(CodeIdempotencyKeyReused, "this Idempotency-Key was used with a different request; use a new key for a new request")
+		return NewProblem(CodeIdempotencyKeyReused, "this Idempotency-Key was used with a different request; use a new key for a new request")
 	}
 	c.Set(logChargeKey, rec.ChargeID)
 	c.Set(logReplayKey, true)
@@ -296,7 +205,7 @@ func (s *Server) replay(c echo.Context, rec intent.IdempotencyRecord, fp []byte)
 func chargeIDParam(c echo.Context) (string, error) {
 	id := c.Param("id")
 	if !ids.Valid("ch", id) {
-		return "", problem(CodeNotFound, "no such charge")
+		return "", NewProblem(CodeNotFound, "no such charge")
 	}
 	return id, nil
 }
@@ -307,13 +216,13 @@ func (s *Server) getCharge(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := s.DBContext(c)
 	defer cancel()
 	charge, err := intent.Get(ctx, s.cfg.DB, tenantOf(c).ID, id)
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(c, http.StatusOK, object.ChargeOf(charge))
+	return s.WriteJSON(c, http.StatusOK, object.ChargeOf(charge))
 }
 
 // stateList names every state, for an error that lists them.
@@ -327,17 +236,17 @@ func stateList() string {
 
 // listCharges answers a page of the tenant's charges, newest first.
 func (s *Server) listCharges(c echo.Context) error {
-	return listPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Kind: intent.KindCharge, Limit: 10}, object.ChargeOf)
+	return ListPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Kind: intent.KindCharge, Limit: 10}, object.ChargeOf)
 }
 
-// listPage answers {"data", "has_more"}: the charges base and the query
+// ListPage answers {"data", "has_more"}: the charges base and the query
 // select, newest first, each rendered by view.
-func listPage[V any](s *Server, c echo.Context, base intent.ListParams, view func(intent.Charge) V) error {
-	params, err := listParams(c, base)
+func ListPage[V any](s *Server, c echo.Context, base intent.ListParams, view func(intent.Charge) V) error {
+	params, err := ListQuery(c, base)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := s.DBContext(c)
 	defer cancel()
 	charges, more, err := intent.List(ctx, s.cfg.DB, params)
 	if err != nil {
@@ -350,18 +259,18 @@ func listPage[V any](s *Server, c echo.Context, base intent.ListParams, view fun
 	for _, ch := range charges {
 		page.Data = append(page.Data, view(ch))
 	}
-	return s.writeJSON(c, http.StatusOK, page)
+	return s.WriteJSON(c, http.StatusOK, page)
 }
 
-// listParams parses a listing's query onto params: status, limit,
+// ListQuery parses a listing's query onto params: status, limit,
 // starting_after and, for operators (params.AllTenants), tenant.
-func listParams(c echo.Context, params intent.ListParams) (intent.ListParams, error) {
+func ListQuery(c echo.Context, params intent.ListParams) (intent.ListParams, error) {
 	err := eachQueryParam(c, func(name, value string) (bool, error) {
 		switch {
 		case name == "status":
 			params.State = intent.State(value)
 			if !params.State.Valid() {
-				return true, fieldProblem(CodeInvalidParameter, name, "status must be one of "+stateList())
+				return true, FieldProblem(CodeInvalidParameter, name, "status must be one of "+stateList())
 			}
 		case name == "limit":
 			n, err := pageLimit(name, value)
@@ -369,12 +278,12 @@ func listParams(c echo.Context, params intent.ListParams) (intent.ListParams, er
 			return true, err
 		case name == "starting_after":
 			if !ids.Valid("ch", value) && (params.Kind == intent.KindCharge || !ids.Valid("re", value)) {
-				return true, fieldProblem(CodeInvalidParameter, name, "starting_after must be the id of the last item of the previous page")
+				return true, FieldProblem(CodeInvalidParameter, name, "starting_after must be the id of the last item of the previous page")
 			}
 			params.StartingAfter = value
 		case name == "tenant" && params.AllTenants:
 			if !ids.Valid("tn", value) {
-				return true, fieldProblem(CodeInvalidParameter, name, "tenant must be a tenant id")
+				return true, FieldProblem(CodeInvalidParameter, name, "tenant must be a tenant id")
 			}
 			params.TenantID = value
 		default:
@@ -393,14 +302,14 @@ func eachQueryParam(c echo.Context, fn func(name, value string) (known bool, err
 	for _, name := range slices.Sorted(maps.Keys(query)) {
 		values := query[name]
 		if len(values) != 1 {
-			return fieldProblem(CodeInvalidParameter, safeFieldName(name), "give each query parameter once")
+			return FieldProblem(CodeInvalidParameter, SafeFieldName(name), "give each query parameter once")
 		}
 		known, err := fn(name, values[0])
 		if err != nil {
 			return err
 		}
 		if !known {
-			return fieldProblem(CodeInvalidParameter, safeFieldName(name), "unknown query parameter")
+			return FieldProblem(CodeInvalidParameter, SafeFieldName(name), "unknown query parameter")
 		}
 	}
 	return nil
@@ -410,12 +319,14 @@ func eachQueryParam(c echo.Context, fn func(name, value string) (known bool, err
 func pageLimit(name, value string) (int, error) {
 	n, err := strconv.Atoi(value)
 	if err != nil || n < 1 || n > 100 {
-		return 0, fieldProblem(CodeInvalidParameter, name, "limit must be an integer from 1 to 100")
+		return 0, FieldProblem(CodeInvalidParameter, name, "limit must be an integer from 1 to 100")
 	}
 	return n, nil
 }
 
-type eventView struct {
+// EventView is one event of a charge's audit trail, as the merchant's and
+// the operator's JSON show it.
+type EventView struct {
 	ID        int64        `json:"id"`
 	From      *string      `json:"from"`
 	To        intent.State `json:"to"`
@@ -429,13 +340,13 @@ type eventView struct {
 	Action *string `json:"action,omitempty"`
 }
 
-// eventViews renders an audit trail.
-func eventViews(events []intent.Event) []eventView {
-	views := make([]eventView, 0, len(events))
+// EventViews renders an audit trail.
+func EventViews(events []intent.Event) []EventView {
+	views := make([]EventView, 0, len(events))
 	for _, e := range events {
-		views = append(views, eventView{
-			ID: e.ID, From: nonEmpty(string(e.From)), To: e.To, Actor: e.Actor, Reason: e.Reason,
-			Attempt: e.Attempt, Evidence: nonEmpty(e.Evidence), CreatedAt: e.CreatedAt.UTC(), Action: nonEmpty(e.Action),
+		views = append(views, EventView{
+			ID: e.ID, From: NonEmpty(string(e.From)), To: e.To, Actor: e.Actor, Reason: e.Reason,
+			Attempt: e.Attempt, Evidence: NonEmpty(e.Evidence), CreatedAt: e.CreatedAt.UTC(), Action: NonEmpty(e.Action),
 		})
 	}
 	return views
@@ -447,18 +358,19 @@ func (s *Server) listEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := s.DBContext(c)
 	defer cancel()
 	events, err := intent.Events(ctx, s.cfg.DB, tenantOf(c).ID, id)
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(c, http.StatusOK, struct {
-		Data []eventView `json:"data"`
-	}{eventViews(events)})
+	return s.WriteJSON(c, http.StatusOK, struct {
+		Data []EventView `json:"data"`
+	}{EventViews(events)})
 }
 
-func (s *Server) writeJSON(c echo.Context, status int, v any) error {
+// WriteJSON answers v as JSON (encodeJSON) with status.
+func (s *Server) WriteJSON(c echo.Context, status int, v any) error {
 	body, err := encodeJSON(v)
 	if err != nil {
 		return fmt.Errorf("encode response: %w", err)

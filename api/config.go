@@ -21,9 +21,7 @@ const MaxRateLimit = 1e9
 
 // check refuses a configuration that would start and then misbehave: a
 // negative rate limit refuses every request, a negative timeout fails every
-// query, a negative session lifetime fails every sign-in, a negative floor
-// lets forced lookups through at any rate, a provider name the schema does
-// not allow fails every accept. It
+// query, a provider name the schema does not allow fails every accept. It
 // runs after the defaults are filled in, so zero means "default" and only
 // what a person set can be wrong.
 func (cfg Config) check() error {
@@ -50,8 +48,7 @@ func (cfg Config) check() error {
 	for _, d := range []struct {
 		name  string
 		value time.Duration
-	}{{"auth cache TTL", cfg.AuthCacheTTL}, {"database timeout", cfg.DBTimeout}, {"charge count max age", cfg.ChargeCountMaxAge},
-		{"reconcile floor", cfg.ReconcileFloor}, {"operator session TTL", cfg.OpsSessionTTL}} {
+	}{{"auth cache TTL", cfg.AuthCacheTTL}, {"database timeout", cfg.DBTimeout}} {
 		if d.value < 0 {
 			refuse("%s %s is negative", d.name, d.value)
 		}

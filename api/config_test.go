@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/submit"
 )
@@ -42,16 +43,29 @@ func TestNewRefusesNonsense(t *testing.T) {
 		{"ShortIdempotencyTTL", func(c *api.Config) { c.IdempotencyTTL = time.Minute }, "idempotency TTL"},
 		{"NegativeAuthCacheTTL", func(c *api.Config) { c.AuthCacheTTL = -time.Second }, "auth cache TTL"},
 		{"NegativeDBTimeout", func(c *api.Config) { c.DBTimeout = -time.Second }, "database timeout"},
-		{"NegativeChargeCountMaxAge", func(c *api.Config) { c.ChargeCountMaxAge = -time.Second }, "charge count max age"},
-		{"NegativeReconcileFloor", func(c *api.Config) { c.ReconcileFloor = -time.Second }, "reconcile floor"},
-		{"NegativeOpsSessionTTL", func(c *api.Config) { c.OpsSessionTTL = -time.Hour }, "operator session TTL"},
 		{"LongProviderName", func(c *api.Config) { c.Provider = strings.Repeat("p", 65) }, "provider name"},
 		{"NoWebhookPorts", func(c *api.Config) { c.WebhookPorts = []uint16{} }, "webhook ports"},
 		{"WebhookPortZero", func(c *api.Config) { c.WebhookPorts = []uint16{443, 0} }, "webhook ports"},
 	} {
-		cfg := api.Config{DB: pool, Jobs: jobs, ProviderClient: psp.NewClient(psp.Config{})}
+		cfg := app.ServerConfig{DB: pool, Jobs: jobs, Provider: psp.NewClient(psp.Config{})}
+		tt.configure(&cfg.API)
+		_, err := app.NewServer(cfg)
+		require.ErrorContains(t, err, tt.says, tt.name)
+	}
+	// The services and the operator plane the server is built with refuse
+	// theirs alike.
+	for _, tt := range []struct {
+		name      string
+		configure func(*app.ServerConfig)
+		says      string
+	}{
+		{"NegativeChargeCountMaxAge", func(c *app.ServerConfig) { c.Census.MaxAge = -time.Second }, "charge count max age"},
+		{"NegativeReconcileFloor", func(c *app.ServerConfig) { c.Resolve.ReconcileFloor = -time.Second }, "reconcile floor"},
+		{"NegativeOpsSessionTTL", func(c *app.ServerConfig) { c.Ops.SessionTTL = -time.Hour }, "operator session TTL"},
+	} {
+		cfg := app.ServerConfig{DB: pool, Jobs: jobs, Provider: psp.NewClient(psp.Config{})}
 		tt.configure(&cfg)
-		_, err := api.New(cfg)
+		_, err := app.NewServer(cfg)
 		require.ErrorContains(t, err, tt.says, tt.name)
 	}
 
@@ -63,9 +77,9 @@ func TestNewRefusesNonsense(t *testing.T) {
 		func(c *api.Config) { c.RateLimit, c.RateBurst = 0.5, 1 },
 		func(c *api.Config) { c.WebhookPorts = []uint16{65535} },
 	} {
-		cfg := api.Config{DB: pool, Jobs: jobs, ProviderClient: psp.NewClient(psp.Config{})}
-		configure(&cfg)
-		_, err := api.New(cfg)
+		cfg := app.ServerConfig{DB: pool, Jobs: jobs, Provider: psp.NewClient(psp.Config{})}
+		configure(&cfg.API)
+		_, err := app.NewServer(cfg)
 		require.NoError(t, err)
 	}
 }

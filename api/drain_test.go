@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/app"
 )
 
 // After Drain, /readyz answers 503 draining (GET and HEAD) before it asks
@@ -16,7 +17,7 @@ import (
 func TestDrain(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	server, err := api.New(b.cfg)
+	server, err := app.NewServer(b.cfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(server.Handler())
 	t.Cleanup(srv.Close)

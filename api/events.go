@@ -16,18 +16,18 @@ import (
 func (s *Server) getNotification(c echo.Context) error {
 	id := c.Param("id")
 	if !ids.Valid("evt", id) {
-		return problem(CodeNotFound, "no such event")
+		return NewProblem(CodeNotFound, "no such event")
 	}
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := s.DBContext(c)
 	defer cancel()
 	e, err := webhook.Get(ctx, s.cfg.DB, tenantOf(c).ID, id)
 	if errors.Is(err, webhook.ErrNotFound) {
-		return problem(CodeNotFound, "no such event")
+		return NewProblem(CodeNotFound, "no such event")
 	}
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(c, http.StatusOK, eventObject(e))
+	return s.WriteJSON(c, http.StatusOK, eventObject(e))
 }
 
 // listNotifications answers a page of the tenant's events, newest first:
@@ -38,7 +38,7 @@ func (s *Server) listNotifications(c echo.Context) error {
 		switch name {
 		case "type":
 			if !webhook.ValidType(value) {
-				return true, fieldProblem(CodeInvalidParameter, name, "type must be one of "+strings.Join(webhook.Types, ", "))
+				return true, FieldProblem(CodeInvalidParameter, name, "type must be one of "+strings.Join(webhook.Types, ", "))
 			}
 			params.Type = value
 		case "limit":
@@ -47,7 +47,7 @@ func (s *Server) listNotifications(c echo.Context) error {
 			return true, err
 		case "starting_after":
 			if !ids.Valid("evt", value) {
-				return true, fieldProblem(CodeInvalidParameter, name, "starting_after must be an event id")
+				return true, FieldProblem(CodeInvalidParameter, name, "starting_after must be an event id")
 			}
 			params.StartingAfter = value
 		default:
@@ -58,7 +58,7 @@ func (s *Server) listNotifications(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := s.DBContext(c)
 	defer cancel()
 	events, more, err := webhook.List(ctx, s.cfg.DB, params)
 	if err != nil {
@@ -71,7 +71,7 @@ func (s *Server) listNotifications(c echo.Context) error {
 	for _, e := range events {
 		page.Data = append(page.Data, eventObject(e))
 	}
-	return s.writeJSON(c, http.StatusOK, page)
+	return s.WriteJSON(c, http.StatusOK, page)
 }
 
 // eventObject renders an event: about a charge or a refund, or about a

@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/submit"
 	"github.com/chargeflow/chargeflow/webhook"
@@ -54,8 +55,9 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none")
 	require.NoError(t, err)
 	defer pool.Close()
-	server, err := api.New(api.Config{DB: pool, Jobs: newQueue(t, pool, submit.Config{}),
-		ProviderClient: psp.NewClient(psp.Config{}), ProviderKeyWindow: time.Hour})
+	cfg := app.ServerConfig{DB: pool, Jobs: newQueue(t, pool, submit.Config{}), Provider: psp.NewClient(psp.Config{})}
+	cfg.Resolve.ResendWindow = time.Hour
+	server, err := app.NewServer(cfg)
 	require.NoError(t, err)
 	param := regexp.MustCompile(`:([a-z_]+)`)
 	var served, pages []string

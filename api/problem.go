@@ -128,8 +128,8 @@ type Problem struct {
 
 	// RetryAfter, in seconds, is sent as the Retry-After header when > 0.
 	RetryAfter int `json:"-"`
-	// cause is the underlying error, logged but never sent.
-	cause error
+	// Cause is the underlying error, logged but never sent.
+	Cause error `json:"-"`
 }
 
 func (p *Problem) Error() string {
@@ -140,10 +140,10 @@ func (p *Problem) Error() string {
 }
 
 // Unwrap returns the underlying cause, for logs and errors.Is.
-func (p *Problem) Unwrap() error { return p.cause }
+func (p *Problem) Unwrap() error { return p.Cause }
 
-// problem builds a Problem for a code.
-func problem(code Code, detail string) *Problem {
+// NewProblem builds a Problem for a code.
+func NewProblem(code Code, detail string) *Problem {
 	info, ok := codeInfo[code]
 	if !ok {
 		info = codeInfo[CodeInternal]
@@ -158,15 +158,17 @@ func problem(code Code, detail string) *Problem {
 	}
 }
 
-func fieldProblem(code Code, field, detail string) *Problem {
-	p := problem(code, detail)
+// FieldProblem builds a Problem for a code that names the offending body
+// member or query parameter.
+func FieldProblem(code Code, field, detail string) *Problem {
+	p := NewProblem(code, detail)
 	p.Field = field
 	return p
 }
 
-// problemFor maps any error a handler returns to the problem the client
+// ProblemFor maps any error a handler returns to the problem the client
 // gets. It is the only place errors become HTTP statuses.
-func problemFor(err error) *Problem {
+func ProblemFor(err error) *Problem {
 	var p *Problem
 	if errors.As(err, &p) {
 		return p
@@ -175,35 +177,35 @@ func problemFor(err error) *Problem {
 	if errors.As(err, &he) {
 		switch he.Code {
 		case http.StatusNotFound:
-			return problem(CodeNotFound, "no such route")
+			return NewProblem(CodeNotFound, "no such route")
 		case http.StatusMethodNotAllowed:
-			return problem(CodeMethodNotAllowed, "")
+			return NewProblem(CodeMethodNotAllowed, "")
 		case http.StatusRequestEntityTooLarge:
-			return problem(CodeBodyTooLarge, "")
+			return NewProblem(CodeBodyTooLarge, "")
 		}
 	}
 	switch {
 	case errors.Is(err, intent.ErrNotFound):
-		return problem(CodeNotFound, "no such charge")
+		return NewProblem(CodeNotFound, "no such charge")
 	case lockTimeout(err):
-		p := problem(CodeRequestInProgress, "a request with this Idempotency-Key is still being processed; retry shortly")
+		p := NewProblem(CodeRequestInProgress, "a request with this Idempotency-Key is still being processed; retry shortly")
 		p.RetryAfter = 1
-		p.cause = err
+		p.Cause = err
 		return p
 	case errors.Is(err, intent.ErrOutcomeUnknown):
-		p := problem(CodeDatabaseUnavailable, "the database did not answer in time: whether this request was stored is unknown. "+
+		p := NewProblem(CodeDatabaseUnavailable, "the database did not answer in time: whether this request was stored is unknown. "+
 			"Retry with the same Idempotency-Key: it returns the stored answer if it was, and stores it if it was not")
 		p.RetryAfter = 1
-		p.cause = err
+		p.Cause = err
 		return p
 	case databaseUnavailable(err):
-		p := problem(CodeDatabaseUnavailable, "the database is unavailable; nothing was stored, retry with the same Idempotency-Key")
+		p := NewProblem(CodeDatabaseUnavailable, "the database is unavailable; nothing was stored, retry with the same Idempotency-Key")
 		p.RetryAfter = 1
-		p.cause = err
+		p.Cause = err
 		return p
 	}
-	p = problem(CodeInternal, "")
-	p.cause = err
+	p = NewProblem(CodeInternal, "")
+	p.Cause = err
 	return p
 }
 

@@ -36,24 +36,24 @@ func (s *Server) protocol(next echo.HandlerFunc) echo.HandlerFunc {
 					panic(v)
 				}
 				// The cause is logged (through redactLogs), never sent.
-				p := problem(CodeInternal, "")
-				p.cause = fmt.Errorf("panic: %v\n%s", v, debug.Stack())
+				p := NewProblem(CodeInternal, "")
+				p.Cause = fmt.Errorf("panic: %v\n%s", v, debug.Stack())
 				err = p
 			}
 		}()
 		r := c.Request()
 		if headerBytes(r) > MaxHeaderBytes {
-			return problem(CodeHeadersTooLarge, fmt.Sprintf("the request line and headers may take at most %d bytes", MaxHeaderBytes))
+			return NewProblem(CodeHeadersTooLarge, fmt.Sprintf("the request line and headers may take at most %d bytes", MaxHeaderBytes))
 		}
 		if !s.served[r.Method+" "+c.Path()] {
 			if allow := s.allowedMethods(r.URL.Path); len(allow) > 0 {
 				c.Response().Header().Set(echo.HeaderAllow, strings.Join(allow, ", "))
-				return problem(CodeMethodNotAllowed, "this path serves "+strings.Join(allow, ", ")+" only")
+				return NewProblem(CodeMethodNotAllowed, "this path serves "+strings.Join(allow, ", ")+" only")
 			}
 		}
 		if !identityOnly(r.Header.Values("Content-Encoding")) {
 			c.Response().Header().Set("Accept-Encoding", "identity")
-			return problem(CodeUnsupportedEncoding, "the API decodes no content coding: send the body as it is, without Content-Encoding")
+			return NewProblem(CodeUnsupportedEncoding, "the API decodes no content coding: send the body as it is, without Content-Encoding")
 		}
 		return next(c)
 	}

@@ -10,7 +10,7 @@ import (
 const cardNumberMark = "[card number]"
 
 // redactCardNumbers returns s with every card number in it (a run that
-// containsPAN would find) replaced by cardNumberMark.
+// ContainsPAN would find) replaced by cardNumberMark.
 //
 // It is the last line of defence, not the first: handlers echo no request
 // values and log none, and bodies with card numbers are refused. But parts
@@ -94,7 +94,7 @@ func redactAttr(a slog.Attr) slog.Attr {
 	}
 	// String prints every other kind as the handler would (errors through
 	// Error, numbers in decimal), so a number or an error is checked too.
-	if s := a.Value.String(); containsPAN(s) {
+	if s := a.Value.String(); ContainsPAN(s) {
 		a.Value = slog.StringValue(redactCardNumbers(s))
 	}
 	return a

@@ -39,7 +39,7 @@ var refundReasons = map[string]bool{"requested_by_customer": true, "duplicate": 
 // field it refuses.
 func refundFromJSON(v jsoncanon.Value) (refundRequest, error) {
 	if v.Kind != jsoncanon.Object {
-		return refundRequest{}, problem(CodeInvalidJSON, "the body must be a JSON object")
+		return refundRequest{}, NewProblem(CodeInvalidJSON, "the body must be a JSON object")
 	}
 	var req refundRequest
 	for _, m := range v.Members {
@@ -47,7 +47,7 @@ func refundFromJSON(v jsoncanon.Value) (refundRequest, error) {
 		switch m.Name {
 		case "charge":
 			if m.Value.Kind != jsoncanon.String || !ids.Valid("ch", m.Value.String) {
-				err = fieldProblem(CodeInvalidField, "charge", "charge must be the id of a charge, such as \"ch_…\"")
+				err = FieldProblem(CodeInvalidField, "charge", "charge must be the id of a charge, such as \"ch_…\"")
 			}
 			req.Charge = m.Value.String
 		case "amount":
@@ -56,21 +56,21 @@ func refundFromJSON(v jsoncanon.Value) (refundRequest, error) {
 			switch {
 			case m.Value.Kind == jsoncanon.Null:
 			case m.Value.Kind != jsoncanon.String || !refundReasons[m.Value.String]:
-				err = fieldProblem(CodeInvalidField, "reason", "reason must be requested_by_customer, duplicate, fraudulent or null")
+				err = FieldProblem(CodeInvalidField, "reason", "reason must be requested_by_customer, duplicate, fraudulent or null")
 			default:
 				req.Reason = m.Value.String
 			}
 		case "metadata":
 			req.Metadata, err = parseMetadata(m.Value)
 		default:
-			err = fieldProblem(CodeUnknownField, safeFieldName(m.Name), "this field is not part of a refund request")
+			err = FieldProblem(CodeUnknownField, SafeFieldName(m.Name), "this field is not part of a refund request")
 		}
 		if err != nil {
 			return refundRequest{}, err
 		}
 	}
 	if req.Charge == "" {
-		return refundRequest{}, fieldProblem(CodeMissingField, "charge", "charge is required")
+		return refundRequest{}, FieldProblem(CodeMissingField, "charge", "charge is required")
 	}
 	return req, nil
 }
@@ -103,24 +103,24 @@ func (s *Server) createRefund(c echo.Context) error {
 	// key queues behind this attempt and gets its answer.
 	wait, cancelWait := context.WithTimeout(context.WithoutCancel(c.Request().Context()), maxRefundWait)
 	defer cancelWait()
-	release, err := s.refundTurns.wait(wait, t.ID+"/"+req.Charge)
+	release, err := s.cfg.Accept.Turn(wait, t.ID+"/"+req.Charge)
 	if err != nil {
-		p := problem(CodeDatabaseUnavailable, "the refunds of this charge ahead of this one took too long; nothing was stored, retry with the same Idempotency-Key")
+		p := NewProblem(CodeDatabaseUnavailable, "the refunds of this charge ahead of this one took too long; nothing was stored, retry with the same Idempotency-Key")
 		p.RetryAfter = 1
 		return p
 	}
 	defer release()
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := s.DBContext(c)
 	defer cancel()
 	charge, err := intent.Get(ctx, s.cfg.DB, t.ID, req.Charge)
 	if errors.Is(err, intent.ErrNotFound) {
-		return fieldProblem(CodeNotFound, "charge", "no such charge")
+		return FieldProblem(CodeNotFound, "charge", "no such charge")
 	}
 	if err != nil {
 		return err
 	}
 	if charge.State != intent.StateSucceeded {
-		return fieldProblem(CodeChargeNotRefundable, "charge", "only a succeeded charge can be refunded; this one is "+string(charge.State))
+		return FieldProblem(CodeChargeNotRefundable, "charge", "only a succeeded charge can be refunded; this one is "+string(charge.State))
 	}
 	if req.Amount == 0 {
 		req.Amount = charge.Amount - charge.AmountReserved
@@ -131,7 +131,7 @@ func (s *Server) createRefund(c echo.Context) error {
 			if rec, err := intent.Idempotency(ctx, s.cfg.DB, t.ID, keyHash[:]); err == nil {
 				return s.replay(c, rec, fp)
 			}
-			return fieldProblem(CodeRefundExceedsCharge, "amount", "nothing is left to refund on this charge")
+			return FieldProblem(CodeRefundExceedsCharge, "amount", "nothing is left to refund on this charge")
 		}
 	}
 
@@ -152,15 +152,15 @@ func (s *Server) createRefund(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	rec, inserted, err := s.accept(ctx, intent.Acceptance{
+	rec, inserted, err := s.cfg.Accept.Accept(ctx, intent.Acceptance{
 		Charge: refund, Actor: "api", KeyHash: keyHash[:], Fingerprint: fp, StatusCode: http.StatusCreated,
 		ResponseBody: response, ExpiresAt: now.Add(s.cfg.IdempotencyTTL), Job: job,
 	})
 	switch {
 	case errors.Is(err, intent.ErrNotRefundable):
-		return fieldProblem(CodeChargeNotRefundable, "charge", "only a succeeded charge can be refunded, in its own currency")
+		return FieldProblem(CodeChargeNotRefundable, "charge", "only a succeeded charge can be refunded, in its own currency")
 	case errors.Is(err, intent.ErrRefundExceedsCharge):
-		return fieldProblem(CodeRefundExceedsCharge, "amount", fmt.Sprintf(
+		return FieldProblem(CodeRefundExceedsCharge, "amount", fmt.Sprintf(
 			"the charge's refunds that are not failed may add up to at most its amount, %d %s; %d was left when this request read it",
 			charge.Amount, charge.Currency, max(0, charge.Amount-charge.AmountReserved)))
 	case err != nil:
@@ -178,18 +178,18 @@ func (s *Server) createRefund(c echo.Context) error {
 func (s *Server) getRefund(c echo.Context) error {
 	id := c.Param("id")
 	if !ids.Valid("re", id) {
-		return problem(CodeNotFound, "no such refund")
+		return NewProblem(CodeNotFound, "no such refund")
 	}
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := s.DBContext(c)
 	defer cancel()
 	refund, err := intent.Get(ctx, s.cfg.DB, tenantOf(c).ID, id)
 	if errors.Is(err, intent.ErrNotFound) {
-		return problem(CodeNotFound, "no such refund")
+		return NewProblem(CodeNotFound, "no such refund")
 	}
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(c, http.StatusOK, object.RefundOf(refund))
+	return s.WriteJSON(c, http.StatusOK, object.RefundOf(refund))
 }
 
 // listRefunds answers a page of a charge's refunds, newest first; an
@@ -199,10 +199,10 @@ func (s *Server) listRefunds(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := s.DBContext(c)
 	defer cancel()
 	if _, err := intent.Get(ctx, s.cfg.DB, tenantOf(c).ID, id); err != nil {
 		return err
 	}
-	return listPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Kind: intent.KindRefund, ParentID: id, Limit: 10}, object.RefundOf)
+	return ListPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Kind: intent.KindRefund, ParentID: id, Limit: 10}, object.RefundOf)
 }

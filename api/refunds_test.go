@@ -42,16 +42,6 @@ func (b *testBundle) settle(t *testing.T, tt testTenant, id string, states ...in
 	}
 }
 
-// refund sends POST /v1/refunds as tenant tt to the API at url.
-func (b *testBundle) refund(t *testing.T, url string, tt testTenant, key, body string) response {
-	t.Helper()
-	headers := []string{"Authorization", "Bearer " + tt.Key, "Content-Type", "application/json"}
-	if key != "" {
-		headers = append(headers, "Idempotency-Key", key)
-	}
-	return requestAt(t, url, http.MethodPost, "/v1/refunds", body, headers...)
-}
-
 // countAnswers counts answers by status and problem code ("201 " for a
 // 201).
 func countAnswers(t *testing.T, answers []response) map[string]int {
@@ -65,13 +55,6 @@ func countAnswers(t *testing.T, answers []response) map[string]int {
 		counts[fmt.Sprintf("%d %s", resp.status, code)]++
 	}
 	return counts
-}
-
-func decode(t *testing.T, resp response) map[string]any {
-	t.Helper()
-	var v map[string]any
-	require.NoError(t, json.Unmarshal(resp.body, &v), "body: %s", resp.body)
-	return v
 }
 
 func TestCreateRefund(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/apitest"
+	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/internal/lockedbuf"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/submit"
@@ -23,22 +24,21 @@ import (
 // otherServer is a second API process on b's database, configured
 // differently: one side of a rolling deploy. The bundle it returns shares
 // b's database, tenants and counts, and talks to the new server.
-func (b *testBundle) otherServer(t *testing.T, configure func(*api.Config)) *testBundle {
+func (b *testBundle) otherServer(t *testing.T, configure func(*api.Config), server ...func(*app.ServerConfig)) *testBundle {
 	t.Helper()
 	other := *b
 	other.logs = &lockedbuf.Buffer{}
-	cfg := api.Config{
-		DB:             b.pool,
-		Jobs:           newQueue(t, b.pool, submit.Config{}),
-		ProviderClient: psp.NewClient(psp.Config{BaseURL: b.psp.URL}),
-		Logger:         slog.New(slog.NewJSONHandler(other.logs, nil)),
+	cfg := app.ServerConfig{
+		DB:       b.pool,
+		Jobs:     newQueue(t, b.pool, submit.Config{}),
+		Provider: psp.NewClient(psp.Config{BaseURL: b.psp.URL}),
+		Logger:   slog.New(slog.NewJSONHandler(other.logs, nil)),
 	}
-	configure(&cfg)
-	server, err := api.New(cfg)
-	require.NoError(t, err)
-	httpServer := httptest.NewServer(server.Handler())
-	t.Cleanup(httpServer.Close)
-	other.url = httpServer.URL
+	apitest.EditAPI(&cfg, configure)
+	for _, edit := range server {
+		edit(&cfg)
+	}
+	other.url = b.serve(t, cfg)
 	return &other
 }
 
@@ -86,7 +86,7 @@ func TestReplayBeforeValidation(t *testing.T) {
 }
 
 // A retry is answered from the records this process keeps in memory
-// (Config.ReplayCache) without reading the database — shown here by
+// (accept.Config.ReplayCache) without reading the database — shown here by
 // deleting the row under it, which nothing but retention does, after its
 // expiry. Past the record's expiry the copy is not used, and a process
 // that keeps none reads the database every time.
@@ -103,9 +103,8 @@ func TestReplayFromMemory(t *testing.T) {
 	})
 	uncached := b.otherServer(t, func(c *api.Config) {
 		c.Now = now
-		c.ReplayCache = -1
 		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(uncachedMetrics))
-	})
+	}, func(c *app.ServerConfig) { c.Accept.ReplayCache = -1 })
 	body := `{"amount": 5000, "currency": "USD", "payment_method": "pm_card_visa"}`
 	forget := func(key string) {
 		t.Helper()

@@ -37,35 +37,35 @@ import (
 func idempotencyKey(h http.Header) (string, error) {
 	values := h.Values("Idempotency-Key")
 	if len(values) == 0 {
-		return "", problem(CodeIdempotencyKeyMissing, "a POST needs an Idempotency-Key header")
+		return "", NewProblem(CodeIdempotencyKeyMissing, "a POST needs an Idempotency-Key header")
 	}
 	if len(values) > 1 {
-		return "", problem(CodeIdempotencyKeyInvalid, "send exactly one Idempotency-Key header")
+		return "", NewProblem(CodeIdempotencyKeyInvalid, "send exactly one Idempotency-Key header")
 	}
 	key := strings.TrimSpace(values[0])
 	if strings.Contains(key, ",") {
-		return "", problem(CodeIdempotencyKeyInvalid, "the Idempotency-Key must not contain a comma: "+
+		return "", NewProblem(CodeIdempotencyKeyInvalid, "the Idempotency-Key must not contain a comma: "+
 			"a proxy joins repeated headers with commas, so a key with one could be two keys; send exactly one key")
 	}
 	if strings.HasPrefix(key, `"`) {
 		unquoted, ok := unquoteSFString(key)
 		if !ok {
-			return "", problem(CodeIdempotencyKeyInvalid, "the quoted Idempotency-Key is not a valid structured-field string")
+			return "", NewProblem(CodeIdempotencyKeyInvalid, "the quoted Idempotency-Key is not a valid structured-field string")
 		}
 		key = unquoted
 	}
 	if isPAN(key) {
 		// Only the key's sha256 is stored, but an unkeyed hash of a card
 		// number is still one (the numbers are few enough to try them all).
-		return "", fieldProblem(CodeCardNumberDetected, "Idempotency-Key",
+		return "", FieldProblem(CodeCardNumberDetected, "Idempotency-Key",
 			"the Idempotency-Key is a card number; use a random key such as a UUID")
 	}
 	if len(key) < 16 || len(key) > 255 {
-		return "", problem(CodeIdempotencyKeyInvalid, "the Idempotency-Key must be 16 to 255 characters long")
+		return "", NewProblem(CodeIdempotencyKeyInvalid, "the Idempotency-Key must be 16 to 255 characters long")
 	}
 	for i := 0; i < len(key); i++ {
 		if key[i] < 0x20 || key[i] > 0x7e {
-			return "", problem(CodeIdempotencyKeyInvalid, "the Idempotency-Key must be printable ASCII")
+			return "", NewProblem(CodeIdempotencyKeyInvalid, "the Idempotency-Key must be printable ASCII")
 		}
 	}
 	return key, nil
@@ -96,35 +96,35 @@ func unquoteSFString(s string) (string, bool) {
 	return b.String(), true
 }
 
-// readBody reads a JSON body of at most limit bytes. The body must say it
+// ReadBody reads a JSON body of at most limit bytes. The body must say it
 // is JSON: exactly one Content-Type, application/json or a +json type, in
 // UTF-8 if it names a charset. A body that does not say what it is is not
 // guessed at.
-func readBody(c echo.Context, limit int64) ([]byte, error) {
+func ReadBody(c echo.Context, limit int64) ([]byte, error) {
 	r := c.Request()
 	if err := jsonContentType(r.Header.Values("Content-Type")); err != nil {
 		return nil, err
 	}
-	return readLimited(c, limit)
+	return ReadLimited(c, limit)
 }
 
-// readLimited reads a body of at most limit bytes, of any media type.
-func readLimited(c echo.Context, limit int64) ([]byte, error) {
+// ReadLimited reads a body of at most limit bytes, of any media type.
+func ReadLimited(c echo.Context, limit int64) ([]byte, error) {
 	r := c.Request()
 	if r.ContentLength > limit {
-		return nil, problem(CodeBodyTooLarge, fmt.Sprintf("the body may be at most %d bytes", limit))
+		return nil, NewProblem(CodeBodyTooLarge, fmt.Sprintf("the body may be at most %d bytes", limit))
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), r.Body, limit))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		return nil, problem(CodeBodyTooLarge, fmt.Sprintf("the body may be at most %d bytes", limit))
+		return nil, NewProblem(CodeBodyTooLarge, fmt.Sprintf("the body may be at most %d bytes", limit))
 	}
 	if err != nil {
 		// The client hung up or stalled mid-body (net/http's read timeout):
 		// its fault, not the database's, which the error's kind (EOF, a
-		// network timeout) would otherwise suggest to problemFor.
-		p := problem(CodeIncompleteBody, "the body ended before its Content-Length, or arrived too slowly; nothing was stored")
-		p.cause = err
+		// network timeout) would otherwise suggest to ProblemFor.
+		p := NewProblem(CodeIncompleteBody, "the body ended before its Content-Length, or arrived too slowly; nothing was stored")
+		p.Cause = err
 		return nil, p
 	}
 	return body, nil
@@ -133,14 +133,14 @@ func readLimited(c echo.Context, limit int64) ([]byte, error) {
 // jsonContentType checks the Content-Type values of a request with a body.
 func jsonContentType(values []string) error {
 	if len(values) != 1 {
-		return problem(CodeUnsupportedMediaType, "send exactly one Content-Type: application/json")
+		return NewProblem(CodeUnsupportedMediaType, "send exactly one Content-Type: application/json")
 	}
 	mediaType, params, err := mime.ParseMediaType(values[0])
 	if err != nil || (mediaType != "application/json" && !strings.HasSuffix(mediaType, "+json")) {
-		return problem(CodeUnsupportedMediaType, "send Content-Type: application/json")
+		return NewProblem(CodeUnsupportedMediaType, "send Content-Type: application/json")
 	}
 	if charset, ok := params["charset"]; ok && !strings.EqualFold(charset, "utf-8") {
-		return problem(CodeUnsupportedMediaType, "JSON bodies are UTF-8: send Content-Type: application/json, with no charset or charset=utf-8")
+		return NewProblem(CodeUnsupportedMediaType, "JSON bodies are UTF-8: send Content-Type: application/json, with no charset or charset=utf-8")
 	}
 	return nil
 }
@@ -180,29 +180,29 @@ const cardNumberDetail = "the body contains what looks like a card number; send 
 func parseJSONBody(body []byte) (jsoncanon.Value, []byte, error) {
 	v, err := jsoncanon.Parse(body)
 	if err != nil {
-		if containsPAN(string(body)) {
-			return jsoncanon.Value{}, nil, problem(CodeCardNumberDetected, cardNumberDetail)
+		if ContainsPAN(string(body)) {
+			return jsoncanon.Value{}, nil, NewProblem(CodeCardNumberDetected, cardNumberDetail)
 		}
-		return jsoncanon.Value{}, nil, jsonProblem(err)
+		return jsoncanon.Value{}, nil, JSONProblem(err)
 	}
-	if field, found := findCardNumber(v, ""); found {
-		return jsoncanon.Value{}, nil, fieldProblem(CodeCardNumberDetected, field, cardNumberDetail)
+	if field, found := FindCardNumber(v, ""); found {
+		return jsoncanon.Value{}, nil, FieldProblem(CodeCardNumberDetected, field, cardNumberDetail)
 	}
 	canonical, err := jsoncanon.AppendCanonical(nil, v)
 	if err != nil {
-		return jsoncanon.Value{}, nil, jsonProblem(err)
+		return jsoncanon.Value{}, nil, JSONProblem(err)
 	}
 	return v, canonical, nil
 }
 
 // chargeFromJSON is the semantic half: it validates a parsed body as a
 // charge request and refuses, naming the field, unknown fields, missing
-// ones, bad values, text Postgres cannot store (storedText), currencies
+// ones, bad values, text Postgres cannot store (StoredText), currencies
 // that are not tender and amounts over the currency's cap (maxAmount scaled
 // to its minor units, maxAmountFor).
 func chargeFromJSON(v jsoncanon.Value, maxAmount int64) (chargeRequest, error) {
 	if v.Kind != jsoncanon.Object {
-		return chargeRequest{}, problem(CodeInvalidJSON, "the body must be a JSON object")
+		return chargeRequest{}, NewProblem(CodeInvalidJSON, "the body must be a JSON object")
 	}
 	var req chargeRequest
 	seen := map[string]bool{}
@@ -221,7 +221,7 @@ func chargeFromJSON(v jsoncanon.Value, maxAmount int64) (chargeRequest, error) {
 		case "metadata":
 			req.Metadata, err = parseMetadata(m.Value)
 		default:
-			err = fieldProblem(CodeUnknownField, safeFieldName(m.Name), "this field is not part of a charge request")
+			err = FieldProblem(CodeUnknownField, SafeFieldName(m.Name), "this field is not part of a charge request")
 		}
 		if err != nil {
 			return chargeRequest{}, err
@@ -229,19 +229,19 @@ func chargeFromJSON(v jsoncanon.Value, maxAmount int64) (chargeRequest, error) {
 	}
 	for _, name := range []string{"amount", "currency", "payment_method"} {
 		if !seen[name] {
-			return chargeRequest{}, fieldProblem(CodeMissingField, name, name+" is required")
+			return chargeRequest{}, FieldProblem(CodeMissingField, name, name+" is required")
 		}
 	}
 	if limit := maxAmountFor(req.Currency, maxAmount); req.Amount > limit {
 		digits, _ := currency.GetDigits(req.Currency)
-		return chargeRequest{}, fieldProblem(CodeInvalidField, "amount",
+		return chargeRequest{}, FieldProblem(CodeInvalidField, "amount",
 			fmt.Sprintf("amount may be at most %d for %s, in its minor unit (%d decimals)", limit, req.Currency, digits))
 	}
 	return req, nil
 }
 
-// jsonProblem maps a strict-parser error to its problem, naming the path.
-func jsonProblem(err error) error {
+// JSONProblem maps a strict-parser error to its problem, naming the path.
+func JSONProblem(err error) error {
 	var syntaxErr *jsoncanon.SyntaxError
 	if !errors.As(err, &syntaxErr) {
 		return fmt.Errorf("parse body: %w", err)
@@ -253,7 +253,7 @@ func jsonProblem(err error) error {
 	case errors.Is(err, jsoncanon.ErrInvalidUTF8), errors.Is(err, jsoncanon.ErrLoneSurrogate):
 		code = CodeInvalidUTF8
 	}
-	return fieldProblem(code, syntaxErr.Path, syntaxErr.Error())
+	return FieldProblem(code, syntaxErr.Path, syntaxErr.Error())
 }
 
 // parseAmount reads a positive JSON integer. One too large for an int64 is
@@ -261,13 +261,13 @@ func jsonProblem(err error) error {
 func parseAmount(v jsoncanon.Value) (int64, error) {
 	const field = "amount"
 	if v.Kind != jsoncanon.Number {
-		return 0, fieldProblem(CodeInvalidField, field, "amount must be a JSON integer in the currency's minor unit, not a "+v.Kind.String())
+		return 0, FieldProblem(CodeInvalidField, field, "amount must be a JSON integer in the currency's minor unit, not a "+v.Kind.String())
 	}
 	if strings.ContainsAny(v.Number, ".eE") {
-		return 0, fieldProblem(CodeInvalidField, field, "amount must be an integer in minor units, without a fraction or exponent")
+		return 0, FieldProblem(CodeInvalidField, field, "amount must be an integer in minor units, without a fraction or exponent")
 	}
 	if strings.HasPrefix(v.Number, "-") || v.Number == "0" {
-		return 0, fieldProblem(CodeInvalidField, field, "amount must be greater than 0")
+		return 0, FieldProblem(CodeInvalidField, field, "amount must be greater than 0")
 	}
 	n, err := strconv.ParseInt(v.Number, 10, 64)
 	if err != nil {
@@ -279,10 +279,10 @@ func parseAmount(v jsoncanon.Value) (int64, error) {
 func parseCurrency(v jsoncanon.Value) (string, error) {
 	const field = "currency"
 	if v.Kind != jsoncanon.String {
-		return "", fieldProblem(CodeInvalidField, field, "currency must be a string such as \"USD\"")
+		return "", FieldProblem(CodeInvalidField, field, "currency must be a string such as \"USD\"")
 	}
 	if !tenderCurrency(v.String) {
-		return "", fieldProblem(CodeInvalidField, field, "currency must be the ISO 4217 code of a currency in circulation, in upper case, such as \"USD\"; funds, metals and units of account are refused")
+		return "", FieldProblem(CodeInvalidField, field, "currency must be the ISO 4217 code of a currency in circulation, in upper case, such as \"USD\"; funds, metals and units of account are refused")
 	}
 	return v.String, nil
 }
@@ -290,7 +290,7 @@ func parseCurrency(v jsoncanon.Value) (string, error) {
 func parsePaymentMethod(v jsoncanon.Value) (string, error) {
 	const field = "payment_method"
 	if v.Kind != jsoncanon.String || !paymentMethodPattern.MatchString(v.String) {
-		return "", fieldProblem(CodeInvalidField, field, "payment_method must be a payment method token such as \"pm_card_visa\" (letters, digits, _ . : -; at most 255)")
+		return "", FieldProblem(CodeInvalidField, field, "payment_method must be a payment method token such as \"pm_card_visa\" (letters, digits, _ . : -; at most 255)")
 	}
 	return v.String, nil
 }
@@ -300,9 +300,9 @@ func parseDescription(v jsoncanon.Value) (*string, error) {
 	case v.Kind == jsoncanon.Null:
 		return nil, nil
 	case v.Kind != jsoncanon.String:
-		return nil, fieldProblem(CodeInvalidField, "description", "description must be a string or null")
+		return nil, FieldProblem(CodeInvalidField, "description", "description must be a string or null")
 	}
-	if err := storedText("description", "description", v.String, maxDescription); err != nil {
+	if err := StoredText("description", "description", v.String, maxDescription); err != nil {
 		return nil, err
 	}
 	s := v.String
@@ -315,23 +315,23 @@ func parseMetadata(v jsoncanon.Value) (map[string]string, error) {
 	case v.Kind == jsoncanon.Null:
 		return nil, nil
 	case v.Kind != jsoncanon.Object:
-		return nil, fieldProblem(CodeInvalidField, field, "metadata must be an object of strings, or null")
+		return nil, FieldProblem(CodeInvalidField, field, "metadata must be an object of strings, or null")
 	case len(v.Members) > maxMetadataKeys:
-		return nil, fieldProblem(CodeInvalidField, field, fmt.Sprintf("metadata may have at most %d keys", maxMetadataKeys))
+		return nil, FieldProblem(CodeInvalidField, field, fmt.Sprintf("metadata may have at most %d keys", maxMetadataKeys))
 	}
 	metadata := make(map[string]string, len(v.Members))
 	for _, m := range v.Members {
-		name := safeFieldName(m.Name)
+		name := SafeFieldName(m.Name)
 		if m.Name == "" {
-			return nil, fieldProblem(CodeInvalidField, field, fmt.Sprintf("metadata keys must be 1 to %d characters", maxMetadataKey))
+			return nil, FieldProblem(CodeInvalidField, field, fmt.Sprintf("metadata keys must be 1 to %d characters", maxMetadataKey))
 		}
-		if err := storedText(field, "metadata keys", m.Name, maxMetadataKey); err != nil {
+		if err := StoredText(field, "metadata keys", m.Name, maxMetadataKey); err != nil {
 			return nil, err
 		}
 		if m.Value.Kind != jsoncanon.String {
-			return nil, fieldProblem(CodeInvalidField, field+"."+name, "metadata values must be strings")
+			return nil, FieldProblem(CodeInvalidField, field+"."+name, "metadata values must be strings")
 		}
-		if err := storedText(field+"."+name, "metadata values", m.Value.String, maxMetadataValue); err != nil {
+		if err := StoredText(field+"."+name, "metadata values", m.Value.String, maxMetadataValue); err != nil {
 			return nil, err
 		}
 		metadata[m.Name] = m.Value.String
@@ -339,30 +339,30 @@ func parseMetadata(v jsoncanon.Value) (map[string]string, error) {
 	return metadata, nil
 }
 
-// storedText is the API's one check of a text that the database will
+// StoredText is the API's one check of a text that the database will
 // store, for every route and form, merchant's or operator's: text.Check,
 // answered as a problem that names field. Invalid UTF-8 is invalid_utf8
 // (the strict JSON parser refuses it before this; a form's values reach
 // here as they came); a NUL, or more than max characters, is
 // invalid_field. what is how the detail names the text.
-func storedText(field, what, s string, max int) error {
+func StoredText(field, what, s string, max int) error {
 	err := text.Check(s, max)
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, text.ErrInvalidUTF8):
-		return fieldProblem(CodeInvalidUTF8, field, what+" must be valid UTF-8")
+		return FieldProblem(CodeInvalidUTF8, field, what+" must be valid UTF-8")
 	case errors.Is(err, text.ErrTooLong):
-		return fieldProblem(CodeInvalidField, field, fmt.Sprintf("%s may be at most %d characters", what, max))
+		return FieldProblem(CodeInvalidField, field, fmt.Sprintf("%s may be at most %d characters", what, max))
 	}
 	// A NUL would otherwise reach the statement and fail it as a 500 after
 	// everything had been checked.
-	return fieldProblem(CodeInvalidField, field, what+" must not contain U+0000 (NUL), which the database cannot store")
+	return FieldProblem(CodeInvalidField, field, what+" must not contain U+0000 (NUL), which the database cannot store")
 }
 
-// safeFieldName is a member name fit to echo back in a problem: short
+// SafeFieldName is a member name fit to echo back in a problem: short
 // printable ASCII, or a placeholder.
-func safeFieldName(name string) string {
+func SafeFieldName(name string) string {
 	if len(name) == 0 || len(name) > 64 {
 		return "(member)"
 	}
@@ -374,20 +374,20 @@ func safeFieldName(name string) string {
 	return name
 }
 
-// findCardNumber looks through every member name, string and number for a
+// FindCardNumber looks through every member name, string and number for a
 // primary account number: 13 to 19 digits, optionally grouped by single
 // spaces or dashes, that pass the Luhn check. It returns where it found one.
 // Cards must reach chargeflow as payment method tokens only; a PAN in a
 // request (or in our database or logs) would put the system in PCI scope.
-func findCardNumber(v jsoncanon.Value, path string) (string, bool) {
+func FindCardNumber(v jsoncanon.Value, path string) (string, bool) {
 	switch v.Kind {
 	case jsoncanon.String:
-		return path, containsPAN(v.String)
+		return path, ContainsPAN(v.String)
 	case jsoncanon.Number:
-		return path, containsPAN(v.Number)
+		return path, ContainsPAN(v.Number)
 	case jsoncanon.Array:
 		for i, e := range v.Elems {
-			if p, ok := findCardNumber(e, path+"["+strconv.Itoa(i)+"]"); ok {
+			if p, ok := FindCardNumber(e, path+"["+strconv.Itoa(i)+"]"); ok {
 				return p, true
 			}
 		}
@@ -397,10 +397,10 @@ func findCardNumber(v jsoncanon.Value, path string) (string, bool) {
 			if path != "" {
 				child = path + "." + m.Name
 			}
-			if containsPAN(m.Name) {
+			if ContainsPAN(m.Name) {
 				return pathOr(path, "(member name)"), true
 			}
-			if p, ok := findCardNumber(m.Value, safeFieldName(child)); ok {
+			if p, ok := FindCardNumber(m.Value, SafeFieldName(child)); ok {
 				return p, true
 			}
 		}
@@ -416,22 +416,22 @@ func pathOr(path, fallback string) string {
 	return path
 }
 
-// containsPAN reports whether s holds a run of 13–19 digits (single spaces
+// ContainsPAN reports whether s holds a run of 13–19 digits (single spaces
 // or dashes may separate groups) that passes the Luhn check. A run is taken
 // whole: digits inside a longer run are not a card number on their own.
-func containsPAN(s string) bool {
+func ContainsPAN(s string) bool {
 	_, _, found := nextPAN(s, 0)
 	return found
 }
 
-// isPAN reports whether s, whole, is a card number as containsPAN finds
+// isPAN reports whether s, whole, is a card number as ContainsPAN finds
 // one (digits, perhaps grouped by single spaces or dashes).
 func isPAN(s string) bool {
 	start, end, found := nextPAN(s, 0)
 	return found && start == 0 && end == len(s)
 }
 
-// nextPAN finds the first card number in s at or after from, as containsPAN
+// nextPAN finds the first card number in s at or after from, as ContainsPAN
 // defines one, and returns where it starts and ends. redactCardNumbers uses
 // it to cut card numbers out of what is logged or echoed.
 func nextPAN(s string, from int) (start, end int, found bool) {

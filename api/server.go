@@ -1,14 +1,17 @@
-// Package api is chargeflow's HTTP API: it authenticates and rate-limits
-// merchants, parses charge requests strictly, and accepts each charge exactly
-// once per idempotency key, writing the charge, its idempotency record, its
-// first event and its charge.submit River job in one Postgres statement —
-// one round trip, one transaction, one commit, shared with the charges that
-// arrive while the previous statement runs (acceptbatch.go).
+// Package api is chargeflow's merchant HTTP API: it authenticates and
+// rate-limits merchants, parses their requests strictly, calls the
+// application's services — package accept, which accepts each charge and
+// refund exactly once per idempotency key; package notify, which applies the
+// provider's verified notifications — and renders what they return. It
+// holds no rule of its own about charges: it parses, calls and renders.
 //
-// routes.go shows the whole surface on one screen; problem.go is the one
-// place errors become HTTP statuses; openapi.yaml describes what is served
-// to programs, and a test keeps it honest. The operator's web page at /ops/
-// (opspage.go) is the one part served to people.
+// routes.go shows the merchant API on one screen; problem.go is the one
+// place errors become HTTP statuses; middleware.go holds the request log;
+// openapi.yaml describes what is served to programs, and a test keeps it
+// honest. The operator plane (package opsplane: /ops/v1 and the operator's
+// page at /ops/) is mounted on the same server (Server.Mount) and uses the
+// plumbing of plane.go, so every route shares one set of middleware, one
+// request log and one mapping of errors to problems.
 package api
 
 import (
@@ -29,9 +32,10 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/chargeflow/chargeflow/accept"
+	"github.com/chargeflow/chargeflow/census"
 	"github.com/chargeflow/chargeflow/crashpoint"
-	"github.com/chargeflow/chargeflow/intent"
-	"github.com/chargeflow/chargeflow/internal/batch"
+	"github.com/chargeflow/chargeflow/notify"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/submit"
 	"github.com/chargeflow/chargeflow/webhook"
@@ -43,10 +47,17 @@ type Config struct {
 	// lock_timeout: a request that waits longer than that for another
 	// request holding the same idempotency key gets 409 + Retry-After.
 	DB *pgxpool.Pool
-	// Jobs makes the charge.submit job of every accepted charge (written by
-	// the accept statement itself, Queue.Row) and of an operator's
-	// re-submit (Queue.Enqueue).
+	// Jobs makes the charge.submit job of every accepted charge, written by
+	// the accept statement itself (Queue.Row).
 	Jobs *submit.Queue
+	// Accept accepts charges and refunds once per idempotency key, and
+	// keeps the records that answer retries. Required.
+	Accept *accept.Acceptor
+	// Census counts charges by state for MetricCharges. Required.
+	Census *census.Census
+	// Notify applies the provider's verified notifications; required
+	// when ProviderNotifications is set.
+	Notify *notify.Notifier
 	// Logger receives structured request logs. It never gets API keys,
 	// idempotency keys, payment methods, descriptions or metadata, and New
 	// wraps it so that no line can carry a card number (redactLogs).
@@ -61,18 +72,6 @@ type Config struct {
 
 	// Provider names the provider new charges go to. Default "fakepsp".
 	Provider string
-	// ProviderClient looks charges up at the provider, to check an
-	// operator's resolution against its records. Required.
-	ProviderClient psp.Provider
-	// ProviderKeyWindow is how long after a charge's first send the
-	// provider still de-duplicates its key, less a safety margin: past it an
-	// operator cannot send the charge again; zero when the provider never
-	// de-duplicates. internal/app derives it from the provider's declared
-	// key window and the reconciler's margin, so the two agree.
-	ProviderKeyWindow time.Duration
-	// ReconcileFloor is the least time between an operator's forced lookup
-	// of a charge and the previous lookup. Default 30 s.
-	ReconcileFloor time.Duration
 	// MaxBodyBytes caps a request body. Default 64 KiB.
 	MaxBodyBytes int64
 	// ProviderNotifications verifies and reads the provider's notifications
@@ -115,31 +114,6 @@ type Config struct {
 	AuthCacheTTL time.Duration
 	// DBTimeout bounds the database work of one request. Default 5 s.
 	DBTimeout time.Duration
-	// ReplayCache is how many idempotency records this process keeps in
-	// memory, the ones it wrote or read last, to answer retries without a
-	// database read (docs/api.md, "Replays"). Default 10,000 (a few MB);
-	// negative keeps none.
-	ReplayCache int
-	// AcceptBatches is how many accept statements this process runs at
-	// most at once. The charges that arrive while one runs are accepted
-	// together by the next, in one statement and one commit; another
-	// statement starts beside it only when a full batch waits
-	// (docs/architecture.md, "Accepts share a commit"). Default 4;
-	// negative sends every accept in a statement of its own.
-	AcceptBatches int
-
-	// OpsSessionTTL is how long a sign-in to the operator's page lasts,
-	// from the sign-in: the operator then signs in again. Default 12 h.
-	OpsSessionTTL time.Duration
-	// OpsSecureCookie marks the page's session cookie Secure even on a
-	// plain HTTP request, for an API behind a proxy that ends TLS. A
-	// request that came over TLS always gets a Secure cookie.
-	OpsSecureCookie bool
-	// JobsUI serves River's job UI to signed-in operators at /ops/jobs/;
-	// requests reach it with their full path. internal/app builds it, so
-	// this package knows nothing of its maker. Nil serves a page saying
-	// that this process has none.
-	JobsUI http.Handler
 
 	// TracerProvider makes a server span per request (health probes and
 	// scrapes excepted), the parent of everything the request does,
@@ -151,11 +125,6 @@ type Config struct {
 	// Metrics serves GET /metrics, normally the Prometheus exposition of
 	// MeterProvider's reader. Nil answers 404.
 	Metrics http.Handler
-	// ChargeCountMaxAge is how old the charges-by-state counts may be
-	// before a scrape counts again. Counting reads the whole charges table,
-	// so this bounds its cost however often, and by however many scrapers,
-	// the API is scraped. Default 15 s.
-	ChargeCountMaxAge time.Duration
 }
 
 // Server is the HTTP API.
@@ -165,22 +134,12 @@ type Server struct {
 	auth      *authenticator
 	limiter   *tenantLimiter
 	telemetry telemetry
-	// replays keeps recent idempotency records (Config.ReplayCache).
-	replays *replayCache
-	// accepts batches new charges (Config.AcceptBatches); nil sends each
-	// alone.
-	accepts *batch.Batcher[intent.Acceptance, acceptAnswer]
-	// refundTurns lets the refunds of one charge go one at a time.
-	refundTurns *turns
 	// authFailures counts failed authentications per client address.
 	authFailures *authFailureLimiter
 
 	// served and methods index the routes, for 405 (protocol.go).
 	served  map[string]bool
 	methods map[string][]string
-
-	pages       *opsPages
-	crossOrigin *http.CrossOriginProtection
 
 	// draining is set by Drain: /readyz answers 503 draining from then on.
 	draining atomic.Bool
@@ -196,27 +155,22 @@ func (s *Server) Drain() { s.draining.Store(true) }
 // aside: twice the rate); the command's flags show the same.
 func Defaults() Config {
 	return Config{
-		Provider:          "fakepsp",
-		MaxBodyBytes:      64 << 10,
-		MaxAmount:         99_999_999,
-		IdempotencyTTL:    24 * time.Hour,
-		RateLimit:         5000,
-		AuthFailureLimit:  60,
-		AuthCacheTTL:      10 * time.Second,
-		DBTimeout:         5 * time.Second,
-		ChargeCountMaxAge: 15 * time.Second,
-		ReconcileFloor:    30 * time.Second,
-		OpsSessionTTL:     12 * time.Hour,
-		ReplayCache:       10_000,
-		AcceptBatches:     4,
+		Provider:         "fakepsp",
+		MaxBodyBytes:     64 << 10,
+		MaxAmount:        99_999_999,
+		IdempotencyTTL:   24 * time.Hour,
+		RateLimit:        5000,
+		AuthFailureLimit: 60,
+		AuthCacheTTL:     10 * time.Second,
+		DBTimeout:        5 * time.Second,
 	}
 }
 
 // New fills in defaults, refuses a configuration that makes no sense
 // (Config.check) and builds the handler.
 func New(cfg Config) (*Server, error) {
-	if cfg.DB == nil || cfg.Jobs == nil || cfg.ProviderClient == nil || cfg.ProviderKeyWindow < 0 {
-		return nil, errors.New("api: DB, Jobs and ProviderClient are required, and ProviderKeyWindow cannot be negative")
+	if cfg.DB == nil || cfg.Jobs == nil || cfg.Accept == nil || cfg.Census == nil || (cfg.ProviderNotifications != nil && cfg.Notify == nil) {
+		return nil, errors.New("api: DB, Jobs, Accept and Census are required, and Notify with ProviderNotifications")
 	}
 	cfg.Logger = redactLogs(cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)))
 	if cfg.Now == nil {
@@ -237,11 +191,6 @@ func New(cfg Config) (*Server, error) {
 	cfg.AuthFailureLimit = cmp.Or(cfg.AuthFailureLimit, d.AuthFailureLimit)
 	cfg.AuthCacheTTL = cmp.Or(cfg.AuthCacheTTL, d.AuthCacheTTL)
 	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, d.DBTimeout)
-	cfg.ChargeCountMaxAge = cmp.Or(cfg.ChargeCountMaxAge, d.ChargeCountMaxAge)
-	cfg.ReconcileFloor = cmp.Or(cfg.ReconcileFloor, d.ReconcileFloor)
-	cfg.OpsSessionTTL = cmp.Or(cfg.OpsSessionTTL, d.OpsSessionTTL)
-	cfg.ReplayCache = cmp.Or(cfg.ReplayCache, d.ReplayCache)
-	cfg.AcceptBatches = cmp.Or(cfg.AcceptBatches, d.AcceptBatches)
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
@@ -250,28 +199,13 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	pages, err := newOpsPages()
-	if err != nil {
-		return nil, err
-	}
 
 	s := &Server{
-		cfg:       cfg,
-		auth:      newAuthenticator(cfg.DB, cfg.AuthCacheTTL),
-		limiter:   newTenantLimiter(cfg.RateLimit, cfg.RateBurst),
-		telemetry: tel,
-		replays:   newReplayCache(cfg.ReplayCache),
-
-		refundTurns: newTurns(),
-
+		cfg:          cfg,
+		auth:         newAuthenticator(cfg.DB, cfg.AuthCacheTTL),
+		limiter:      newTenantLimiter(cfg.RateLimit, cfg.RateBurst),
+		telemetry:    tel,
 		authFailures: newAuthFailureLimiter(cfg.AuthFailureLimit),
-		pages:        pages,
-		// Browsers say where a request comes from; programs say nothing
-		// and pass (they hold no session cookie to abuse).
-		crossOrigin: http.NewCrossOriginProtection(),
-	}
-	if cfg.AcceptBatches > 0 {
-		s.accepts = batch.NewParallel(maxAcceptBatch, cfg.AcceptBatches, s.acceptBatch)
 	}
 	e := echo.New()
 	e.HideBanner = true
@@ -286,8 +220,19 @@ func New(cfg Config) (*Server, error) {
 // Handler is the API as an http.Handler.
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Routes lists every "METHOD path" the API serves; the OpenAPI test compares
-// the JSON API's (all but the operator's page) with openapi.yaml.
+// Mount adds the routes of another plane — the operator's (package
+// opsplane) — to the server: routes registers them on its Echo, behind
+// every middleware of the API's own (spans, metrics, the request log, the
+// protocol checks) and with its error handler, and 405's Allow knows them
+// from then on. internal/app mounts the planes once, before serving.
+func (s *Server) Mount(routes func(e *echo.Echo, s *Server)) {
+	routes(s.echo, s)
+	s.indexRoutes()
+}
+
+// Routes lists every "METHOD path" the server serves, mounted planes
+// included; the OpenAPI test compares the JSON API's (all but the
+// operator's page) with openapi.yaml.
 func (s *Server) Routes() []string {
 	var routes []string
 	for _, r := range s.echo.Routes() {
@@ -301,7 +246,7 @@ func (s *Server) Routes() []string {
 
 // handleError is Echo's error handler: every error leaves as problem+json.
 func (s *Server) handleError(err error, c echo.Context) {
-	p := problemFor(err)
+	p := ProblemFor(err)
 	c.Set(logProblemKey, p)
 	if c.Response().Committed {
 		return
@@ -311,9 +256,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 }
 
-// dbContext detaches database work from the client's connection (a client
+// DBContext detaches database work from the client's connection (a client
 // that hangs up must not turn a commit into a rollback halfway) and bounds it.
-func (s *Server) dbContext(c echo.Context) (context.Context, context.CancelFunc) {
+func (s *Server) DBContext(c echo.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(c.Request().Context()), s.cfg.DBTimeout)
 }
 

@@ -1,34 +1,35 @@
 package api_test
 
+// The harness every test of this package shares: a server started by
+// internal/apitest, under the names the tests use. package opsplane's
+// tests name it alike (setup_test.go there).
+
 import (
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/api"
-	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/apitest"
+	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/internal/lockedbuf"
 	"github.com/chargeflow/chargeflow/lab/fakepsp"
 	"github.com/chargeflow/chargeflow/lab/fakepsp/fakepsptest"
-	"github.com/chargeflow/chargeflow/operator"
-	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/submit"
-	"github.com/chargeflow/chargeflow/tenant"
 )
 
-// testBundle is what an API test works with: a real server on loopback, a
-// real database cloned from the migrated template, and two tenants.
+// testBundle is what a test works with: a real server on loopback
+// (internal/apitest), a real database cloned from the migrated template,
+// and two tenants.
 type testBundle struct {
 	url     string
 	dbURL   string
@@ -38,102 +39,54 @@ type testBundle struct {
 	// admin and viewer are operator tokens.
 	admin  testOperator
 	viewer testOperator
-	// psp is the real fake provider the API checks resolutions against.
+	// psp is the real fake provider the server checks resolutions against.
 	psp  *fakepsptest.Provider
 	logs *lockedbuf.Buffer
 	// cfg is the server's configuration, to start another API process
 	// on the same database.
-	cfg api.Config
+	cfg app.ServerConfig
 }
 
-type testOperator struct {
-	Name  string
-	Token string
-}
+type testOperator = apitest.Operator
 
-type testTenant struct {
-	ID  string
-	Key string
-}
+type testTenant = apitest.Tenant
 
 type setupOpts struct {
+	// config edits the API's configuration, server the whole server's.
 	config      func(*api.Config)
+	server      func(*app.ServerConfig)
 	jobs        submit.Config
 	lockTimeout string
 }
 
 func setup(t testing.TB, opts ...func(*setupOpts)) *testBundle {
 	t.Helper()
-	o := setupOpts{lockTimeout: "2s"}
+	var o setupOpts
 	for _, opt := range opts {
 		opt(&o)
 	}
-	ctx := context.Background()
-	dbURL := dbtest.URL(t)
-
-	poolCfg, err := pgxpool.ParseConfig(dbURL)
-	require.NoError(t, err)
-	poolCfg.MaxConns = 8
-	poolCfg.ConnConfig.RuntimeParams["lock_timeout"] = o.lockTimeout
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-
-	jobs := newQueue(t, pool, o.jobs)
-
-	b := &testBundle{dbURL: dbURL, pool: pool, logs: &lockedbuf.Buffer{}}
-	for name, tt := range map[string]*testTenant{"tenant-a": &b.tenantA, "tenant-b": &b.tenantB} {
-		created, key, err := tenant.Create(ctx, pool, name)
-		require.NoError(t, err)
-		tt.ID, tt.Key = created.ID, key
+	provider := fakepsptest.Start(t, fakepsp.Config{})
+	edit := func(sc *app.ServerConfig) {
+		apitest.EditAPI(sc, o.config)
+		if o.server != nil {
+			o.server(sc)
+		}
 	}
-
-	for _, op := range []struct {
-		into *testOperator
-		name string
-		role operator.Role
-	}{{&b.admin, "alice", operator.RoleAdmin}, {&b.viewer, "victor", operator.RoleViewer}} {
-		_, token, err := operator.Create(ctx, pool, op.name, op.role)
-		require.NoError(t, err)
-		*op.into = testOperator{Name: op.name, Token: token}
-	}
-	b.psp = fakepsptest.Start(t, fakepsp.Config{})
-
-	cfg := api.Config{
-		DB:                pool,
-		Jobs:              jobs,
-		ProviderClient:    psp.NewClient(psp.Config{BaseURL: b.psp.URL, Timeout: 2 * time.Second}),
-		ProviderKeyWindow: 23 * time.Hour,
-		Logger:            slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
-	if o.config != nil {
-		o.config(&cfg)
-	}
-	b.cfg = cfg
-	b.url = b.serve(t, cfg)
-	return b
+	a := apitest.Setup(t, apitest.Options{ProviderURL: provider.URL, Config: edit, Jobs: o.jobs, LockTimeout: o.lockTimeout})
+	return &testBundle{url: a.URL, dbURL: a.DBURL, pool: a.Pool, tenantA: a.TenantA, tenantB: a.TenantB,
+		admin: a.Admin, viewer: a.Viewer, psp: provider, logs: a.Logs, cfg: a.Config}
 }
 
-// serve starts an API process with cfg on loopback and returns its URL.
-func (b *testBundle) serve(t testing.TB, cfg api.Config) string {
+// serve starts a server with cfg on loopback and returns its URL.
+func (b *testBundle) serve(t testing.TB, cfg app.ServerConfig) string {
 	t.Helper()
-	server, err := api.New(cfg)
-	require.NoError(t, err)
-	httpServer := httptest.NewServer(server.Handler())
-	t.Cleanup(httpServer.Close)
-	return httpServer.URL
+	return apitest.Serve(t, cfg)
 }
 
-// newQueue makes the submit queue of an API under test, on an insert-only
-// River client with our middleware, as the command builds it.
+// newQueue makes the submit queue of a server under test.
 func newQueue(t testing.TB, pool *pgxpool.Pool, cfg submit.Config) *submit.Queue {
 	t.Helper()
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Middleware: submit.Middleware()})
-	require.NoError(t, err)
-	cfg.River = client
-	jobs, err := submit.NewQueue(cfg)
-	require.NoError(t, err)
-	return jobs
+	return apitest.NewQueue(t, pool, cfg)
 }
 
 type response struct {
@@ -142,26 +95,20 @@ type response struct {
 	body   []byte
 }
 
+func responseOf(r apitest.Response) response {
+	return response{status: r.Status, header: r.Header, body: r.Body}
+}
+
 // request is one HTTP call; headers are name/value pairs, a name may repeat.
 func (b *testBundle) request(t *testing.T, method, path, body string, headers ...string) response {
 	t.Helper()
 	return requestAt(t, b.url, method, path, body, headers...)
 }
 
-// requestAt is request to the API process at url.
+// requestAt is request to the server at url.
 func requestAt(t *testing.T, url, method, path, body string, headers ...string) response {
 	t.Helper()
-	req, err := http.NewRequest(method, url+path, strings.NewReader(body))
-	require.NoError(t, err)
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Add(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return response{status: resp.StatusCode, header: resp.Header, body: data}
+	return responseOf(apitest.Request(t, url, method, path, body, headers...))
 }
 
 const validBody = `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": "Order A-1", "metadata": {"order": "A-1"}}`
@@ -174,6 +121,23 @@ func (b *testBundle) post(t *testing.T, tt testTenant, key, body string, headers
 		h = append(h, "Idempotency-Key", key)
 	}
 	return b.request(t, http.MethodPost, "/v1/charges", body, h...)
+}
+
+// refund sends POST /v1/refunds as tenant tt to the API at url.
+func (b *testBundle) refund(t *testing.T, url string, tt testTenant, key, body string) response {
+	t.Helper()
+	headers := []string{"Authorization", "Bearer " + tt.Key, "Content-Type", "application/json"}
+	if key != "" {
+		headers = append(headers, "Idempotency-Key", key)
+	}
+	return requestAt(t, url, http.MethodPost, "/v1/refunds", body, headers...)
+}
+
+func decode(t *testing.T, resp response) map[string]any {
+	t.Helper()
+	var v map[string]any
+	require.NoError(t, json.Unmarshal(resp.body, &v), "body: %s", resp.body)
+	return v
 }
 
 func (b *testBundle) get(t *testing.T, tt testTenant, path string) response {
@@ -196,6 +160,14 @@ func (b *testBundle) stored(t *testing.T) stored {
 		Scan(&s.Charges, &s.IdempotencyKeys, &s.Events, &s.Jobs)
 	require.NoError(t, err)
 	return s
+}
+
+// sessions counts the operator page's sessions.
+func (b *testBundle) sessions(t testing.TB) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM operator_sessions`).Scan(&n))
+	return n
 }
 
 // jobsFor returns the charge.submit jobs whose args name a charge.
@@ -221,3 +193,137 @@ func requireProblem(t *testing.T, resp response, status int, code api.Code) map[
 }
 
 func slogJSON(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
+
+// walk moves a charge along the given states, as the worker and the
+// reconciler would.
+func (b *testBundle) walk(t *testing.T, tt testTenant, id string, states ...intent.State) {
+	t.Helper()
+	apitest.Walk(t, b.pool, tt.ID, id, states...)
+}
+
+func (b *testBundle) newCharge(t *testing.T, tt testTenant, key string) string {
+	t.Helper()
+	resp := b.post(t, tt, key, validBody)
+	require.Equal(t, http.StatusCreated, resp.status)
+	return strings.TrimPrefix(resp.header.Get("Location"), "/v1/charges/")
+}
+
+// inReview makes a charge of tenant A that is in needs_review.
+func (b *testBundle) inReview(t *testing.T, key string) string {
+	t.Helper()
+	id := b.newCharge(t, b.tenantA, key)
+	b.walk(t, b.tenantA, id, intent.StateSubmitting, intent.StateUnknown, intent.StateNeedsReview)
+	return id
+}
+
+// chargeAtProvider applies a charge at the fake provider under the
+// charge's provider key, as a lost call would have, and returns the
+// provider's charge id.
+func (b *testBundle) chargeAtProvider(t *testing.T, id string, amount int64, currency string) string {
+	t.Helper()
+	return apitest.ChargeAtProvider(t, b.psp.URL, id, amount, currency)
+}
+
+// ops calls an /ops/v1 route with a bearer credential.
+func (b *testBundle) ops(t *testing.T, credential, method, path, body string) response {
+	t.Helper()
+	headers := []string{"Content-Type", "application/json"}
+	if credential != "" {
+		headers = append(headers, "Authorization", "Bearer "+credential)
+	}
+	return b.request(t, method, "/ops/v1"+path, body, headers...)
+}
+
+func (b *testBundle) resolve(t *testing.T, credential, id, body string) response {
+	t.Helper()
+	return b.ops(t, credential, http.MethodPost, "/charges/"+id+"/resolve", body)
+}
+
+// opsCharge reads a charge as an operator.
+func (b *testBundle) opsCharge(t *testing.T, id string) (charge map[string]any, events []map[string]any) {
+	t.Helper()
+	resp := b.ops(t, b.viewer.Token, http.MethodGet, "/charges/"+id, "")
+	require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
+	var view struct {
+		Events []map[string]any `json:"events"`
+	}
+	require.NoError(t, json.Unmarshal(resp.body, &charge))
+	require.NoError(t, json.Unmarshal(resp.body, &view))
+	return charge, view.Events
+}
+
+func (b *testBundle) lastEvent(t *testing.T, id string) map[string]any {
+	t.Helper()
+	_, events := b.opsCharge(t, id)
+	return events[len(events)-1]
+}
+
+// ledger counts what the fake provider applied: charges and lookups are
+// not both here, but a refused resolution must never have sent a charge.
+func (b *testBundle) ledger(t *testing.T) int {
+	t.Helper()
+	entries, err := fakepsp.FetchLedger(context.Background(), b.psp.URL, true)
+	require.NoError(t, err)
+	return len(entries)
+}
+
+// noRedirects is a client that shows the page's redirects instead of
+// following them.
+var noRedirects = apitest.NoRedirects
+
+// pageRequest is one request to the operator's page at baseURL, with a
+// session cookie (or none) and a form body (or none).
+func pageRequest(t *testing.T, baseURL string, cookie *http.Cookie, method, path string, form url.Values, headers ...string) response {
+	t.Helper()
+	return responseOf(apitest.PageRequest(t, baseURL, cookie, method, path, form, headers...))
+}
+
+// cookieOf returns the session cookie a response sets, or nil.
+func cookieOf(resp response) *http.Cookie { return apitest.SessionCookie(resp.header) }
+
+var csrfField = apitest.CSRFField
+
+// pageSession is a signed-in browser, as plain HTTP: its cookie and the
+// CSRF token its pages carry.
+type pageSession struct {
+	url    string
+	cookie *http.Cookie
+	csrf   string
+}
+
+// signIn signs in to the page at baseURL with an operator token.
+func signIn(t *testing.T, baseURL, token string) pageSession {
+	t.Helper()
+	cookie, csrf := apitest.SignIn(t, baseURL, token)
+	return pageSession{url: baseURL, cookie: cookie, csrf: csrf}
+}
+
+func (s pageSession) get(t *testing.T, path string) response {
+	t.Helper()
+	return pageRequest(t, s.url, s.cookie, http.MethodGet, path, nil)
+}
+
+// post sends a form with the session's CSRF token, unless the form has
+// its own csrf field.
+func (s pageSession) post(t *testing.T, path string, form url.Values, headers ...string) response {
+	t.Helper()
+	if _, ok := form["csrf"]; !ok {
+		form.Set("csrf", s.csrf)
+	}
+	return pageRequest(t, s.url, s.cookie, http.MethodPost, path, form, headers...)
+}
+
+// requirePage checks an HTML answer of the page and its security headers.
+func requirePage(t *testing.T, resp response, status int, contains ...string) {
+	t.Helper()
+	require.Equal(t, status, resp.status, "body: %s", resp.body)
+	require.Equal(t, "text/html; charset=UTF-8", resp.header.Get("Content-Type"))
+	require.Equal(t, "DENY", resp.header.Get("X-Frame-Options"))
+	require.Equal(t, "no-referrer", resp.header.Get("Referrer-Policy"))
+	require.Contains(t, resp.header.Get("Content-Security-Policy"), "default-src 'none'")
+	require.Contains(t, resp.header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
+	require.NotContains(t, resp.header.Get("Content-Security-Policy"), "script-src")
+	for _, s := range contains {
+		require.Contains(t, string(resp.body), s)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -17,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/chargeflow/chargeflow/accept"
 	"github.com/chargeflow/chargeflow/intent"
 )
 
@@ -39,15 +39,15 @@ const (
 	MetricProblems = "chargeflow.api.problems"
 
 	// MetricCharges is the number of charges in each state, over every
-	// tenant, counted in the database (see Config.ChargeCountMaxAge and
-	// intent.Census): label estimate is "true" on a settled state's count
-	// estimated from the planner's statistics, "false" on an exact one.
+	// tenant, counted in the database (package census, which bounds how
+	// often; intent.Census): label estimate is "true" on a settled state's
+	// count estimated from the planner's statistics, "false" on an exact
+	// one.
 	MetricCharges = "chargeflow.charges"
 
 	// MetricAcceptBatch is the number of charges each accept statement
-	// wrote together (docs/architecture.md, "Accepts share a commit"):
-	// 1 when the API is quiet, deeper as it gets busier.
-	MetricAcceptBatch = "chargeflow.api.accept_batch_size"
+	// wrote together, which package accept records.
+	MetricAcceptBatch = accept.MetricAcceptBatch
 )
 
 // The values of the replays metric's source attribute.
@@ -67,10 +67,6 @@ var (
 // instrumentationName names the tracer and meter of this package.
 const instrumentationName = "github.com/chargeflow/chargeflow/api"
 
-// chargeCountTimeout bounds the count query of one collection, so a slow
-// database makes a scrape miss the gauge rather than hang.
-const chargeCountTimeout = 2 * time.Second
-
 // traced says whether a route's requests get a span: probes and scrapes
 // arrive every few seconds and would bury the requests worth reading. They
 // are still timed.
@@ -89,10 +85,6 @@ type telemetry struct {
 	requestDuration metric.Float64Histogram
 	replays         metric.Int64Counter
 	problems        metric.Int64Counter
-	acceptBatch     metric.Int64Histogram
-	// charges counts charges by state for the charges gauge and for the
-	// operator's page, which share its bound on how often it queries.
-	charges *chargeCounter
 }
 
 func newTelemetry(cfg Config) (telemetry, error) {
@@ -122,12 +114,6 @@ func newTelemetry(cfg Config) (telemetry, error) {
 		metric.WithUnit("{response}")); err != nil {
 		return telemetry{}, fmt.Errorf("api: metric %s: %w", MetricProblems, err)
 	}
-	if t.acceptBatch, err = meter.Int64Histogram(MetricAcceptBatch,
-		metric.WithDescription("Charges accepted together by one statement and one commit."),
-		metric.WithUnit("{charge}"),
-		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128)); err != nil {
-		return telemetry{}, fmt.Errorf("api: metric %s: %w", MetricAcceptBatch, err)
-	}
 	// The counters are exported from the start, at zero, so that rate()
 	// and increase() see their first increment.
 	t.replays.Add(context.Background(), 0, replaySourceMemory)
@@ -142,8 +128,6 @@ func newTelemetry(cfg Config) (telemetry, error) {
 	if err != nil {
 		return telemetry{}, fmt.Errorf("api: metric %s: %w", MetricCharges, err)
 	}
-	counter := &chargeCounter{db: cfg.DB, maxAge: cfg.ChargeCountMaxAge}
-	t.charges = counter
 	states := intent.States()
 	stateAttrs := make([]map[bool]metric.ObserveOption, len(states))
 	for i, state := range states {
@@ -154,7 +138,7 @@ func newTelemetry(cfg Config) (telemetry, error) {
 	}
 	logger := cfg.Logger
 	if _, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		census, _, err := counter.counts(ctx)
+		census, _, err := cfg.Census.Counts(ctx)
 		if err != nil {
 			// A missing sample is what an alert on absence catches.
 			logger.WarnContext(ctx, "charges by state metric", "err", err.Error())
@@ -168,38 +152,6 @@ func newTelemetry(cfg Config) (telemetry, error) {
 		return telemetry{}, fmt.Errorf("api: metric %s callback: %w", MetricCharges, err)
 	}
 	return t, nil
-}
-
-// chargeCounter takes intent.TakeCensus for scrapes and the operator's
-// page, at most once per maxAge: each caller that finds the last count older
-// than that counts again (bounded by chargeCountTimeout), so a process that
-// nobody scrapes or looks at never queries, and many scrapers and operators
-// cost one query per maxAge.
-type chargeCounter struct {
-	db     intent.DB
-	maxAge time.Duration
-
-	mu     sync.Mutex
-	at     time.Time
-	last   intent.Census
-	loaded bool
-}
-
-// counts returns the counts by state and when they were counted.
-func (c *chargeCounter) counts(ctx context.Context) (intent.Census, time.Time, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.loaded && time.Since(c.at) < c.maxAge {
-		return c.last, c.at, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, chargeCountTimeout)
-	defer cancel()
-	census, err := intent.TakeCensus(ctx, c.db)
-	if err != nil {
-		return intent.Census{}, time.Time{}, err
-	}
-	c.last, c.at, c.loaded = census, time.Now(), true
-	return census, c.at, nil
 }
 
 // instrument is the outermost middleware: one server span per request,
@@ -320,7 +272,7 @@ func scheme(req *http.Request) string {
 // when this process was built without one.
 func (s *Server) serveMetrics(c echo.Context) error {
 	if s.cfg.Metrics == nil {
-		return problem(CodeNotFound, "this process serves no metrics")
+		return NewProblem(CodeNotFound, "this process serves no metrics")
 	}
 	s.cfg.Metrics.ServeHTTP(c.Response(), c.Request())
 	return nil

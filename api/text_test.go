@@ -13,6 +13,7 @@ import (
 
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/psp"
 )
 
@@ -38,20 +39,12 @@ func setupCounting(t testing.TB) (*testBundle, *countingProvider) {
 	t.Helper()
 	counting := &countingProvider{}
 	b := setup(t, func(o *setupOpts) {
-		o.config = func(c *api.Config) {
-			counting.Provider = c.ProviderClient
-			c.ProviderClient = counting
+		o.server = func(c *app.ServerConfig) {
+			counting.Provider = c.Provider
+			c.Provider = counting
 		}
 	})
 	return b, counting
-}
-
-// sessions counts the operator page's sessions.
-func (b *testBundle) sessions(t testing.TB) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM operator_sessions`).Scan(&n))
-	return n
 }
 
 // An admin's resolve goes through the same check of stored text as a

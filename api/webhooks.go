@@ -30,7 +30,7 @@ func endpointViewOf(e webhook.Endpoint, withSecret bool) object.Endpoint {
 // the event types ("*" for all).
 func endpointFromJSON(v jsoncanon.Value) (string, []string, error) {
 	if v.Kind != jsoncanon.Object {
-		return "", nil, problem(CodeInvalidJSON, "the body must be a JSON object")
+		return "", nil, NewProblem(CodeInvalidJSON, "the body must be a JSON object")
 	}
 	var rawURL string
 	var events []string
@@ -40,29 +40,29 @@ func endpointFromJSON(v jsoncanon.Value) (string, []string, error) {
 		switch m.Name {
 		case "url":
 			if m.Value.Kind != jsoncanon.String || len(m.Value.String) > 2048 {
-				return "", nil, fieldProblem(CodeInvalidField, "url", "url must be a string of at most 2048 characters")
+				return "", nil, FieldProblem(CodeInvalidField, "url", "url must be a string of at most 2048 characters")
 			}
-			if err := storedText("url", "url", m.Value.String, 0); err != nil {
+			if err := StoredText("url", "url", m.Value.String, 0); err != nil {
 				return "", nil, err
 			}
 			rawURL = m.Value.String
 		case "events":
 			if m.Value.Kind != jsoncanon.Array || len(m.Value.Elems) == 0 || len(m.Value.Elems) > 16 {
-				return "", nil, fieldProblem(CodeInvalidField, "events", "events must be a list of 1 to 16 event types, or [\"*\"]")
+				return "", nil, FieldProblem(CodeInvalidField, "events", "events must be a list of 1 to 16 event types, or [\"*\"]")
 			}
 			for _, e := range m.Value.Elems {
 				if e.Kind != jsoncanon.String || (e.String != "*" && !webhook.ValidType(e.String)) {
-					return "", nil, fieldProblem(CodeInvalidField, "events", "each event must be \"*\" or one of "+strings.Join(webhook.Types, ", "))
+					return "", nil, FieldProblem(CodeInvalidField, "events", "each event must be \"*\" or one of "+strings.Join(webhook.Types, ", "))
 				}
 				events = append(events, e.String)
 			}
 		default:
-			return "", nil, fieldProblem(CodeUnknownField, safeFieldName(m.Name), "this field is not part of a webhook endpoint")
+			return "", nil, FieldProblem(CodeUnknownField, SafeFieldName(m.Name), "this field is not part of a webhook endpoint")
 		}
 	}
 	for _, name := range []string{"url", "events"} {
 		if !seen[name] {
-			return "", nil, fieldProblem(CodeMissingField, name, name+" is required")
+			return "", nil, FieldProblem(CodeMissingField, name, name+" is required")
 		}
 	}
 	return rawURL, events, nil
@@ -98,8 +98,8 @@ func (s *Server) createEndpoint(c echo.Context) error {
 	if err := policy.CheckURL(ctx, rawURL, s.cfg.WebhookLookup); err != nil {
 		// The wording is fixed (webhook.URLError); what caused it is
 		// logged with the request, never answered.
-		p := fieldProblem(CodeInvalidField, "url", err.Error())
-		p.cause = errors.Unwrap(err)
+		p := FieldProblem(CodeInvalidField, "url", err.Error())
+		p.Cause = errors.Unwrap(err)
 		return p
 	}
 	now := s.cfg.Now()
@@ -113,22 +113,22 @@ func (s *Server) createEndpoint(c echo.Context) error {
 	rec, created, err := webhook.CreateEndpoint(ctx, s.cfg.DB, creation)
 	switch {
 	case errors.Is(err, webhook.ErrEndpointLimit):
-		return problem(CodeEndpointLimitReached, fmt.Sprintf(
+		return NewProblem(CodeEndpointLimitReached, fmt.Sprintf(
 			"an account may have at most %d webhook endpoints; delete one to create another", webhook.MaxEndpoints))
 	case lockTimeout(err):
-		p := problem(CodeRequestInProgress,
+		p := NewProblem(CodeRequestInProgress,
 			"a request creating a webhook endpoint for this account, with this Idempotency-Key or another, is still being processed; retry shortly")
 		p.RetryAfter = 1
-		p.cause = err
+		p.Cause = err
 		return p
 	case err != nil:
 		return err
 	}
 	if !created {
-		s.replays.put(t.ID, keyHash, rec)
+		s.cfg.Accept.Remember(t.ID, keyHash, rec)
 		return s.replay(c, rec, fp)
 	}
-	s.replays.put(t.ID, keyHash, intent.IdempotencyRecord{Fingerprint: fp, ChargeID: e.ID, StatusCode: http.StatusCreated,
+	s.cfg.Accept.Remember(t.ID, keyHash, intent.IdempotencyRecord{Fingerprint: fp, ChargeID: e.ID, StatusCode: http.StatusCreated,
 		ResponseBody: response, CreatedAt: e.CreatedAt, ExpiresAt: creation.ExpiresAt})
 	return c.Blob(http.StatusCreated, echo.MIMEApplicationJSON, response)
 }
@@ -145,7 +145,7 @@ func (s *Server) listEndpoints(c echo.Context) error {
 			return true, err
 		case "starting_after":
 			if !ids.Valid("we", value) {
-				return true, fieldProblem(CodeInvalidParameter, name, "starting_after must be the id of the last item of the previous page")
+				return true, FieldProblem(CodeInvalidParameter, name, "starting_after must be the id of the last item of the previous page")
 			}
 			params.StartingAfter = value
 			return true, nil
@@ -155,7 +155,7 @@ func (s *Server) listEndpoints(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := s.DBContext(c)
 	defer cancel()
 	endpoints, more, err := webhook.Endpoints(ctx, s.cfg.DB, params)
 	if err != nil {
@@ -168,25 +168,25 @@ func (s *Server) listEndpoints(c echo.Context) error {
 	for _, e := range endpoints {
 		page.Data = append(page.Data, endpointViewOf(e, false))
 	}
-	return s.writeJSON(c, http.StatusOK, page)
+	return s.WriteJSON(c, http.StatusOK, page)
 }
 
 // deleteEndpoint stops deliveries to an endpoint.
 func (s *Server) deleteEndpoint(c echo.Context) error {
 	id := c.Param("id")
 	if !ids.Valid("we", id) {
-		return problem(CodeNotFound, "no such webhook endpoint")
+		return NewProblem(CodeNotFound, "no such webhook endpoint")
 	}
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := s.DBContext(c)
 	defer cancel()
 	err := webhook.DeleteEndpoint(ctx, s.cfg.DB, tenantOf(c).ID, id)
 	if errors.Is(err, webhook.ErrEndpointNotFound) {
-		return problem(CodeNotFound, "no such webhook endpoint")
+		return NewProblem(CodeNotFound, "no such webhook endpoint")
 	}
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(c, http.StatusOK, struct {
+	return s.WriteJSON(c, http.StatusOK, struct {
 		ID      string `json:"id"`
 		Deleted bool   `json:"deleted"`
 	}{id, true})
@@ -197,12 +197,12 @@ func (s *Server) deleteEndpoint(c echo.Context) error {
 func (s *Server) listDeliveries(c echo.Context) error {
 	id := c.Param("id")
 	if !ids.Valid("evt", id) {
-		return problem(CodeNotFound, "no such event")
+		return NewProblem(CodeNotFound, "no such event")
 	}
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := s.DBContext(c)
 	defer cancel()
 	if _, err := webhook.Get(ctx, s.cfg.DB, tenantOf(c).ID, id); errors.Is(err, webhook.ErrNotFound) {
-		return problem(CodeNotFound, "no such event")
+		return NewProblem(CodeNotFound, "no such event")
 	} else if err != nil {
 		return err
 	}
@@ -226,12 +226,12 @@ func (s *Server) listDeliveries(c echo.Context) error {
 	for _, l := range logs {
 		v := deliveryView{Endpoint: l.EndpointID, State: l.State, Attempts: make([]attemptView, 0, len(l.Attempts))}
 		for _, a := range l.Attempts {
-			v.Attempts = append(v.Attempts, attemptView{Attempt: a.Attempt, Status: a.Status, Error: nonEmpty(a.Error),
+			v.Attempts = append(v.Attempts, attemptView{Attempt: a.Attempt, Status: a.Status, Error: NonEmpty(a.Error),
 				DurationMS: a.Duration.Milliseconds(), CreatedAt: a.CreatedAt.UTC()})
 		}
 		views = append(views, v)
 	}
-	return s.writeJSON(c, http.StatusOK, struct {
+	return s.WriteJSON(c, http.StatusOK, struct {
 		Data []deliveryView `json:"data"`
 	}{views})
 }

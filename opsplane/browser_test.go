@@ -1,4 +1,4 @@
-package api_test
+package opsplane_test
 
 import (
 	"context"
@@ -19,7 +19,6 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/app"
 )
@@ -28,7 +27,7 @@ import (
 // charge page to, relative to the repository's root; unset, it saves none,
 // so that tests leave the tree as it was. README.md shows docs/ops-page.png:
 //
-//	CHARGEFLOW_SCREENSHOT=docs/ops-page.png go test -run TestOpsPageInBrowser ./api/
+//	CHARGEFLOW_SCREENSHOT=docs/ops-page.png go test -run TestOpsPageInBrowser ./opsplane/
 const screenshotEnv = "CHARGEFLOW_SCREENSHOT"
 
 // chromium finds the browser: $CHARGEFLOW_CHROMIUM, or the first of the
@@ -53,12 +52,12 @@ func chromium(t *testing.T) string {
 // withJobsUI serves River's job UI as the command does (app.NewJobsUI).
 func withJobsUI(t *testing.T) func(*setupOpts) {
 	return func(o *setupOpts) {
-		o.config = func(cfg *api.Config) {
+		o.server = func(cfg *app.ServerConfig) {
 			client, err := river.NewClient(riverpgxv5.New(cfg.DB), &river.Config{})
 			require.NoError(t, err)
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
-			cfg.JobsUI, err = app.NewJobsUI(ctx, client, slog.New(slog.DiscardHandler))
+			cfg.Ops.JobsUI, err = app.NewJobsUI(ctx, client, slog.New(slog.DiscardHandler))
 			require.NoError(t, err)
 		}
 	}

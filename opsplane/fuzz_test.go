@@ -1,6 +1,7 @@
-package api_test
+package opsplane_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -277,4 +279,96 @@ func queryOf(body []byte) string {
 		b.WriteByte(c)
 	}
 	return b.String()
+}
+
+// sendable is v without the bytes an HTTP client cannot put in a header
+// value: control bytes other than tab, and DEL.
+func sendable(v string) string {
+	return strings.Map(func(r rune) rune {
+		if (r < 0x20 && r != '\t') || r == 0x7f {
+			return -1
+		}
+		return r
+	}, v)
+}
+
+// takeBuffer collects log lines for one fuzz input at a time: take returns
+// what was written since the last take, so a long run does not re-read all
+// of its logs on every input.
+type takeBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *takeBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *takeBuffer) take() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := bytes.Clone(b.buf.Bytes())
+	b.buf.Reset()
+	return out
+}
+
+// canaryCards are the card numbers the fuzzer's inputs carry.
+var canaryCards = []string{
+	"4111111111111111",
+	"5555 5555 5555 4444",
+	"3782-822463-10005",
+	"4222222222222",
+	"6011000990139424",
+}
+
+// requireNoCardNumbers fails if data — a JSON document, or JSON lines —
+// holds a card number in any string or number, or any canary as written.
+// JSON is decoded first, so that an escape (\u003c, \u2028) next to digits
+// is not mistaken for one.
+func requireNoCardNumbers(t *testing.T, what string, data []byte) {
+	t.Helper()
+	for _, card := range canaryCards {
+		require.NotContains(t, string(data), card, "%s hold a canary card number", what)
+		require.NotContains(t, string(data), strings.NewReplacer(" ", "", "-", "").Replace(card), "%s hold a canary card number", what)
+	}
+	scanner := bufio.NewScanner(bytes.NewReader(data))
+	scanner.Buffer(nil, 1<<20)
+	for scanner.Scan() {
+		line := scanner.Bytes()
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			require.False(t, api.ContainsPAN(string(line)), "%s hold a card number: %s", what, line)
+			continue
+		}
+		walkJSON(v, func(s string) {
+			require.False(t, api.ContainsPAN(s), "%s hold a card number: %q in %s", what, s, line)
+		})
+	}
+	require.NoError(t, scanner.Err())
+}
+
+// walkJSON calls visit with every member name, string and number of v.
+func walkJSON(v any, visit func(string)) {
+	switch v := v.(type) {
+	case string:
+		visit(v)
+	case json.Number:
+		visit(v.String())
+	case []any:
+		for _, e := range v {
+			walkJSON(e, visit)
+		}
+	case map[string]any:
+		for k, e := range v {
+			visit(k)
+			walkJSON(e, visit)
+		}
+	}
 }

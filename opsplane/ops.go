@@ -1,4 +1,4 @@
-package api
+package opsplane
 
 import (
 	"cmp"
@@ -12,17 +12,15 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
+	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/api/jsoncanon"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/ids"
 	"github.com/chargeflow/chargeflow/object"
 	"github.com/chargeflow/chargeflow/operator"
-	"github.com/chargeflow/chargeflow/psp"
-	"github.com/chargeflow/chargeflow/settle"
-	"github.com/chargeflow/chargeflow/submit"
+	"github.com/chargeflow/chargeflow/resolve"
 )
 
 // The operator plane (docs/operations.md, "Operators"): /ops/v1 serves
@@ -35,16 +33,16 @@ const operatorKey = "chargeflow.operator"
 
 // authenticateOperator is the middleware of every /ops/v1 route: a valid
 // operator token, or 401. A tenant's API key is not an operator token.
-func (s *Server) authenticateOperator(next echo.HandlerFunc) echo.HandlerFunc {
+func (p *Plane) authenticateOperator(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		op, err := bearer(s, c, "operator token", func(ctx context.Context, token string) (operator.Operator, error) {
-			return operator.Authenticate(ctx, s.cfg.DB, token)
+		op, err := api.Bearer(p.api, c, "operator token", func(ctx context.Context, token string) (operator.Operator, error) {
+			return operator.Authenticate(ctx, p.cfg.DB, token)
 		}, operator.ErrUnauthenticated)
 		if err != nil {
 			return err
 		}
 		c.Set(operatorKey, op)
-		c.Set(logOperatorKey, op.ID)
+		api.LogOperator(c, op.ID)
 		return next(c)
 	}
 }
@@ -53,7 +51,7 @@ func (s *Server) authenticateOperator(next echo.HandlerFunc) echo.HandlerFunc {
 func requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if operatorOf(c).Role != operator.RoleAdmin {
-			return problem(CodeForbidden, "this action needs an admin operator")
+			return api.NewProblem(api.CodeForbidden, "this action needs an admin operator")
 		}
 		return next(c)
 	}
@@ -69,11 +67,11 @@ func operatorOf(c echo.Context) operator.Operator {
 // whose tenant it is, where the reconciler stands, and its timeline.
 type opsChargeView struct {
 	object.Charge
-	TenantID    string      `json:"tenant_id"`
-	Provider    string      `json:"provider"`
-	ProviderKey string      `json:"provider_key"`
-	NextCheckAt *time.Time  `json:"next_check_at"`
-	Events      []eventView `json:"events,omitempty"`
+	TenantID    string          `json:"tenant_id"`
+	Provider    string          `json:"provider"`
+	ProviderKey string          `json:"provider_key"`
+	NextCheckAt *time.Time      `json:"next_check_at"`
+	Events      []api.EventView `json:"events,omitempty"`
 	// Kind is "charge" or "refund"; a refund's RefundOf is its charge.
 	Kind     intent.Kind `json:"kind"`
 	RefundOf *string     `json:"refund_of"`
@@ -81,7 +79,7 @@ type opsChargeView struct {
 
 func opsViewOf(c intent.Charge, events []intent.Event) opsChargeView {
 	return opsChargeView{Charge: object.ChargeOf(c), TenantID: c.TenantID, Provider: c.Provider, ProviderKey: c.ProviderKey,
-		NextCheckAt: c.NextCheckAt, Events: eventViews(events), Kind: cmp.Or(c.Kind, intent.KindCharge), RefundOf: nonEmpty(c.ParentID)}
+		NextCheckAt: c.NextCheckAt, Events: api.EventViews(events), Kind: cmp.Or(c.Kind, intent.KindCharge), RefundOf: api.NonEmpty(c.ParentID)}
 }
 
 // opsIDParam is the {id} of an operator route: a charge's or a refund's,
@@ -89,96 +87,76 @@ func opsViewOf(c intent.Charge, events []intent.Event) opsChargeView {
 func opsIDParam(c echo.Context) (string, error) {
 	id := c.Param("id")
 	if !ids.Valid("ch", id) && !ids.Valid("re", id) {
-		return "", problem(CodeNotFound, "no such charge or refund")
+		return "", api.NewProblem(api.CodeNotFound, "no such charge or refund")
 	}
 	return id, nil
 }
 
 // opsListCharges answers a page of charges of every tenant (or one, with
 // ?tenant=), newest first.
-func (s *Server) opsListCharges(c echo.Context) error {
-	return listPage(s, c, intent.ListParams{AllTenants: true, Limit: 20}, func(ch intent.Charge) opsChargeView { return opsViewOf(ch, nil) })
+func (p *Plane) opsListCharges(c echo.Context) error {
+	return api.ListPage(p.api, c, intent.ListParams{AllTenants: true, Limit: 20}, func(ch intent.Charge) opsChargeView { return opsViewOf(ch, nil) })
 }
 
 // opsGetCharge answers one charge with its timeline.
-func (s *Server) opsGetCharge(c echo.Context) error {
-	charge, events, err := s.findWithEvents(c)
+func (p *Plane) opsGetCharge(c echo.Context) error {
+	charge, events, err := p.findWithEvents(c)
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(c, http.StatusOK, opsViewOf(charge, events))
+	return p.api.WriteJSON(c, http.StatusOK, opsViewOf(charge, events))
 }
 
 // findWithEvents reads the charge named in the path and its events.
-func (s *Server) findWithEvents(c echo.Context) (intent.Charge, []intent.Event, error) {
+func (p *Plane) findWithEvents(c echo.Context) (intent.Charge, []intent.Event, error) {
 	id, err := opsIDParam(c)
 	if err != nil {
 		return intent.Charge{}, nil, err
 	}
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := p.api.DBContext(c)
 	defer cancel()
-	charge, err := intent.Find(ctx, s.cfg.DB, id)
+	charge, err := intent.Find(ctx, p.cfg.DB, id)
 	if err != nil {
 		return intent.Charge{}, nil, err
 	}
-	events, err := intent.Events(ctx, s.cfg.DB, charge.TenantID, id)
+	events, err := intent.Events(ctx, p.cfg.DB, charge.TenantID, id)
 	if err != nil {
 		return intent.Charge{}, nil, err
 	}
-	c.Set(logChargeKey, id)
-	c.Set(logTenantKey, charge.TenantID)
+	api.LogCharge(c, id)
+	api.LogTenant(c, charge.TenantID)
 	return charge, events, nil
 }
 
 // opsReconcile asks the reconciler to look an unknown charge up at once:
 // 202, and the lookup happens on the reconciler's next tick under its lease
 // like every other. See reconcileCharge.
-func (s *Server) opsReconcile(c echo.Context) error {
+func (p *Plane) opsReconcile(c echo.Context) error {
 	id, err := opsIDParam(c)
 	if err != nil {
 		return err
 	}
-	charge, err := s.reconcileCharge(c, id)
+	charge, err := p.reconcileCharge(c, id)
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(c, http.StatusAccepted, opsViewOf(charge, nil))
+	return p.api.WriteJSON(c, http.StatusAccepted, opsViewOf(charge, nil))
 }
 
 // reconcileCharge makes an unknown charge's lookup due now, for the
-// operator on c. It is the one implementation of a forced lookup: the JSON
-// API and the operator's page both call it. Forced lookups are spaced by
-// ReconcileFloor from the last lookup, so a loop of requests cannot override
-// the lookup backoff and hammer the provider: too soon is 429 with
-// Retry-After. The request is an event of the charge (action
-// reconcile_requested).
-func (s *Server) reconcileCharge(c echo.Context, id string) (intent.Charge, error) {
-	ctx, cancel := s.dbContext(c)
+// operator on c (resolve.Resolver.Reconcile): the JSON API and the
+// operator's page both call it. Too soon after the last lookup is 429 with
+// Retry-After.
+func (p *Plane) reconcileCharge(c echo.Context, id string) (intent.Charge, error) {
+	ctx, cancel := p.api.DBContext(c)
 	defer cancel()
-	charge, err := intent.ForceCheck(ctx, s.cfg.DB, intent.ForcedCheck{ChargeID: id, Actor: operatorOf(c).Actor(), Floor: s.cfg.ReconcileFloor})
-	var conflict *intent.ConflictError
-	var tooSoon *intent.TooSoonError
-	switch {
-	case errors.As(err, &conflict):
-		return intent.Charge{}, problem(CodeChargeNotUnknown, fmt.Sprintf("only an unknown charge can be reconciled; this one is %s", conflict.Current))
-	case errors.As(err, &tooSoon):
-		p := problem(CodeReconcileTooSoon, fmt.Sprintf("the charge was looked up less than %s ago; the reconciler keeps looking on its own", s.cfg.ReconcileFloor))
-		p.RetryAfter = int(math.Ceil(tooSoon.Wait.Seconds()))
-		return intent.Charge{}, p
-	case err != nil:
-		return intent.Charge{}, err
+	charge, err := p.cfg.Resolve.Reconcile(ctx, operatorOf(c).Actor(), id)
+	if err != nil {
+		return intent.Charge{}, problemOf(err)
 	}
-	c.Set(logChargeKey, id)
-	c.Set(logTenantKey, charge.TenantID)
+	api.LogCharge(c, id)
+	api.LogTenant(c, charge.TenantID)
 	return charge, nil
-}
-
-// resolution is a validated resolve body.
-type resolution struct {
-	status           intent.State
-	evidence         string
-	providerChargeID string
-	failureCode      string
 }
 
 var (
@@ -194,12 +172,12 @@ const (
 
 // opsResolve settles a needs_review charge on an admin's written evidence,
 // given as a JSON body; see resolveCharge.
-func (s *Server) opsResolve(c echo.Context) error {
+func (p *Plane) opsResolve(c echo.Context) error {
 	id, err := opsIDParam(c)
 	if err != nil {
 		return err
 	}
-	body, err := readBody(c, s.cfg.MaxBodyBytes)
+	body, err := api.ReadBody(c, p.api.MaxBodyBytes())
 	if err != nil {
 		return err
 	}
@@ -207,142 +185,86 @@ func (s *Server) opsResolve(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	charge, err := s.resolveCharge(c, id, r)
+	charge, err := p.resolveCharge(c, id, r)
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(c, http.StatusOK, opsViewOf(charge, nil))
+	return p.api.WriteJSON(c, http.StatusOK, opsViewOf(charge, nil))
 }
 
 // resolveCharge settles a needs_review charge on the written evidence of
-// the operator on c: succeeded (with the provider's charge id), failed, or
-// pending (a new attempt with the same provider key, its job in the same
-// transaction). It is the one implementation of a resolve: the JSON API and
-// the operator's page both call it, so both are held to the same proof.
-//
-// The operator's word is checked against the provider before anything is
-// written, by a lookup of the charge's provider key (outside any
-// transaction): succeeded needs the provider to hold that charge id,
-// succeeded, with the charge's amount, currency and reference; failed and
-// pending are refused while the provider holds a successful charge under the
-// key; pending is refused once the provider's key window has passed, since
-// a new attempt could then be charged twice. Each refusal changes nothing.
-// A provider that cannot answer is 503: an operator's word alone settles
-// nothing the provider could contradict.
-func (s *Server) resolveCharge(c echo.Context, id string, r resolution) (intent.Charge, error) {
-	ctx, cancel := s.dbContext(c)
+// the operator on c (resolve.Resolver.Resolve, which holds it to the
+// provider's records): the JSON API and the operator's page both call it,
+// so both are held to the same proof.
+func (p *Plane) resolveCharge(c echo.Context, id string, r resolve.Resolution) (intent.Charge, error) {
+	ctx, cancel := p.api.DBContext(c)
 	defer cancel()
-	charge, err := intent.Find(ctx, s.cfg.DB, id)
-	if err != nil {
-		return intent.Charge{}, err
-	}
-	c.Set(logChargeKey, id)
-	c.Set(logTenantKey, charge.TenantID)
-	if charge.State != intent.StateNeedsReview {
-		return intent.Charge{}, problem(CodeChargeNotInReview, fmt.Sprintf("only a needs_review charge can be resolved; this one is %s", charge.State))
-	}
-	if err := s.verifyResolution(ctx, charge, r); err != nil {
-		return intent.Charge{}, err
-	}
-
-	move := intent.Move{
-		TenantID: charge.TenantID, ChargeID: id, From: intent.StateNeedsReview, To: r.status,
-		Actor: operatorOf(c).Actor(), Reason: "operator_resolved", Evidence: r.evidence,
-	}
-	switch r.status {
-	case intent.StateSucceeded:
-		move.ProviderChargeID = r.providerChargeID
-	case intent.StateFailed:
-		move.FailureCode = cmp.Or(r.failureCode, "resolved_by_operator")
-	}
-	err = pgx.BeginFunc(ctx, s.cfg.DB, func(tx pgx.Tx) error {
-		var err error
-		if charge, err = intent.MoveCharge(ctx, tx, move); err != nil {
-			return err
-		}
-		if r.status == intent.StatePending {
-			err = s.cfg.Jobs.Enqueue(ctx, tx, submit.ChargeArgs{TenantID: charge.TenantID, ChargeID: id})
-		}
-		return err
-	})
-	var conflict *intent.ConflictError
-	if errors.As(err, &conflict) {
-		return intent.Charge{}, problem(CodeChargeNotInReview, fmt.Sprintf("only a needs_review charge can be resolved; this one is %s", conflict.Current))
+	charge, err := p.cfg.Resolve.Resolve(ctx, operatorOf(c).Actor(), id, r)
+	if charge.ID != "" {
+		api.LogCharge(c, id)
+		api.LogTenant(c, charge.TenantID)
 	}
 	if err != nil {
-		return intent.Charge{}, err
+		return intent.Charge{}, problemOf(err)
 	}
 	return charge, nil
 }
 
-// verifyResolution holds an operator's resolution to what the provider says
-// about the charge's key; see resolveCharge.
-func (s *Server) verifyResolution(ctx context.Context, charge intent.Charge, r resolution) error {
-	if r.status == intent.StatePending {
-		sent := charge.FirstAttemptAt != nil
-		if sent && (s.cfg.ProviderKeyWindow == 0 || !s.cfg.Now().Before(charge.FirstAttemptAt.Add(s.cfg.ProviderKeyWindow))) {
-			return problem(CodeKeyWindowPassed, "the provider no longer de-duplicates this charge's key, so a new attempt could charge twice; "+
-				"resolve it to succeeded or failed with the provider's records")
-		}
+// problemOf is the problem a refusal of package resolve is answered with;
+// any other error goes to the API's error handler as it is.
+func problemOf(err error) error {
+	var refusal *resolve.Error
+	if !errors.As(err, &refusal) {
+		return err
 	}
-	found, err := settle.Find(ctx, s.cfg.DB, s.cfg.ProviderClient, charge)
-	notFound := errors.Is(err, psp.ErrNotFound)
-	if err != nil && !notFound {
-		p := problem(CodeProviderUnavailable, "the provider could not be asked about this charge ("+psp.ReasonOf(err)+"); nothing was changed")
-		p.RetryAfter = 5
-		p.cause = err
-		return p
-	}
-	holdsSuccess := !notFound && found.Status == psp.StatusSucceeded
-	switch r.status {
-	case intent.StateSucceeded:
-		switch {
-		case notFound:
-			return problem(CodeEvidenceMismatch, "the provider holds no charge under this charge's key")
-		case !holdsSuccess || found.ID != r.providerChargeID || found.Amount != charge.Amount ||
-			found.Currency != charge.Currency || found.Reference != charge.ID:
-			return problem(CodeEvidenceMismatch, "the provider does not hold a successful charge with that id, this amount and currency under this charge's key")
-		}
-	case intent.StateFailed, intent.StatePending:
-		if holdsSuccess {
-			return problem(CodeEvidenceMismatch, "the provider holds a successful charge under this charge's key; resolve it to succeeded with the provider's charge id")
-		}
-	}
-	return nil
+	p := api.NewProblem(refusalCodes[refusal.Reason], refusal.Detail)
+	p.RetryAfter = int(math.Ceil(refusal.Wait.Seconds()))
+	p.Cause = refusal.Err
+	return p
+}
+
+// refusalCodes is the problem code of each reason of a refusal.
+var refusalCodes = map[error]api.Code{
+	resolve.ErrNotInReview:         api.CodeChargeNotInReview,
+	resolve.ErrNotUnknown:          api.CodeChargeNotUnknown,
+	resolve.ErrTooSoon:             api.CodeReconcileTooSoon,
+	resolve.ErrKeyWindowPassed:     api.CodeKeyWindowPassed,
+	resolve.ErrEvidenceMismatch:    api.CodeEvidenceMismatch,
+	resolve.ErrProviderUnavailable: api.CodeProviderUnavailable,
 }
 
 // parseResolution parses a resolve body as strictly as a charge request.
 // The operator is the token's, never a body field.
-func parseResolution(body []byte) (resolution, error) {
+func parseResolution(body []byte) (resolve.Resolution, error) {
 	v, err := jsoncanon.Parse(body)
 	if err != nil {
-		return resolution{}, jsonProblem(err)
+		return resolve.Resolution{}, api.JSONProblem(err)
 	}
 	return resolutionOf(v)
 }
 
 // resolutionOf validates a parsed resolve body. The operator's page builds
 // the same object from its form, so both are held to the same rules.
-func resolutionOf(v jsoncanon.Value) (resolution, error) {
-	if field, found := findCardNumber(v, ""); found {
-		return resolution{}, fieldProblem(CodeCardNumberDetected, field, "the body contains what looks like a card number")
+func resolutionOf(v jsoncanon.Value) (resolve.Resolution, error) {
+	if field, found := api.FindCardNumber(v, ""); found {
+		return resolve.Resolution{}, api.FieldProblem(api.CodeCardNumberDetected, field, "the body contains what looks like a card number")
 	}
 	if v.Kind != jsoncanon.Object {
-		return resolution{}, problem(CodeInvalidJSON, "the body must be a JSON object")
+		return resolve.Resolution{}, api.NewProblem(api.CodeInvalidJSON, "the body must be a JSON object")
 	}
-	var r resolution
+	var r resolve.Resolution
 	// Every member is a string the database stores (the evidence and the
 	// provider's ids in the charge's events): each goes through storedText
 	// first, then its own pattern.
 	str := func(m jsoncanon.Member, max int, pattern *regexp.Regexp, detail string) (string, error) {
 		if m.Value.Kind != jsoncanon.String {
-			return "", fieldProblem(CodeInvalidField, m.Name, detail)
+			return "", api.FieldProblem(api.CodeInvalidField, m.Name, detail)
 		}
-		if err := storedText(m.Name, m.Name, m.Value.String, max); err != nil {
+		if err := api.StoredText(m.Name, m.Name, m.Value.String, max); err != nil {
 			return "", err
 		}
 		if pattern != nil && !pattern.MatchString(m.Value.String) {
-			return "", fieldProblem(CodeInvalidField, m.Name, detail)
+			return "", api.FieldProblem(api.CodeInvalidField, m.Name, detail)
 		}
 		return m.Value.String, nil
 	}
@@ -352,38 +274,38 @@ func resolutionOf(v jsoncanon.Value) (resolution, error) {
 		case "status":
 			var status string
 			status, err = str(m, 0, resolvedStatusPattern, "status must be succeeded, failed or pending")
-			r.status = intent.State(status)
+			r.Status = intent.State(status)
 		case "evidence":
-			r.evidence, err = str(m, maxEvidence, nil, "evidence must be a string")
-			if n := utf8.RuneCountInString(strings.TrimSpace(r.evidence)); err == nil && (n < minEvidence || n > maxEvidence) {
-				err = fieldProblem(CodeInvalidField, "evidence", fmt.Sprintf("evidence must be %d to %d characters: say what you checked and where", minEvidence, maxEvidence))
+			r.Evidence, err = str(m, maxEvidence, nil, "evidence must be a string")
+			if n := utf8.RuneCountInString(strings.TrimSpace(r.Evidence)); err == nil && (n < minEvidence || n > maxEvidence) {
+				err = api.FieldProblem(api.CodeInvalidField, "evidence", fmt.Sprintf("evidence must be %d to %d characters: say what you checked and where", minEvidence, maxEvidence))
 			}
 		case "provider_charge_id":
-			r.providerChargeID, err = str(m, 0, providerIDPattern, "provider_charge_id must be the provider's charge id")
+			r.ProviderChargeID, err = str(m, 0, providerIDPattern, "provider_charge_id must be the provider's charge id")
 		case "failure_code":
-			r.failureCode, err = str(m, 0, failureCodePattern, "failure_code must be snake_case, at most 64 characters")
+			r.FailureCode, err = str(m, 0, failureCodePattern, "failure_code must be snake_case, at most 64 characters")
 		default:
-			err = fieldProblem(CodeUnknownField, safeFieldName(m.Name), "this field is not part of a resolution (the operator is the token's)")
+			err = api.FieldProblem(api.CodeUnknownField, api.SafeFieldName(m.Name), "this field is not part of a resolution (the operator is the token's)")
 		}
 		if err != nil {
-			return resolution{}, err
+			return resolve.Resolution{}, err
 		}
 	}
 	// In a fixed order, so the field a problem names does not vary.
 	for _, required := range []struct{ name, value string }{
-		{"status", string(r.status)}, {"evidence", r.evidence},
+		{"status", string(r.Status)}, {"evidence", r.Evidence},
 	} {
 		if required.value == "" {
-			return resolution{}, fieldProblem(CodeMissingField, required.name, required.name+" is required")
+			return resolve.Resolution{}, api.FieldProblem(api.CodeMissingField, required.name, required.name+" is required")
 		}
 	}
 	switch {
-	case r.status == intent.StateSucceeded && r.providerChargeID == "":
-		return resolution{}, fieldProblem(CodeMissingField, "provider_charge_id", "resolving to succeeded needs the provider's charge id")
-	case r.status != intent.StateSucceeded && r.providerChargeID != "":
-		return resolution{}, fieldProblem(CodeInvalidField, "provider_charge_id", "only a succeeded resolution has a provider charge id")
-	case r.status != intent.StateFailed && r.failureCode != "":
-		return resolution{}, fieldProblem(CodeInvalidField, "failure_code", "only a failed resolution has a failure code")
+	case r.Status == intent.StateSucceeded && r.ProviderChargeID == "":
+		return resolve.Resolution{}, api.FieldProblem(api.CodeMissingField, "provider_charge_id", "resolving to succeeded needs the provider's charge id")
+	case r.Status != intent.StateSucceeded && r.ProviderChargeID != "":
+		return resolve.Resolution{}, api.FieldProblem(api.CodeInvalidField, "provider_charge_id", "only a succeeded resolution has a provider charge id")
+	case r.Status != intent.StateFailed && r.FailureCode != "":
+		return resolve.Resolution{}, api.FieldProblem(api.CodeInvalidField, "failure_code", "only a failed resolution has a failure code")
 	}
 	return r, nil
 }

@@ -1,4 +1,4 @@
-package api_test
+package opsplane_test
 
 import (
 	"context"
@@ -13,94 +13,7 @@ import (
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/lab/fakepsp"
-	"github.com/chargeflow/chargeflow/psp"
 )
-
-// walk moves a charge along the given states, as the worker and the
-// reconciler would.
-func (b *testBundle) walk(t *testing.T, tt testTenant, id string, states ...intent.State) {
-	t.Helper()
-	ctx := context.Background()
-	from := intent.StatePending
-	for _, to := range states {
-		m := intent.Move{TenantID: tt.ID, ChargeID: id, From: from, To: to, Actor: "test", Reason: "test", CountAttempt: to == intent.StateSubmitting}
-		if to == intent.StateNeedsReview {
-			m.ReviewReason = "lookup_unavailable"
-		}
-		_, err := intent.MoveCharge(ctx, b.pool, m)
-		require.NoError(t, err)
-		from = to
-	}
-}
-
-func (b *testBundle) newCharge(t *testing.T, tt testTenant, key string) string {
-	t.Helper()
-	resp := b.post(t, tt, key, validBody)
-	require.Equal(t, http.StatusCreated, resp.status)
-	return strings.TrimPrefix(resp.header.Get("Location"), "/v1/charges/")
-}
-
-// inReview makes a charge of tenant A that is in needs_review.
-func (b *testBundle) inReview(t *testing.T, key string) string {
-	t.Helper()
-	id := b.newCharge(t, b.tenantA, key)
-	b.walk(t, b.tenantA, id, intent.StateSubmitting, intent.StateUnknown, intent.StateNeedsReview)
-	return id
-}
-
-// chargeAtProvider applies a charge at the fake provider under the
-// charge's provider key, as a lost call would have, and returns the
-// provider's charge id.
-func (b *testBundle) chargeAtProvider(t *testing.T, id string, amount int64, currency string) string {
-	t.Helper()
-	answer, err := psp.NewClient(psp.Config{BaseURL: b.psp.URL}).Charge(context.Background(), psp.ChargeRequest{Key: intent.ProviderKeyFor(id), Amount: amount,
-		Currency: currency, PaymentMethod: "pm_card_visa", Reference: id})
-	require.NoError(t, err)
-	return answer.ID
-}
-
-// ops calls an /ops/v1 route with a bearer credential.
-func (b *testBundle) ops(t *testing.T, credential, method, path, body string) response {
-	t.Helper()
-	headers := []string{"Content-Type", "application/json"}
-	if credential != "" {
-		headers = append(headers, "Authorization", "Bearer "+credential)
-	}
-	return b.request(t, method, "/ops/v1"+path, body, headers...)
-}
-
-func (b *testBundle) resolve(t *testing.T, credential, id, body string) response {
-	t.Helper()
-	return b.ops(t, credential, http.MethodPost, "/charges/"+id+"/resolve", body)
-}
-
-// opsCharge reads a charge as an operator.
-func (b *testBundle) opsCharge(t *testing.T, id string) (charge map[string]any, events []map[string]any) {
-	t.Helper()
-	resp := b.ops(t, b.viewer.Token, http.MethodGet, "/charges/"+id, "")
-	require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
-	var view struct {
-		Events []map[string]any `json:"events"`
-	}
-	require.NoError(t, json.Unmarshal(resp.body, &charge))
-	require.NoError(t, json.Unmarshal(resp.body, &view))
-	return charge, view.Events
-}
-
-func (b *testBundle) lastEvent(t *testing.T, id string) map[string]any {
-	t.Helper()
-	_, events := b.opsCharge(t, id)
-	return events[len(events)-1]
-}
-
-// ledger counts what the fake provider applied: charges and lookups are
-// not both here, but a refused resolution must never have sent a charge.
-func (b *testBundle) ledger(t *testing.T) int {
-	t.Helper()
-	entries, err := fakepsp.FetchLedger(context.Background(), b.psp.URL, true)
-	require.NoError(t, err)
-	return len(entries)
-}
 
 // A merchant's API key never serves /ops/; a viewer reads but cannot act;
 // a refusal changes nothing.

@@ -1,4 +1,4 @@
-package api
+package opsplane
 
 import (
 	"bytes"
@@ -17,9 +17,11 @@ import (
 	"github.com/bojanz/currency"
 	"github.com/labstack/echo/v4"
 
+	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/api/jsoncanon"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/operator"
+	"github.com/chargeflow/chargeflow/resolve"
 )
 
 // The operator's page (docs/operations.md, "Operators"): /ops/ serves a
@@ -27,12 +29,12 @@ import (
 // state, the review queue, a charge's timeline, and for admins the resolve
 // and reconcile forms — rendered on the server from embedded templates, with
 // no script and no build step. Signing in and the CSRF token are in
-// opspage_session.go. Every action goes through the JSON API's own
+// session.go. Every action goes through the JSON API's own
 // resolveCharge and reconcileCharge: the page is another way to ask, never
 // another implementation.
 
-//go:embed opspage
-var opsPageFS embed.FS
+//go:embed page
+var pageFS embed.FS
 
 // Content-Security-Policy of the pages. Ours need nothing but their own
 // stylesheet and forms that post to themselves; River's job UI is a script
@@ -48,8 +50,8 @@ const (
 // queuePageSize is how many charges the page lists at once.
 const queuePageSize = 50
 
-// opsPages is what the page is rendered from, parsed once by New.
-type opsPages struct {
+// pages is what the page is rendered from, parsed once by New.
+type pages struct {
 	templates map[string]*template.Template
 	css       []byte
 	// styleURL names the stylesheet by its content, so browsers may keep it
@@ -57,23 +59,23 @@ type opsPages struct {
 	styleURL string
 }
 
-func newOpsPages() (*opsPages, error) {
-	css, err := opsPageFS.ReadFile("opspage/ops.css")
+func newPages() (*pages, error) {
+	css, err := pageFS.ReadFile("page/ops.css")
 	if err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256(css)
-	p := &opsPages{templates: map[string]*template.Template{}, css: css,
+	pp := &pages{templates: map[string]*template.Template{}, css: css,
 		styleURL: "/ops/ops.css?v=" + hex.EncodeToString(sum[:6])}
 	funcs := template.FuncMap{"money": money, "when": when}
 	for _, name := range []string{"sign-in", "home", "charge", "problem", "jobs-missing"} {
-		t, err := template.New(name).Funcs(funcs).ParseFS(opsPageFS, "opspage/layout.html", "opspage/"+name+".html")
+		t, err := template.New(name).Funcs(funcs).ParseFS(pageFS, "page/layout.html", "page/"+name+".html")
 		if err != nil {
-			return nil, fmt.Errorf("api: page template %s: %w", name, err)
+			return nil, fmt.Errorf("opsplane: page template %s: %w", name, err)
 		}
-		p.templates[name] = t
+		pp.templates[name] = t
 	}
-	return p, nil
+	return pp, nil
 }
 
 // pageBase is what the layout of every page shows.
@@ -87,8 +89,8 @@ type pageBase struct {
 	CSRF string
 }
 
-func (s *Server) pageBase(c echo.Context, title string) pageBase {
-	b := pageBase{Title: title, StyleURL: s.pages.styleURL, Operator: operatorOf(c)}
+func (p *Plane) pageBase(c echo.Context, title string) pageBase {
+	b := pageBase{Title: title, StyleURL: p.pages.styleURL, Operator: operatorOf(c)}
 	if session, ok := sessionOf(c); ok {
 		b.CSRF = csrfToken(session.ID)
 	}
@@ -97,9 +99,9 @@ func (s *Server) pageBase(c echo.Context, title string) pageBase {
 
 // render writes a page in full or not at all: a template error is a 500,
 // never half a page.
-func (s *Server) render(c echo.Context, status int, name string, data any) error {
+func (p *Plane) render(c echo.Context, status int, name string, data any) error {
 	var buf bytes.Buffer
-	if err := s.pages.templates[name].ExecuteTemplate(&buf, "layout", data); err != nil {
+	if err := p.pages.templates[name].ExecuteTemplate(&buf, "layout", data); err != nil {
 		return fmt.Errorf("render page %s: %w", name, err)
 	}
 	// Pages show charges and carry the CSRF token: no cache keeps them,
@@ -124,31 +126,31 @@ func pageHeaders(csp string) echo.MiddlewareFunc {
 }
 
 // pageErrors shows a person, as a page, the problem a program would get as
-// problem+json: the status and detail come from problemFor, the one place
+// problem+json: the status and detail come from api.ProblemFor, the one place
 // errors become statuses.
-func (s *Server) pageErrors(next echo.HandlerFunc) echo.HandlerFunc {
+func (p *Plane) pageErrors(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		err := next(c)
 		if err == nil || c.Response().Committed {
 			return err
 		}
-		p := s.noteProblem(c, err)
-		return s.render(c, p.Status, "problem", struct {
+		pr := p.noteProblem(c, err)
+		return p.render(c, pr.Status, "problem", struct {
 			pageBase
-			Problem *Problem
-		}{s.pageBase(c, p.Title), p})
+			Problem *api.Problem
+		}{p.pageBase(c, pr.Title), pr})
 	}
 }
 
 // noteProblem turns err into its problem and records it for the request
 // log and the problems metric, as handleError does for the JSON API.
-func (s *Server) noteProblem(c echo.Context, err error) *Problem {
-	p := problemFor(err)
-	c.Set(logProblemKey, p)
-	if p.RetryAfter > 0 {
-		c.Response().Header().Set("Retry-After", strconv.Itoa(p.RetryAfter))
+func (p *Plane) noteProblem(c echo.Context, err error) *api.Problem {
+	pr := api.ProblemFor(err)
+	api.LogProblem(c, pr)
+	if pr.RetryAfter > 0 {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(pr.RetryAfter))
 	}
-	return p
+	return pr
 }
 
 // redirectTo answers every request with a redirect to path.
@@ -157,9 +159,9 @@ func redirectTo(path string) echo.HandlerFunc {
 }
 
 // pageStyle serves the stylesheet. Its URL changes with its content.
-func (s *Server) pageStyle(c echo.Context) error {
+func (p *Plane) pageStyle(c echo.Context) error {
 	c.Response().Header().Set("Cache-Control", "public, max-age=31536000, immutable")
-	return c.Blob(http.StatusOK, "text/css; charset=utf-8", s.pages.css)
+	return c.Blob(http.StatusOK, "text/css; charset=utf-8", p.pages.css)
 }
 
 type stateCount struct {
@@ -173,18 +175,18 @@ type stateCount struct {
 // pageHome shows the charges by state and a listing, the review queue
 // unless ?status= names another state. It takes the JSON listing's query
 // parameters (status, tenant, limit, starting_after).
-func (s *Server) pageHome(c echo.Context) error {
-	params, err := listParams(c, intent.ListParams{AllTenants: true, State: intent.StateNeedsReview, Limit: queuePageSize})
+func (p *Plane) pageHome(c echo.Context) error {
+	params, err := api.ListQuery(c, intent.ListParams{AllTenants: true, State: intent.StateNeedsReview, Limit: queuePageSize})
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := p.api.DBContext(c)
 	defer cancel()
-	counts, countedAt, err := s.telemetry.charges.counts(ctx)
+	counts, countedAt, err := p.cfg.Census.Counts(ctx)
 	if err != nil {
 		return err
 	}
-	charges, more, err := intent.List(ctx, s.cfg.DB, params)
+	charges, more, err := intent.List(ctx, p.cfg.DB, params)
 	if err != nil {
 		return err
 	}
@@ -196,14 +198,14 @@ func (s *Server) pageHome(c echo.Context) error {
 		Charges   []intent.Charge
 		// Older is the starting_after of the next page; "" on the last.
 		Older string
-	}{pageBase: s.pageBase(c, "Charges"), CountedAt: countedAt, State: params.State, Charges: charges}
+	}{pageBase: p.pageBase(c, "Charges"), CountedAt: countedAt, State: params.State, Charges: charges}
 	for _, state := range intent.States() {
 		page.Counts = append(page.Counts, stateCount{state, counts.Counts[state], counts.Estimated[state]})
 	}
 	if more {
 		page.Older = charges[len(charges)-1].ID
 	}
-	return s.render(c, http.StatusOK, "home", page)
+	return p.render(c, http.StatusOK, "home", page)
 }
 
 // pageOutcome is the banner above a charge after an action: what happened,
@@ -212,7 +214,7 @@ type pageOutcome struct {
 	OK     bool
 	Title  string
 	Detail string
-	Code   Code
+	Code   api.Code
 }
 
 // resolveForm is what the resolve form shows: empty at first, what the
@@ -230,20 +232,20 @@ var doneOutcomes = map[string]pageOutcome{
 }
 
 // pageCharge shows a charge, its timeline, and an admin's forms.
-func (s *Server) pageCharge(c echo.Context) error {
+func (p *Plane) pageCharge(c echo.Context) error {
 	var outcome *pageOutcome
 	if o, ok := doneOutcomes[c.QueryParam("done")]; ok {
 		outcome = &o
 	}
-	return s.renderCharge(c, http.StatusOK, outcome, resolveForm{Status: string(intent.StateSucceeded)})
+	return p.renderCharge(c, http.StatusOK, outcome, resolveForm{Status: string(intent.StateSucceeded)})
 }
 
-func (s *Server) renderCharge(c echo.Context, status int, outcome *pageOutcome, form resolveForm) error {
-	charge, events, err := s.findWithEvents(c)
+func (p *Plane) renderCharge(c echo.Context, status int, outcome *pageOutcome, form resolveForm) error {
+	charge, events, err := p.findWithEvents(c)
 	if err != nil {
 		return err
 	}
-	return s.render(c, status, "charge", struct {
+	return p.render(c, status, "charge", struct {
 		pageBase
 		Charge         intent.Charge
 		Facts          []fact
@@ -253,8 +255,8 @@ func (s *Server) renderCharge(c echo.Context, status int, outcome *pageOutcome, 
 		Form           resolveForm
 		ReconcileFloor time.Duration
 	}{
-		pageBase: s.pageBase(c, charge.ID), Charge: charge, Facts: chargeFacts(charge), Events: events,
-		Outcome: outcome, Admin: operatorOf(c).Role == operator.RoleAdmin, Form: form, ReconcileFloor: s.cfg.ReconcileFloor,
+		pageBase: p.pageBase(c, charge.ID), Charge: charge, Facts: chargeFacts(charge), Events: events,
+		Outcome: outcome, Admin: operatorOf(c).Role == operator.RoleAdmin, Form: form, ReconcileFloor: p.cfg.Resolve.ReconcileFloor(),
 	})
 }
 
@@ -263,7 +265,7 @@ func (s *Server) renderCharge(c echo.Context, status int, outcome *pageOutcome, 
 // to the charge (so a reload does not post again); a refusal shows the
 // charge with the problem, under the problem's status, and the form as the
 // operator filled it.
-func (s *Server) pageResolve(c echo.Context) error {
+func (p *Plane) pageResolve(c echo.Context) error {
 	id, err := opsIDParam(c)
 	if err != nil {
 		return err
@@ -273,32 +275,32 @@ func (s *Server) pageResolve(c echo.Context) error {
 		FailureCode: form.Get("failure_code"), Evidence: form.Get("evidence")}
 	r, err := resolutionFromForm(form)
 	if err == nil {
-		_, err = s.resolveCharge(c, id, r)
+		_, err = p.resolveCharge(c, id, r)
 	}
 	if err != nil {
-		return s.renderRefusal(c, err, typed)
+		return p.renderRefusal(c, err, typed)
 	}
 	return c.Redirect(http.StatusSeeOther, "/ops/charges/"+id+"?done=resolved")
 }
 
 // pageReconcile is the "reconcile now" button's POST: the same
 // reconcileCharge as POST /ops/v1/charges/{id}/reconcile.
-func (s *Server) pageReconcile(c echo.Context) error {
+func (p *Plane) pageReconcile(c echo.Context) error {
 	id, err := opsIDParam(c)
 	if err != nil {
 		return err
 	}
-	if _, err := s.reconcileCharge(c, id); err != nil {
-		return s.renderRefusal(c, err, resolveForm{Status: string(intent.StateSucceeded)})
+	if _, err := p.reconcileCharge(c, id); err != nil {
+		return p.renderRefusal(c, err, resolveForm{Status: string(intent.StateSucceeded)})
 	}
 	return c.Redirect(http.StatusSeeOther, "/ops/charges/"+id+"?done=reconcile")
 }
 
 // renderRefusal shows the charge with the problem that refused an action.
-// An internal error shows no cause, as problemFor's answer has none.
-func (s *Server) renderRefusal(c echo.Context, err error, typed resolveForm) error {
-	p := s.noteProblem(c, err)
-	return s.renderCharge(c, p.Status, &pageOutcome{Title: p.Title, Detail: p.Detail, Code: p.Code}, typed)
+// An internal error shows no cause, as api.ProblemFor's answer has none.
+func (p *Plane) renderRefusal(c echo.Context, err error, typed resolveForm) error {
+	pr := p.noteProblem(c, err)
+	return p.renderCharge(c, pr.Status, &pageOutcome{Title: pr.Title, Detail: pr.Detail, Code: pr.Code}, typed)
 }
 
 // resolutionFromForm reads the resolve form as the JSON body it stands
@@ -308,7 +310,7 @@ func (s *Server) renderRefusal(c echo.Context, err error, typed resolveForm) err
 // as they came, where the JSON parser has already refused invalid UTF-8).
 // Empty optional fields are absent; fields the form does not have are not
 // read.
-func resolutionFromForm(form url.Values) (resolution, error) {
+func resolutionFromForm(form url.Values) (resolve.Resolution, error) {
 	v := jsoncanon.Value{Kind: jsoncanon.Object}
 	for _, name := range []string{"status", "evidence", "provider_charge_id", "failure_code"} {
 		values := form[name]
@@ -316,7 +318,7 @@ func resolutionFromForm(form url.Values) (resolution, error) {
 		case len(values) == 0:
 			continue
 		case len(values) > 1:
-			return resolution{}, fieldProblem(CodeDuplicateMember, name, "the form sent "+name+" more than once")
+			return resolve.Resolution{}, api.FieldProblem(api.CodeDuplicateMember, name, "the form sent "+name+" more than once")
 		case values[0] == "" && (name == "provider_charge_id" || name == "failure_code"):
 			continue
 		}
@@ -327,12 +329,12 @@ func resolutionFromForm(form url.Values) (resolution, error) {
 
 // pageJobs serves River's job UI (Config.JobsUI) to a signed-in operator,
 // or says that this process has none.
-func (s *Server) pageJobs(c echo.Context) error {
-	if s.cfg.JobsUI == nil {
+func (p *Plane) pageJobs(c echo.Context) error {
+	if p.cfg.JobsUI == nil {
 		c.Response().Header().Set("Content-Security-Policy", pageCSP) // our page, not River's
-		return s.render(c, http.StatusNotFound, "jobs-missing", s.pageBase(c, "Jobs"))
+		return p.render(c, http.StatusNotFound, "jobs-missing", p.pageBase(c, "Jobs"))
 	}
-	s.cfg.JobsUI.ServeHTTP(c.Response(), c.Request())
+	p.cfg.JobsUI.ServeHTTP(c.Response(), c.Request())
 	return nil
 }
 

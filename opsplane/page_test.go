@@ -1,4 +1,4 @@
-package api_test
+package opsplane_test
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -18,103 +17,6 @@ import (
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/operator"
 )
-
-// noRedirects is a client that shows the page's redirects instead of
-// following them.
-var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-
-// pageRequest is one request to the operator's page at baseURL, with a
-// session cookie (or none) and a form body (or none).
-func pageRequest(t *testing.T, baseURL string, cookie *http.Cookie, method, path string, form url.Values, headers ...string) response {
-	t.Helper()
-	var body io.Reader
-	if form != nil {
-		body = strings.NewReader(form.Encode())
-	}
-	req, err := http.NewRequest(method, baseURL+path, body)
-	require.NoError(t, err)
-	if form != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
-	if cookie != nil {
-		req.AddCookie(cookie)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Add(headers[i], headers[i+1])
-	}
-	resp, err := noRedirects.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return response{status: resp.StatusCode, header: resp.Header, body: data}
-}
-
-// cookieOf returns the session cookie a response sets, or nil.
-func cookieOf(resp response) *http.Cookie {
-	for _, c := range (&http.Response{Header: resp.header}).Cookies() {
-		if c.Name == "chargeflow_ops" {
-			return c
-		}
-	}
-	return nil
-}
-
-var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
-
-// pageSession is a signed-in browser, as plain HTTP: its cookie and the
-// CSRF token its pages carry.
-type pageSession struct {
-	url    string
-	cookie *http.Cookie
-	csrf   string
-}
-
-// signIn signs in to the page at baseURL with an operator token.
-func signIn(t *testing.T, baseURL, token string) pageSession {
-	t.Helper()
-	resp := pageRequest(t, baseURL, nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {token}})
-	require.Equal(t, http.StatusSeeOther, resp.status, "body: %s", resp.body)
-	require.Equal(t, "/ops/", resp.header.Get("Location"))
-	s := pageSession{url: baseURL, cookie: cookieOf(resp)}
-	require.NotNil(t, s.cookie)
-	home := s.get(t, "/ops/")
-	require.Equal(t, http.StatusOK, home.status, "body: %s", home.body)
-	m := csrfField.FindSubmatch(home.body)
-	require.NotNil(t, m, "every page has the sign-out form and its token")
-	s.csrf = html.UnescapeString(string(m[1]))
-	return s
-}
-
-func (s pageSession) get(t *testing.T, path string) response {
-	t.Helper()
-	return pageRequest(t, s.url, s.cookie, http.MethodGet, path, nil)
-}
-
-// post sends a form with the session's CSRF token, unless the form has
-// its own csrf field.
-func (s pageSession) post(t *testing.T, path string, form url.Values, headers ...string) response {
-	t.Helper()
-	if _, ok := form["csrf"]; !ok {
-		form.Set("csrf", s.csrf)
-	}
-	return pageRequest(t, s.url, s.cookie, http.MethodPost, path, form, headers...)
-}
-
-// requirePage checks an HTML answer of the page and its security headers.
-func requirePage(t *testing.T, resp response, status int, contains ...string) {
-	t.Helper()
-	require.Equal(t, status, resp.status, "body: %s", resp.body)
-	require.Equal(t, "text/html; charset=UTF-8", resp.header.Get("Content-Type"))
-	require.Equal(t, "DENY", resp.header.Get("X-Frame-Options"))
-	require.Equal(t, "no-referrer", resp.header.Get("Referrer-Policy"))
-	require.Contains(t, resp.header.Get("Content-Security-Policy"), "default-src 'none'")
-	require.Contains(t, resp.header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
-	require.NotContains(t, resp.header.Get("Content-Security-Policy"), "script-src")
-	for _, s := range contains {
-		require.Contains(t, string(resp.body), s)
-	}
-}
 
 // Only an operator's token signs in, into a session that every API process
 // knows, that the JSON API does not take, and that signing out ends
@@ -205,7 +107,7 @@ func TestOpsPageSignIn(t *testing.T) {
 
 	// Behind a proxy that ends TLS, the cookie can be made Secure.
 	cfg := b.cfg
-	cfg.OpsSecureCookie = true
+	cfg.Ops.SecureCookie = true
 	resp = pageRequest(t, b.serve(t, cfg), nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {b.viewer.Token}})
 	require.Equal(t, http.StatusSeeOther, resp.status)
 	require.True(t, cookieOf(resp).Secure)
@@ -360,7 +262,7 @@ func TestOpsPageJobs(t *testing.T) {
 	var mu sync.Mutex
 	var served []string
 	cfg := b.cfg
-	cfg.JobsUI = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	cfg.Ops.JobsUI = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		served = append(served, r.Method+" "+r.URL.Path)
 		mu.Unlock()

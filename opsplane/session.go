@@ -1,4 +1,4 @@
-package api
+package opsplane
 
 import (
 	"crypto/hmac"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/operator"
 )
 
@@ -43,79 +44,78 @@ const (
 )
 
 // pageSignInForm shows the sign-in form.
-func (s *Server) pageSignInForm(c echo.Context) error {
-	return s.renderSignIn(c, http.StatusOK, "")
+func (p *Plane) pageSignInForm(c echo.Context) error {
+	return p.renderSignIn(c, http.StatusOK, "")
 }
 
-func (s *Server) renderSignIn(c echo.Context, status int, message string) error {
-	return s.render(c, status, "sign-in", struct {
+func (p *Plane) renderSignIn(c echo.Context, status int, message string) error {
+	return p.render(c, status, "sign-in", struct {
 		pageBase
 		Error string
-	}{s.pageBase(c, "Sign in"), message})
+	}{p.pageBase(c, "Sign in"), message})
 }
 
 // pageSignIn checks an operator token with operator.Authenticate and starts
 // a session. A token that is not an operator's — a merchant's API key, a
 // revoked operator's, a typo — is 401 with the form again and no cookie.
 // The token is never logged, whether it worked or not.
-func (s *Server) pageSignIn(c echo.Context) error {
-	form, err := readForm(c, s.cfg.MaxBodyBytes)
+func (p *Plane) pageSignIn(c echo.Context) error {
+	form, err := readForm(c, p.api.MaxBodyBytes())
 	if err != nil {
 		return err
 	}
 	// Failed sign-ins count against the address as failed bearer
-	// authentications do (authlimit.go), so tokens cannot be guessed here
-	// faster than on the API.
-	addr := clientAddress(c.Request())
-	if wait, blocked := s.authFailures.blocked(addr, s.cfg.Now()); blocked {
-		p := problem(CodeTooManyAuthFailures, "")
-		p.RetryAfter = max(1, int(math.Ceil(wait.Seconds())))
-		c.Set(logProblemKey, p)
-		c.Response().Header().Set("Retry-After", strconv.Itoa(p.RetryAfter))
-		return s.renderSignIn(c, http.StatusTooManyRequests,
-			fmt.Sprintf("Too many failed sign-ins from this address; try again in %d seconds.", p.RetryAfter))
+	// authentications do (api.Server.AuthFailureWait), so tokens cannot be
+	// guessed here faster than on the API.
+	if wait, blocked := p.api.AuthFailureWait(c.Request()); blocked {
+		pr := api.NewProblem(api.CodeTooManyAuthFailures, "")
+		pr.RetryAfter = max(1, int(math.Ceil(wait.Seconds())))
+		api.LogProblem(c, pr)
+		c.Response().Header().Set("Retry-After", strconv.Itoa(pr.RetryAfter))
+		return p.renderSignIn(c, http.StatusTooManyRequests,
+			fmt.Sprintf("Too many failed sign-ins from this address; try again in %d seconds.", pr.RetryAfter))
 	}
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := p.api.DBContext(c)
 	defer cancel()
-	op, err := operator.Authenticate(ctx, s.cfg.DB, strings.TrimSpace(form.Get("token")))
+	op, err := operator.Authenticate(ctx, p.cfg.DB, strings.TrimSpace(form.Get("token")))
 	if errors.Is(err, operator.ErrUnauthenticated) {
-		s.authFailures.fail(addr, s.cfg.Now())
-		c.Set(logProblemKey, problem(CodeUnauthorized, ""))
-		return s.renderSignIn(c, http.StatusUnauthorized,
+		p.api.AuthFailed(c.Request())
+		api.LogProblem(c, api.NewProblem(api.CodeUnauthorized, ""))
+		return p.renderSignIn(c, http.StatusUnauthorized,
 			"That is not a valid operator token. Operator tokens start with cfo_; a merchant's API key does not sign in here.")
 	}
 	if err != nil {
 		return err
 	}
-	c.Set(logOperatorKey, op.ID)
-	session, err := operator.StartSession(ctx, s.cfg.DB, op, s.cfg.OpsSessionTTL)
+	api.LogOperator(c, op.ID)
+	session, err := operator.StartSession(ctx, p.cfg.DB, op, p.cfg.SessionTTL)
 	if err != nil {
 		return err
 	}
-	c.SetCookie(s.sessionCookie(c, session.ID, session.ExpiresAt))
+	c.SetCookie(p.sessionCookie(c, session.ID, session.ExpiresAt))
 	return c.Redirect(http.StatusSeeOther, "/ops/")
 }
 
 // pageSignOut ends the session everywhere and clears the cookie.
-func (s *Server) pageSignOut(c echo.Context) error {
+func (p *Plane) pageSignOut(c echo.Context) error {
 	session, _ := sessionOf(c)
-	ctx, cancel := s.dbContext(c)
+	ctx, cancel := p.api.DBContext(c)
 	defer cancel()
-	if err := operator.EndSession(ctx, s.cfg.DB, session.ID); err != nil {
+	if err := operator.EndSession(ctx, p.cfg.DB, session.ID); err != nil {
 		return err
 	}
-	c.SetCookie(s.sessionCookie(c, "", time.Time{}))
+	c.SetCookie(p.sessionCookie(c, "", time.Time{}))
 	return c.Redirect(http.StatusSeeOther, signInPath)
 }
 
 // sessionCookie is the session's cookie, or with no value the one that
 // deletes it. Secure whenever the request came over TLS, and always with
-// Config.OpsSecureCookie (TLS ending at a proxy in front of the API).
-func (s *Server) sessionCookie(c echo.Context, value string, expires time.Time) *http.Cookie {
+// Config.SecureCookie (TLS ending at a proxy in front of the API).
+func (p *Plane) sessionCookie(c echo.Context, value string, expires time.Time) *http.Cookie {
 	cookie := &http.Cookie{
 		Name: sessionCookieName, Value: value, Path: "/ops/",
 		HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: s.cfg.OpsSecureCookie || c.Request().TLS != nil,
+		Secure: p.cfg.SecureCookie || c.Request().TLS != nil,
 	}
 	if value == "" {
 		cookie.MaxAge = -1
@@ -130,13 +130,13 @@ func (s *Server) sessionCookie(c echo.Context, value string, expires time.Time) 
 // session, whose operator is then the request's as if it had sent the
 // token. Without one a GET goes to the sign-in form and anything else is
 // 401.
-func (s *Server) signedIn(next echo.HandlerFunc) echo.HandlerFunc {
+func (p *Plane) signedIn(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		var session operator.Session
 		cookie, err := c.Cookie(sessionCookieName)
 		if err == nil {
-			ctx, cancel := s.dbContext(c)
-			session, err = operator.FindSession(ctx, s.cfg.DB, cookie.Value)
+			ctx, cancel := p.api.DBContext(c)
+			session, err = operator.FindSession(ctx, p.cfg.DB, cookie.Value)
 			cancel()
 		}
 		if errors.Is(err, http.ErrNoCookie) || errors.Is(err, operator.ErrUnauthenticated) {
@@ -144,14 +144,14 @@ func (s *Server) signedIn(next echo.HandlerFunc) echo.HandlerFunc {
 			case http.MethodGet, http.MethodHead:
 				return c.Redirect(http.StatusSeeOther, signInPath)
 			}
-			return problem(CodeUnauthorized, "sign in at "+signInPath+" first")
+			return api.NewProblem(api.CodeUnauthorized, "sign in at "+signInPath+" first")
 		}
 		if err != nil {
 			return err
 		}
 		c.Set(sessionKey, session)
 		c.Set(operatorKey, session.Operator)
-		c.Set(logOperatorKey, session.Operator.ID)
+		api.LogOperator(c, session.Operator.ID)
 		return next(c)
 	}
 }
@@ -171,16 +171,16 @@ func csrfToken(sessionID string) string {
 
 // checkCSRF refuses a form whose csrf field is not the session's token:
 // 403, nothing changed. It runs after signedIn.
-func (s *Server) checkCSRF(next echo.HandlerFunc) echo.HandlerFunc {
+func (p *Plane) checkCSRF(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		form, err := readForm(c, s.cfg.MaxBodyBytes)
+		form, err := readForm(c, p.api.MaxBodyBytes())
 		if err != nil {
 			return err
 		}
 		session, ok := sessionOf(c)
 		got := form["csrf"]
 		if !ok || len(got) != 1 || !hmac.Equal([]byte(got[0]), []byte(csrfToken(session.ID))) {
-			return problem(CodeForbidden, "this form's CSRF token is not your session's; reload the page and try again")
+			return api.NewProblem(api.CodeForbidden, "this form's CSRF token is not your session's; reload the page and try again")
 		}
 		return next(c)
 	}
@@ -191,10 +191,10 @@ func (s *Server) checkCSRF(next echo.HandlerFunc) echo.HandlerFunc {
 // it carries: the first line against cross-site forgery, before the CSRF
 // token, and the only one for River's job UI, whose scripts cannot send
 // our token.
-func (s *Server) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
+func (p *Plane) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if err := s.crossOrigin.Check(c.Request()); err != nil {
-			return problem(CodeForbidden, "a cross-origin request cannot change anything here")
+		if err := p.crossOrigin.Check(c.Request()); err != nil {
+			return api.NewProblem(api.CodeForbidden, "a cross-origin request cannot change anything here")
 		}
 		return next(c)
 	}
@@ -208,15 +208,15 @@ func readForm(c echo.Context, limit int64) (url.Values, error) {
 	}
 	mediaType, _, err := mime.ParseMediaType(c.Request().Header.Get("Content-Type"))
 	if err != nil || mediaType != "application/x-www-form-urlencoded" {
-		return nil, problem(CodeUnsupportedMediaType, "send the page's form (application/x-www-form-urlencoded)")
+		return nil, api.NewProblem(api.CodeUnsupportedMediaType, "send the page's form (application/x-www-form-urlencoded)")
 	}
-	body, err := readLimited(c, limit)
+	body, err := api.ReadLimited(c, limit)
 	if err != nil {
 		return nil, err
 	}
 	form, err := url.ParseQuery(string(body))
 	if err != nil {
-		return nil, problem(CodeInvalidField, "the form could not be read")
+		return nil, api.NewProblem(api.CodeInvalidField, "the form could not be read")
 	}
 	c.Set(formKey, form)
 	return form, nil

@@ -5,14 +5,18 @@ import (
 	"flag"
 	"time"
 
+	"github.com/chargeflow/chargeflow/accept"
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/opsplane"
+	"github.com/chargeflow/chargeflow/resolve"
 	"github.com/chargeflow/chargeflow/submit"
 )
 
 // bindAPI registers the API's flags into o; addr receives --addr.
 func bindAPI(fs *flag.FlagSet, o *app.Options, addr *string) {
 	d, da := app.Defaults(), api.Defaults()
+	dacc, dres, dops := accept.Defaults(), resolve.Defaults(), opsplane.Defaults()
 	fs.StringVar(addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.DurationVar(&o.APIPool.LockTimeout, "lock-timeout", d.APIPool.LockTimeout, "how long a request waits for another one holding the same idempotency key before answering 409")
 	fs.Float64Var(&o.API.RateLimit, "rate-limit", da.RateLimit, "requests per second per tenant (per API process), unless the tenant has its own")
@@ -20,13 +24,13 @@ func bindAPI(fs *flag.FlagSet, o *app.Options, addr *string) {
 	fs.IntVar(&o.API.AuthFailureLimit, "auth-failure-limit", da.AuthFailureLimit, "failed authentications a client address may make a minute (per API process) before it gets 429")
 	fs.Int64Var(&o.API.MaxAmount, "max-amount", da.MaxAmount, "largest amount accepted, in minor units of a two-decimal currency (USD, EUR): the same number of major units caps every currency, scaled to its minor unit (JPY 999,999, KWD 999,999,990 by default)")
 	fs.DurationVar(&o.API.IdempotencyTTL, "idempotency-ttl", da.IdempotencyTTL, "how long idempotency keys are remembered (1h to 168h)")
-	fs.IntVar(&o.API.ReplayCache, "replay-cache", da.ReplayCache, "idempotency records kept in memory (per API process) to answer retries without a database read; negative keeps none")
-	fs.IntVar(&o.API.AcceptBatches, "accept-batches", da.AcceptBatches, "accept statements run at once (per API process); the charges arriving while one runs share the next statement and commit; negative sends each charge in its own")
+	fs.IntVar(&o.Accept.ReplayCache, "replay-cache", dacc.ReplayCache, "idempotency records kept in memory (per API process) to answer retries without a database read; negative keeps none")
+	fs.IntVar(&o.Accept.Batches, "accept-batches", dacc.Batches, "accept statements run at once (per API process); the charges arriving while one runs share the next statement and commit; negative sends each charge in its own")
 	bindSubmitMaxAttempts(fs, o)
 	fs.IntVar(&o.APIPool.MaxConns, "max-conns", d.APIPool.MaxConns, "database connections")
-	fs.DurationVar(&o.API.ReconcileFloor, "reconcile-floor", da.ReconcileFloor, "least time between an operator's forced lookup of a charge and the previous lookup")
-	fs.DurationVar(&o.API.OpsSessionTTL, "ops-session-ttl", da.OpsSessionTTL, "how long a sign-in to the operator's page at /ops/ lasts")
-	fs.BoolVar(&o.API.OpsSecureCookie, "ops-secure-cookie", false, "mark the operator page's session cookie Secure on plain HTTP too (TLS ends at a proxy in front of the API)")
+	fs.DurationVar(&o.Resolve.ReconcileFloor, "reconcile-floor", dres.ReconcileFloor, "least time between an operator's forced lookup of a charge and the previous lookup")
+	fs.DurationVar(&o.Ops.SessionTTL, "ops-session-ttl", dops.SessionTTL, "how long a sign-in to the operator's page at /ops/ lasts")
+	fs.BoolVar(&o.Ops.SecureCookie, "ops-secure-cookie", false, "mark the operator page's session cookie Secure on plain HTTP too (TLS ends at a proxy in front of the API)")
 }
 
 // bindSubmitMaxAttempts registers --submit-max-attempts, a flag of every

@@ -1,17 +1,21 @@
 // Package app wires chargeflow together: it opens the connection pools and
-// builds the River clients, the API (with River's job UI for the operator's
-// page), the outbox worker and the reconciler from one Options struct with
-// one set of defaults. The command (every
+// builds the River clients, the application's services (accept, resolve,
+// notify, census), the merchant API with the operator plane mounted on it
+// (and River's job UI for the operator's page), the outbox worker and the
+// reconciler from one Options struct with one set of defaults. The command (every
 // role), the benchmarks and the tests start the system through it, so the
 // system is wired in exactly one place (docs/architecture.md, "Wiring").
 //
-// Each component keeps its own defaults (api.Defaults, reconciler.Defaults,
+// Each component keeps its own defaults (api.Defaults, accept.Defaults,
+// resolve.Defaults, opsplane.Defaults, reconciler.Defaults,
 // submit.DefaultMaxAttempts, psp.DefaultTimeout, …); app adds only what
 // belongs to no component — pool sizes and River's client settings — and
 // passes shared values to every component that needs them, so they cannot
 // disagree: the provider client's call timeout is the worker's and the
 // reconciler's, the provider's name is the API's and the reconciler's, and
-// the submit queue is the API's and the reconciler's.
+// the submit queue is the API's and the reconciler's, and the window in
+// which a charge may be sent again is the reconciler's and the operators'
+// (settle.ResendWindow).
 package app
 
 import (
@@ -34,15 +38,21 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"riverqueue.com/riverui"
 
+	"github.com/chargeflow/chargeflow/accept"
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/census"
 	"github.com/chargeflow/chargeflow/crashpoint"
 	"github.com/chargeflow/chargeflow/delivery"
 	"github.com/chargeflow/chargeflow/migrations"
+	"github.com/chargeflow/chargeflow/notify"
+	"github.com/chargeflow/chargeflow/opsplane"
 	"github.com/chargeflow/chargeflow/outbox"
 	"github.com/chargeflow/chargeflow/psp"
 	pspstripe "github.com/chargeflow/chargeflow/psp/stripe"
 	"github.com/chargeflow/chargeflow/reconciler"
+	"github.com/chargeflow/chargeflow/resolve"
 	"github.com/chargeflow/chargeflow/retention"
+	"github.com/chargeflow/chargeflow/settle"
 	"github.com/chargeflow/chargeflow/submit"
 	"github.com/chargeflow/chargeflow/webhook"
 )
@@ -84,9 +94,15 @@ type Options struct {
 	// Jobs configures the submit queue (max attempts, notify cooldown).
 	Jobs submit.Config
 
-	// API configures the API; DB, Jobs, Provider, Logger, CrashPoints and
-	// telemetry are filled in by NewAPI. APIPool sizes its pool.
+	// API configures the merchant API, Ops the operator plane mounted on
+	// it, Accept, Resolve and Census the services they call; DB, Jobs,
+	// the provider, Logger, CrashPoints and telemetry are filled in by
+	// NewAPI. APIPool sizes the API's pool.
 	API     api.Config
+	Ops     opsplane.Config
+	Accept  accept.Config
+	Resolve resolve.Config
+	Census  census.Config
 	APIPool Pool
 
 	// Worker configures the outbox worker's River client.
@@ -168,8 +184,9 @@ type Worker struct {
 }
 
 // Defaults is the Options every zero field takes. Fields a component
-// defaults itself (api.Config, reconciler.Config, psp.Config, submit.Config)
-// are left zero here, so each default has one home.
+// defaults itself (api.Config, opsplane.Config, accept.Config,
+// resolve.Config, census.Config, reconciler.Config, psp.Config,
+// submit.Config) are left zero here, so each default has one home.
 func Defaults() Options {
 	return Options{
 		APIPool:        Pool{MaxConns: 20, LockTimeout: time.Second},
@@ -209,15 +226,12 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// keyWindow is how long after a charge's first send a new attempt is still
-// de-duplicated by provider: its key window less the margin, as the
-// reconciler counts it; zero when the provider never de-duplicates.
-func (o Options) keyWindow(provider psp.Provider) time.Duration {
-	window := provider.Capabilities().KeyWindow
-	if window <= 0 {
-		return 0
-	}
-	return max(window-cmp.Or(o.Reconciler.Provider.KeyWindowMargin, reconciler.Defaults().Provider.KeyWindowMargin), 0)
+// resendWindow is how long after a charge's first send a new attempt is
+// still de-duplicated by provider, with the reconciler's margin, so that an
+// operator and the reconciler judge it alike (settle.ResendWindow).
+func (o Options) resendWindow(provider psp.Provider) time.Duration {
+	return settle.ResendWindow(provider.Capabilities().KeyWindow,
+		cmp.Or(o.Reconciler.Provider.KeyWindowMargin, reconciler.Defaults().Provider.KeyWindowMargin))
 }
 
 // StartTimeout bounds how long OpenPool waits for the database's first
@@ -399,23 +413,102 @@ func NewAPI(ctx context.Context, o Options) (*API, error) {
 		pool.Close()
 		return nil, err
 	}
-	cfg := o.API
-	cfg.DB, cfg.Jobs, cfg.Provider, cfg.JobsUI = pool, jobs, provider.Capabilities().Name, ui
-	cfg.ProviderClient, cfg.ProviderKeyWindow = provider, o.keyWindow(provider)
-	cfg.Logger, cfg.CrashPoints = o.Logger, o.CrashPoints
-	cfg.WebhooksAllowPrivate, cfg.WebhookPorts = o.Webhooks.AllowPrivate, o.Webhooks.Ports
-	cfg.ProviderNotifications, cfg.NotificationsFrom = o.notifications()
-	cfg.TracerProvider, cfg.MeterProvider, cfg.Metrics = o.TracerProvider, o.MeterProvider, o.Metrics
-	if cfg.Ready == nil {
-		cfg.Ready = func(ctx context.Context) error { return migrations.Check(ctx, pool) }
+	sc := ServerConfig{DB: pool, Jobs: jobs, Provider: provider, Logger: o.Logger, CrashPoints: o.CrashPoints,
+		TracerProvider: o.TracerProvider, MeterProvider: o.MeterProvider,
+		API: o.API, Ops: o.Ops, Accept: o.Accept, Resolve: o.Resolve, Census: o.Census}
+	sc.API.Provider = provider.Capabilities().Name
+	sc.API.WebhooksAllowPrivate, sc.API.WebhookPorts = o.Webhooks.AllowPrivate, o.Webhooks.Ports
+	sc.API.ProviderNotifications, sc.API.NotificationsFrom = o.notifications()
+	sc.API.Metrics = o.Metrics
+	if sc.API.Ready == nil {
+		sc.API.Ready = func(ctx context.Context) error { return migrations.Check(ctx, pool) }
 	}
-	server, err := api.New(cfg)
+	sc.Resolve.ResendWindow = o.resendWindow(provider)
+	sc.Ops.JobsUI = ui
+	server, err := NewServer(sc)
 	if err != nil {
 		stopJobsUI()
 		pool.Close()
 		return nil, err
 	}
 	return &API{Server: server, Pool: pool, Jobs: jobs, stopJobsUI: stopJobsUI}, nil
+}
+
+// ServerConfig is what NewServer builds the HTTP server from: the pool,
+// the submit queue and the provider its parts work with, the logger, crash
+// points and telemetry they share, and each part's own Config, whose
+// fields of those kinds NewServer fills in.
+type ServerConfig struct {
+	DB             *pgxpool.Pool
+	Jobs           *submit.Queue
+	Provider       psp.Provider
+	Logger         *slog.Logger
+	CrashPoints    *crashpoint.Set
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+
+	// API configures the merchant API; its Provider (default
+	// api.Defaults().Provider) is also whose notifications are applied,
+	// and its Now the clock of the operators' key window check.
+	API api.Config
+	// Ops configures the operator plane mounted on the API.
+	Ops opsplane.Config
+	// Accept, Resolve and Census configure the services: Resolve's
+	// ResendWindow is NewAPI's to derive (settle.ResendWindow).
+	Accept  accept.Config
+	Resolve resolve.Config
+	Census  census.Config
+}
+
+// NewServer builds the services — accept, resolve, census and, when the
+// API receives the provider's notifications, notify — each from its Config
+// with its own defaults, then the merchant API on them, and mounts the
+// operator plane on it. It is the one place they are wired, for the
+// command and the tests alike.
+func NewServer(sc ServerConfig) (*api.Server, error) {
+	acc := sc.Accept
+	acc.DB, acc.Logger, acc.CrashPoints, acc.MeterProvider = sc.DB, sc.Logger, sc.CrashPoints, sc.MeterProvider
+	acceptor, err := accept.New(acc)
+	if err != nil {
+		return nil, err
+	}
+	cen := sc.Census
+	cen.DB = sc.DB
+	counter, err := census.New(cen)
+	if err != nil {
+		return nil, err
+	}
+	res := sc.Resolve
+	res.DB, res.Jobs, res.Provider = sc.DB, sc.Jobs, sc.Provider
+	if res.Now == nil {
+		res.Now = sc.API.Now
+	}
+	resolver, err := resolve.New(res)
+	if err != nil {
+		return nil, err
+	}
+	cfg := sc.API
+	cfg.DB, cfg.Jobs, cfg.Accept, cfg.Census = sc.DB, sc.Jobs, acceptor, counter
+	cfg.Logger, cfg.CrashPoints = sc.Logger, sc.CrashPoints
+	cfg.TracerProvider, cfg.MeterProvider = sc.TracerProvider, sc.MeterProvider
+	if cfg.ProviderNotifications != nil {
+		cfg.Notify, err = notify.New(notify.Config{DB: sc.DB, Provider: cmp.Or(cfg.Provider, api.Defaults().Provider)})
+		if err != nil {
+			return nil, err
+		}
+	}
+	server, err := api.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ops := sc.Ops
+	ops.DB, ops.Resolve, ops.Census = sc.DB, resolver, counter
+	plane, err := opsplane.New(ops)
+	if err != nil {
+		return nil, err
+	}
+	server.Mount(plane.Routes)
+	return server, nil
 }
 
 // JobsUIPrefix is where the operator's page serves River's job UI.
@@ -432,7 +525,7 @@ type jobsUI struct {
 	start   sync.Once
 }
 
-// NewJobsUI builds River's job UI on client for the API's Config.JobsUI,
+// NewJobsUI builds River's job UI on client for opsplane's Config.JobsUI,
 // which serves it behind the operator page's sign-in. Its background
 // queries stop with ctx.
 func NewJobsUI(ctx context.Context, client *river.Client[pgx.Tx], logger *slog.Logger) (http.Handler, error) {

@@ -1,0 +1,102 @@
+// Package notify applies the provider's verified notifications of what it
+// applied (docs/notifications.md, "Receiving"). A verified notification is
+// evidence exactly like a lookup's answer: it may settle a submitting or
+// unknown charge or refund, through the same rule (settle.Moves: our money
+// and reference, or a person looks), and never moves anything else — a
+// terminal row, one in review, one not yet sent. A duplicate, or one
+// arriving after the row settled, is therefore a no-op.
+//
+// It knows nothing of HTTP: the API verifies and reads a notification
+// (psp.ParseNotification or the provider's own), calls Apply, and answers.
+package notify
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/settle"
+)
+
+// Actor signs the moves a provider's notification makes.
+const Actor = "provider_notification"
+
+// Config is everything a Notifier needs.
+type Config struct {
+	// DB is where rows are read and moved.
+	DB *pgxpool.Pool
+	// Provider names the provider whose notifications these are: a row
+	// sent to another is not theirs to settle. Required.
+	Provider string
+}
+
+// Notifier applies verified notifications.
+type Notifier struct{ cfg Config }
+
+// New checks cfg.
+func New(cfg Config) (*Notifier, error) {
+	if cfg.DB == nil || cfg.Provider == "" {
+		return nil, errors.New("notify: DB and Provider are required")
+	}
+	return &Notifier{cfg: cfg}, nil
+}
+
+// Apply settles the row a verified notification is about, when it may,
+// and says what it did: "settled", "no_op" (with why, when the provider
+// contradicts a settled row), or "ignored:" and why.
+func (s *Notifier) Apply(ctx context.Context, n psp.Notification) (string, error) {
+	if !n.Actionable() {
+		return "ignored:" + n.Reason, nil
+	}
+	row, err := intent.Find(ctx, s.cfg.DB, n.Reference)
+	if errors.Is(err, intent.ErrNotFound) {
+		return "ignored:unknown_reference", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	answer, kind := settle.Notified(n)
+	switch {
+	case row.Kind != kind:
+		return "ignored:kind_mismatch", nil
+	case row.Provider != s.cfg.Provider:
+		return "ignored:other_provider", nil
+	case n.ProviderKey != "" && n.ProviderKey != row.ProviderKey:
+		// Not this row's request: a provider object under another key is
+		// for a person to look at, not for a notification to settle.
+		return "ignored:key_mismatch", nil
+	case n.ProviderID != "" && row.ProviderChargeID != "" && n.ProviderID != row.ProviderChargeID:
+		return "ignored:provider_id_mismatch", nil
+	case (row.State == intent.StateSucceeded) != (answer.Status == psp.StatusSucceeded) &&
+		(row.State == intent.StateSucceeded || row.State == intent.StateFailed):
+		// The provider says otherwise about a settled row (a refund that
+		// failed after it succeeded, say): never a move; a person's.
+		return "no_op:contradicts_settled_state", nil
+	case row.State != intent.StateSubmitting && row.State != intent.StateUnknown:
+		// Settled, in review, or not yet sent: a pending row's next
+		// attempt gets the provider's saved answer under the same key.
+		return "no_op", nil
+	}
+	moves, _ := settle.Moves(intent.Move{TenantID: row.TenantID, ChargeID: row.ID, From: row.State, Actor: Actor},
+		row, answer, settle.Notification)
+	err = pgx.BeginFunc(ctx, s.cfg.DB, func(tx pgx.Tx) error {
+		for _, m := range moves {
+			if _, err := intent.MoveCharge(ctx, tx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var conflict *intent.ConflictError
+	if errors.As(err, &conflict) {
+		return "no_op", nil // settled meanwhile, by the worker or the reconciler
+	}
+	if err != nil {
+		return "", err
+	}
+	return "settled", nil
+}
