@@ -17,6 +17,7 @@ import (
 
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
 	"github.com/chargeflow/chargeflow/internal/ids"
@@ -34,22 +35,22 @@ func TestAcceptOneStatement(t *testing.T) {
 	// Retry-After, and after the holder commits, the holder's replay.
 	t.Run("KeyHeldElsewhereIsConflictThenReplay", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, func(o *setupOpts) { o.lockTimeout = "100ms" })
+		b := setup(t, func(o *setupOpts) { o.LockTimeout = "100ms" })
 		ctx := context.Background()
 		const key = "held-elsewhere-key-01"
 		tx, held := holdKey(t, b, key)
 
-		waiting := b.post(t, b.tenantA, key, validBody)
-		requireProblem(t, waiting, http.StatusConflict, api.CodeRequestInProgress)
-		require.Equal(t, "1", waiting.header.Get("Retry-After"))
+		waiting := b.Post(t, b.TenantA, key, apitest.ValidBody)
+		apitest.RequireProblem(t, waiting, http.StatusConflict, api.CodeRequestInProgress)
+		require.Equal(t, "1", waiting.Header.Get("Retry-After"))
 
 		require.NoError(t, tx.Commit(ctx))
-		replay := b.post(t, b.tenantA, key, validBody)
-		require.Equal(t, http.StatusCreated, replay.status, "body: %s", replay.body)
-		require.Equal(t, "true", replay.header.Get("Idempotent-Replayed"))
-		require.Equal(t, held, replay.body)
+		replay := b.Post(t, b.TenantA, key, apitest.ValidBody)
+		require.Equal(t, http.StatusCreated, replay.Status, "body: %s", replay.Body)
+		require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+		require.Equal(t, held, replay.Body)
 		// The held charge and the fingerprint probe's; the refused request wrote nothing.
-		require.Equal(t, stored{Charges: 2, IdempotencyKeys: 2, Events: 2, Jobs: 2}, b.stored(t))
+		require.Equal(t, stored{Charges: 2, IdempotencyKeys: 2, Events: 2, Jobs: 2}, b.Stored(t))
 	})
 
 	// The job carries the configured max attempts, and River's insert
@@ -59,23 +60,23 @@ func TestAcceptOneStatement(t *testing.T) {
 	t.Run("JobAttemptsAndNotifyCooldown", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, func(o *setupOpts) {
-			o.jobs = submit.Config{MaxAttempts: 4, NotifyCooldown: time.Hour}
+			o.Jobs = submit.Config{MaxAttempts: 4, NotifyCooldown: time.Hour}
 		})
 		ctx := context.Background()
-		channel, next := dbtest.ListenRiverInserts(t, b.pool)
+		channel, next := dbtest.ListenRiverInserts(t, b.Pool)
 
-		first := b.post(t, b.tenantA, "notify-key-00000001", validBody)
-		require.Equal(t, http.StatusCreated, first.status, "body: %s", first.body)
+		first := b.Post(t, b.TenantA, "notify-key-00000001", apitest.ValidBody)
+		require.Equal(t, http.StatusCreated, first.Status, "body: %s", first.Body)
 		require.JSONEq(t, `{"queue": "default"}`, next().Payload)
 
-		second := b.post(t, b.tenantA, "notify-key-00000002", validBody)
-		require.Equal(t, http.StatusCreated, second.status, "body: %s", second.body)
-		_, err := b.pool.Exec(ctx, `SELECT pg_notify($1, 'sentinel')`, channel)
+		second := b.Post(t, b.TenantA, "notify-key-00000002", apitest.ValidBody)
+		require.Equal(t, http.StatusCreated, second.Status, "body: %s", second.Body)
+		_, err := b.Pool.Exec(ctx, `SELECT pg_notify($1, 'sentinel')`, channel)
 		require.NoError(t, err)
 		require.Equal(t, "sentinel", next().Payload, "the second charge notified within the cooldown")
 
 		var attempts []int
-		rows, err := b.pool.Query(ctx, `SELECT max_attempts FROM river_job WHERE kind = 'charge.submit' ORDER BY id`)
+		rows, err := b.Pool.Query(ctx, `SELECT max_attempts FROM river_job WHERE kind = 'charge.submit' ORDER BY id`)
 		require.NoError(t, err)
 		attempts, err = pgx.CollectRows(rows, pgx.RowTo[int])
 		require.NoError(t, err)
@@ -83,14 +84,14 @@ func TestAcceptOneStatement(t *testing.T) {
 	})
 }
 
-// holdKey accepts validBody under key as tenant A inside a transaction it
+// holdKey accepts apitest.ValidBody under key as tenant A inside a transaction it
 // leaves open, as a request between its insert and its commit would: other
 // requests with the key wait on it. It returns the transaction and the
 // response body it stored.
 func holdKey(t *testing.T, b *testBundle, key string) (pgx.Tx, []byte) {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := b.pool.Begin(ctx)
+	tx, err := b.Pool.Begin(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tx.Rollback(ctx) })
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -98,10 +99,10 @@ func holdKey(t *testing.T, b *testBundle, key string) (pgx.Tx, []byte) {
 	keyHash := sha256.Sum256([]byte(key))
 	held := []byte(`{"id":"` + id + `","held":true}`)
 	fp := heldFingerprint(t, b)
-	job, err := submit.RowOf(ctx, submit.ChargeArgs{TenantID: b.tenantA.ID, ChargeID: id}, 1)
+	job, err := submit.RowOf(ctx, submit.ChargeArgs{TenantID: b.TenantA.ID, ChargeID: id}, 1)
 	require.NoError(t, err)
 	inserted, err := intent.Accept(ctx, tx, intent.Acceptance{
-		Charge: intent.Charge{TenantID: b.tenantA.ID, ID: id, State: intent.StatePending, Amount: 1000, Currency: "USD",
+		Charge: intent.Charge{TenantID: b.TenantA.ID, ID: id, State: intent.StatePending, Amount: 1000, Currency: "USD",
 			PaymentMethod: "pm_card_visa", Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now},
 		Actor: "test", KeyHash: keyHash[:], Fingerprint: fp, StatusCode: http.StatusCreated, ResponseBody: held,
 		ExpiresAt: now.Add(time.Hour), Job: job,
@@ -111,17 +112,17 @@ func holdKey(t *testing.T, b *testBundle, key string) (pgx.Tx, []byte) {
 	return tx, held
 }
 
-// heldFingerprint is the fingerprint the API gives validBody: it posts it
+// heldFingerprint is the fingerprint the API gives apitest.ValidBody: it posts it
 // once as tenant B and reads the record back (one charge, record, event and
 // job that the caller counts).
 func heldFingerprint(t *testing.T, b *testBundle) []byte {
 	t.Helper()
-	resp := b.post(t, b.tenantB, "fingerprint-probe-001", validBody)
-	require.Equal(t, http.StatusCreated, resp.status, "body: %s", resp.body)
+	resp := b.Post(t, b.TenantB, "fingerprint-probe-001", apitest.ValidBody)
+	require.Equal(t, http.StatusCreated, resp.Status, "body: %s", resp.Body)
 	var view struct{ ID string }
-	require.NoError(t, json.Unmarshal(resp.body, &view))
+	require.NoError(t, json.Unmarshal(resp.Body, &view))
 	keyHash := sha256.Sum256([]byte("fingerprint-probe-001"))
-	rec, err := intent.Idempotency(context.Background(), b.pool, b.tenantB.ID, keyHash[:])
+	rec, err := intent.Idempotency(context.Background(), b.Pool, b.TenantB.ID, keyHash[:])
 	require.NoError(t, err)
 	require.Equal(t, view.ID, rec.ChargeID)
 	return rec.Fingerprint
@@ -139,10 +140,10 @@ func TestAcceptsShareACommit(t *testing.T) {
 		t.Parallel()
 		reader := sdkmetric.NewManualReader()
 		b := setup(t, func(o *setupOpts) {
-			o.config = func(c *api.Config) {
+			o.API = func(c *api.Config) {
 				c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 			}
-			o.server = func(c *app.ServerConfig) { c.Accept.Batches = 1 }
+			o.Server = func(c *app.ServerConfig) { c.Accept.Batches = 1 }
 		})
 		const n, dup = 40, 4
 		start := make(chan struct{})
@@ -155,7 +156,7 @@ func TestAcceptsShareACommit(t *testing.T) {
 			}
 			wg.Go(func() {
 				<-start
-				resps[i] = b.post(t, b.tenantA, key, validBody)
+				resps[i] = b.Post(t, b.TenantA, key, apitest.ValidBody)
 			})
 		}
 		close(start)
@@ -163,24 +164,24 @@ func TestAcceptsShareACommit(t *testing.T) {
 
 		seen := map[string]bool{}
 		for i, r := range resps[:n] {
-			require.Equal(t, http.StatusCreated, r.status, "charge %d: %s", i, r.body)
-			require.Empty(t, r.header.Get("Idempotent-Replayed"))
+			require.Equal(t, http.StatusCreated, r.Status, "charge %d: %s", i, r.Body)
+			require.Empty(t, r.Header.Get("Idempotent-Replayed"))
 			var view struct{ ID string }
-			require.NoError(t, json.Unmarshal(r.body, &view))
+			require.NoError(t, json.Unmarshal(r.Body, &view))
 			require.False(t, seen[view.ID], "charge %d has its own id", i)
 			seen[view.ID] = true
-			require.Equal(t, 1, b.jobsFor(t, view.ID))
+			require.Equal(t, 1, b.JobsFor(t, view.ID))
 		}
 		fresh := 0
 		for _, r := range resps[n:] {
-			require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
-			require.Equal(t, resps[n].body, r.body, "every use of the key gets the first answer")
-			if r.header.Get("Idempotent-Replayed") == "" {
+			require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Body)
+			require.Equal(t, resps[n].Body, r.Body, "every use of the key gets the first answer")
+			if r.Header.Get("Idempotent-Replayed") == "" {
 				fresh++
 			}
 		}
 		require.Equal(t, 1, fresh, "one request with the key created the charge, the others were replays")
-		require.Equal(t, stored{Charges: n + 1, IdempotencyKeys: n + 1, Events: n + 1, Jobs: n + 1}, b.stored(t))
+		require.Equal(t, stored{Charges: n + 1, IdempotencyKeys: n + 1, Events: n + 1, Jobs: n + 1}, b.Stored(t))
 
 		var rm metricdata.ResourceMetrics
 		require.NoError(t, reader.Collect(context.Background(), &rm))
@@ -196,22 +197,22 @@ func TestAcceptsShareACommit(t *testing.T) {
 	t.Run("AFailedBatchAcceptsEachAlone", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, func(o *setupOpts) {
-			o.lockTimeout = "500ms"
-			o.server = func(c *app.ServerConfig) { c.Accept.Batches = 1 }
+			o.LockTimeout = "500ms"
+			o.Server = func(c *app.ServerConfig) { c.Accept.Batches = 1 }
 		})
 		const key = "held-by-another-001"
 		holdKey(t, b, key)
-		before := b.stored(t)
+		before := b.Stored(t)
 
 		// The first request with the held key runs alone and waits on it;
 		// what arrives meanwhile is the next batch: the key again, and
 		// five new charges. That statement waits on the key too, fails,
 		// and each of its charges is then accepted alone.
 		first := make(chan response, 1)
-		go func() { first <- b.post(t, b.tenantA, key, validBody) }()
+		go func() { first <- b.Post(t, b.TenantA, key, apitest.ValidBody) }()
 		require.Eventually(t, func() bool {
 			var waiting int
-			require.NoError(t, b.pool.QueryRow(context.Background(),
+			require.NoError(t, b.Pool.QueryRow(context.Background(),
 				`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
 			return waiting == 1
 		}, 10*time.Second, 5*time.Millisecond)
@@ -222,19 +223,19 @@ func TestAcceptsShareACommit(t *testing.T) {
 			if i == 0 {
 				k = key
 			}
-			wg.Go(func() { resps[i] = b.post(t, b.tenantA, k, validBody) })
+			wg.Go(func() { resps[i] = b.Post(t, b.TenantA, k, apitest.ValidBody) })
 		}
 		wg.Wait()
 
-		requireProblem(t, <-first, http.StatusConflict, api.CodeRequestInProgress)
-		requireProblem(t, resps[0], http.StatusConflict, api.CodeRequestInProgress)
+		apitest.RequireProblem(t, <-first, http.StatusConflict, api.CodeRequestInProgress)
+		apitest.RequireProblem(t, resps[0], http.StatusConflict, api.CodeRequestInProgress)
 		for i, r := range resps[1:] {
-			require.Equal(t, http.StatusCreated, r.status, "charge %d: %s", i+1, r.body)
+			require.Equal(t, http.StatusCreated, r.Status, "charge %d: %s", i+1, r.Body)
 		}
-		after := b.stored(t)
+		after := b.Stored(t)
 		require.Equal(t, stored{Charges: before.Charges + 5, IdempotencyKeys: before.IdempotencyKeys + 5,
 			Events: before.Events + 5, Jobs: before.Jobs + 5}, after, "the five new charges, nothing for the held key")
-		require.Contains(t, b.logs.String(), "accept batch failed; accepting its charges one by one")
+		require.Contains(t, b.Logs.String(), "accept batch failed; accepting its charges one by one")
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 )
 
 // Failed authentications are limited per client address, so guessing keys
@@ -27,44 +28,44 @@ func TestAuthFailuresAreRateLimited(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	b := setup(t, func(o *setupOpts) {
-		o.config = func(c *api.Config) {
+		o.API = func(c *api.Config) {
 			c.AuthFailureLimit = 3 // a failure back every 20 s
 			c.Now = func() time.Time { return time.Unix(0, now.Load()) }
 		}
 	})
-	wrong := testTenant{ID: b.tenantA.ID, Key: b.tenantA.Key[:len(b.tenantA.Key)-4] + "aaaa"}
+	wrong := testTenant{ID: b.TenantA.ID, Key: b.TenantA.Key[:len(b.TenantA.Key)-4] + "aaaa"}
 
 	for range 10 {
-		require.Equal(t, http.StatusOK, b.get(t, b.tenantA, "/v1/charges").status, "successes do not count")
+		require.Equal(t, http.StatusOK, b.Get(t, b.TenantA, "/v1/charges").Status, "successes do not count")
 	}
 	for range 3 {
-		requireProblem(t, b.get(t, wrong, "/v1/charges"), http.StatusUnauthorized, api.CodeUnauthorized)
+		apitest.RequireProblem(t, b.Get(t, wrong, "/v1/charges"), http.StatusUnauthorized, api.CodeUnauthorized)
 	}
-	limited := b.get(t, wrong, "/v1/charges")
-	requireProblem(t, limited, http.StatusTooManyRequests, api.CodeTooManyAuthFailures)
-	require.Equal(t, "20", limited.header.Get("Retry-After"))
-	requireProblem(t, b.request(t, http.MethodGet, "/v1/charges", ""), http.StatusTooManyRequests, api.CodeTooManyAuthFailures)
-	requireProblem(t, b.request(t, http.MethodGet, "/v1/charges", "", "Authorization", "Bearer "+wrong.Key, "X-Forwarded-For", "203.0.113.7"),
+	limited := b.Get(t, wrong, "/v1/charges")
+	apitest.RequireProblem(t, limited, http.StatusTooManyRequests, api.CodeTooManyAuthFailures)
+	require.Equal(t, "20", limited.Header.Get("Retry-After"))
+	apitest.RequireProblem(t, b.Request(t, http.MethodGet, "/v1/charges", ""), http.StatusTooManyRequests, api.CodeTooManyAuthFailures)
+	apitest.RequireProblem(t, b.Request(t, http.MethodGet, "/v1/charges", "", "Authorization", "Bearer "+wrong.Key, "X-Forwarded-For", "203.0.113.7"),
 		http.StatusTooManyRequests, api.CodeTooManyAuthFailures)
-	requireProblem(t, b.post(t, wrong, "auth-limit-key-000001", validBody), http.StatusTooManyRequests, api.CodeTooManyAuthFailures)
+	apitest.RequireProblem(t, b.Post(t, wrong, "auth-limit-key-000001", apitest.ValidBody), http.StatusTooManyRequests, api.CodeTooManyAuthFailures)
 
 	// A key verified a moment ago still works; one never seen is not
 	// looked at, or the 429 would answer whether it is right.
-	require.Equal(t, http.StatusOK, b.get(t, b.tenantA, "/v1/charges").status)
-	requireProblem(t, b.get(t, b.tenantB, "/v1/charges"), http.StatusTooManyRequests, api.CodeTooManyAuthFailures)
+	require.Equal(t, http.StatusOK, b.Get(t, b.TenantA, "/v1/charges").Status)
+	apitest.RequireProblem(t, b.Get(t, b.TenantB, "/v1/charges"), http.StatusTooManyRequests, api.CodeTooManyAuthFailures)
 
 	// Another address has its own bucket.
-	other := requestFrom(t, "127.0.0.2", b.url+"/v1/charges", "Bearer "+b.tenantB.Key)
+	other := requestFrom(t, "127.0.0.2", b.URL+"/v1/charges", "Bearer "+b.TenantB.Key)
 	require.Equal(t, http.StatusOK, other, "another address is not limited")
 
 	// A failure comes back every 20 s.
 	now.Add(int64(20 * time.Second))
-	requireProblem(t, b.get(t, wrong, "/v1/charges"), http.StatusUnauthorized, api.CodeUnauthorized)
-	requireProblem(t, b.get(t, wrong, "/v1/charges"), http.StatusTooManyRequests, api.CodeTooManyAuthFailures)
+	apitest.RequireProblem(t, b.Get(t, wrong, "/v1/charges"), http.StatusUnauthorized, api.CodeUnauthorized)
+	apitest.RequireProblem(t, b.Get(t, wrong, "/v1/charges"), http.StatusTooManyRequests, api.CodeTooManyAuthFailures)
 
-	require.Equal(t, stored{}, b.stored(t))
-	require.Contains(t, b.logs.String(), `"problem":"too_many_auth_failures"`)
-	require.NotContains(t, b.logs.String(), wrong.Key)
+	require.Equal(t, stored{}, b.Stored(t))
+	require.Contains(t, b.Logs.String(), `"problem":"too_many_auth_failures"`)
+	require.NotContains(t, b.Logs.String(), wrong.Key)
 }
 
 // requestFrom GETs url from a given loopback address and returns the status.
@@ -87,25 +88,25 @@ func requestFrom(t *testing.T, localIP, url, authorization string) int {
 func TestRateLimitLogsTenant(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *setupOpts) {
-		o.config = func(c *api.Config) {
+		o.API = func(c *api.Config) {
 			c.RateLimit, c.RateBurst = 1, 1
 			c.Now = func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 		}
 	})
-	require.Equal(t, http.StatusOK, b.get(t, b.tenantA, "/v1/charges").status)
-	requireProblem(t, b.get(t, b.tenantA, "/v1/charges"), http.StatusTooManyRequests, api.CodeRateLimited)
-	requireProblem(t, b.post(t, b.tenantA, "rate-limit-log-key-01", validBody), http.StatusTooManyRequests, api.CodeRateLimited)
+	require.Equal(t, http.StatusOK, b.Get(t, b.TenantA, "/v1/charges").Status)
+	apitest.RequireProblem(t, b.Get(t, b.TenantA, "/v1/charges"), http.StatusTooManyRequests, api.CodeRateLimited)
+	apitest.RequireProblem(t, b.Post(t, b.TenantA, "rate-limit-log-key-01", apitest.ValidBody), http.StatusTooManyRequests, api.CodeRateLimited)
 
 	limited := 0
-	scanner := bufio.NewScanner(strings.NewReader(b.logs.String()))
+	scanner := bufio.NewScanner(strings.NewReader(b.Logs.String()))
 	for scanner.Scan() {
 		var line map[string]any
 		require.NoError(t, json.Unmarshal(scanner.Bytes(), &line))
 		if line["problem"] == string(api.CodeRateLimited) {
 			limited++
-			require.Equal(t, b.tenantA.ID, line["tenant_id"], "line: %s", scanner.Text())
+			require.Equal(t, b.TenantA.ID, line["tenant_id"], "line: %s", scanner.Text())
 		}
 	}
 	require.Equal(t, 2, limited)
-	require.Equal(t, stored{}, b.stored(t))
+	require.Equal(t, stored{}, b.Stored(t))
 }

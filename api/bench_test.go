@@ -63,7 +63,7 @@ func benchServer(b *testing.B, config func(*api.Config)) (*api.Server, string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := app.ServerConfig{DB: pool, Jobs: newQueue(b, pool, submit.Config{}),
+	cfg := app.ServerConfig{DB: pool, Jobs: apitest.NewQueue(b, pool, submit.Config{}),
 		Provider: psp.NewClient(psp.Config{})} // no resolutions here
 	cfg.Resolve.ResendWindow = time.Hour
 	apitest.EditAPI(&cfg, config)

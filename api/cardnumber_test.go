@@ -1,9 +1,6 @@
 package api_test
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,17 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 )
-
-// Card numbers used as canaries: Luhn-valid test numbers in the forms a
-// client might write them.
-var canaryCards = []string{
-	"4111111111111111",
-	"5555 5555 5555 4444",
-	"3782-822463-10005",
-	"4222222222222",
-	"6011000990139424",
-}
 
 // A card number never comes back in a problem or reaches a log line,
 // wherever it is in the request and whichever check refuses it: a member
@@ -32,17 +20,17 @@ var canaryCards = []string{
 func TestCardNumbersNeverLeak(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	auth := "Bearer " + b.tenantA.Key
+	auth := "Bearer " + b.TenantA.Key
 	const key = "card-leak-key-000001"
 	post := func(body string, headers ...string) func(t *testing.T) response {
 		return func(t *testing.T) response {
-			return b.request(t, http.MethodPost, "/v1/charges", body, withDefaults(headers,
+			return b.Request(t, http.MethodPost, "/v1/charges", body, withDefaults(headers,
 				"Authorization", auth, "Content-Type", "application/json", "Idempotency-Key", key)...)
 		}
 	}
 	get := func(path string, headers ...string) func(t *testing.T) response {
 		return func(t *testing.T) response {
-			return b.request(t, http.MethodGet, path, "", append([]string{"Authorization", auth}, headers...)...)
+			return b.Request(t, http.MethodGet, path, "", append([]string{"Authorization", auth}, headers...)...)
 		}
 	}
 	deep := strings.Repeat("[", 70) + strings.Repeat("]", 70)
@@ -61,20 +49,20 @@ func TestCardNumbersNeverLeak(t *testing.T) {
 		{"LoneSurrogateUnderCardName", post(`{"metadata": {"4222222222222": "\ud800"}}`), 400, api.CodeCardNumberDetected},
 		{"TooDeepUnderCardName", post(`{"3782-822463-10005": ` + deep + `}`), 400, api.CodeCardNumberDetected},
 		{"HugeNumberUnderCardName", post(`{"4111111111111111": 1e400}`), 400, api.CodeCardNumberDetected},
-		{"TrailingCardAfterBody", post(validBody + ` 4111111111111111`), 400, api.CodeCardNumberDetected},
+		{"TrailingCardAfterBody", post(apitest.ValidBody + ` 4111111111111111`), 400, api.CodeCardNumberDetected},
 		// Bodies that parse: the card check names where, never what.
 		{"CardMemberName", post(`{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "metadata": {"4111111111111111": "x"}}`), 400, api.CodeCardNumberDetected},
 		{"CardInDescription", post(`{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": "5555 5555 5555 4444"}`), 400, api.CodeCardNumberDetected},
 		{"CardAsAmount", post(`{"amount": 6011000990139424, "currency": "USD", "payment_method": "pm_card_visa"}`), 400, api.CodeCardNumberDetected},
 		{"CardInUnknownMember", post(`{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "note": "3782-822463-10005"}`), 400, api.CodeCardNumberDetected},
 		// Headers.
-		{"CardAsIdempotencyKey", post(validBody, "Idempotency-Key", "4111111111111111"), 400, api.CodeCardNumberDetected},
-		{"GroupedCardAsIdempotencyKey", post(validBody, "Idempotency-Key", "5555-5555-5555-4444"), 400, api.CodeCardNumberDetected},
-		{"CardInQuotedIdempotencyKey", post(validBody, "Idempotency-Key", `"6011000990139424"`), 400, api.CodeCardNumberDetected},
+		{"CardAsIdempotencyKey", post(apitest.ValidBody, "Idempotency-Key", "4111111111111111"), 400, api.CodeCardNumberDetected},
+		{"GroupedCardAsIdempotencyKey", post(apitest.ValidBody, "Idempotency-Key", "5555-5555-5555-4444"), 400, api.CodeCardNumberDetected},
+		{"CardInQuotedIdempotencyKey", post(apitest.ValidBody, "Idempotency-Key", `"6011000990139424"`), 400, api.CodeCardNumberDetected},
 		{"CardAsAPIKey", func(t *testing.T) response {
-			return b.request(t, http.MethodPost, "/v1/charges", validBody, "Authorization", "Bearer 4111111111111111", "Idempotency-Key", key)
+			return b.Request(t, http.MethodPost, "/v1/charges", apitest.ValidBody, "Authorization", "Bearer 4111111111111111", "Idempotency-Key", key)
 		}, 401, api.CodeUnauthorized},
-		{"CardInContentType", post(validBody, "Content-Type", "application/x-4111111111111111"), 415, api.CodeUnsupportedMediaType},
+		{"CardInContentType", post(apitest.ValidBody, "Content-Type", "application/x-4111111111111111"), 415, api.CodeUnsupportedMediaType},
 		{"CardInOtherHeaders", post(`{"amount": "bad"}`, "X-Request-Id", "4111111111111111", "User-Agent", "5555 5555 5555 4444",
 			"Traceparent", "00-4111111111111111-6011000990139424-01"), 400, api.CodeInvalidField},
 		// Query parameters: names are echoed only when they cannot hold one.
@@ -85,7 +73,7 @@ func TestCardNumbersNeverLeak(t *testing.T) {
 		{"CardAsCursor", get("/v1/charges?starting_after=6011000990139424"), 400, api.CodeInvalidParameter},
 		// The method is any token the client likes.
 		{"CardAsMethod", func(t *testing.T) response {
-			return b.request(t, "4111111111111111", "/v1/charges", "", "Authorization", auth)
+			return b.Request(t, "4111111111111111", "/v1/charges", "", "Authorization", auth)
 		}, 405, api.CodeMethodNotAllowed},
 		// Path segments.
 		{"CardAsChargeID", get("/v1/charges/4111111111111111"), 404, api.CodeNotFound},
@@ -97,16 +85,16 @@ func TestCardNumbersNeverLeak(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			// Not parallel: each row must leave the shared database empty.
 			resp := tt.send(t)
-			requireProblem(t, resp, tt.status, tt.code)
-			requireNoCardNumbers(t, "the response", resp.body)
-			require.Equal(t, stored{}, b.stored(t), "a refused request stores nothing")
+			apitest.RequireProblem(t, resp, tt.status, tt.code)
+			apitest.RequireNoCardNumbers(t, "the response", resp.Body)
+			require.Equal(t, stored{}, b.Stored(t), "a refused request stores nothing")
 		})
 	}
 
-	logs := b.logs.String()
+	logs := b.Logs.String()
 	require.Contains(t, logs, `"problem":"card_number_detected"`, "the requests were logged")
-	requireNoCardNumbers(t, "the logs", []byte(logs))
-	require.NotContains(t, logs, b.tenantA.Key)
+	apitest.RequireNoCardNumbers(t, "the logs", []byte(logs))
+	require.NotContains(t, logs, b.TenantA.Key)
 }
 
 // withDefaults is headers (name/value pairs) plus each default pair whose
@@ -136,78 +124,10 @@ func TestIdempotencyKeyContainingCardNumber(t *testing.T) {
 		"41111111-1111-4008-a000-00000000000b", // a v4 UUID whose first 16 digits pass Luhn
 		"order-4111111111111111",
 	} {
-		resp := b.post(t, b.tenantA, key, validBody)
-		require.Equal(t, http.StatusCreated, resp.status, "%s: %s", key, resp.body)
-		requireNoCardNumbers(t, "the answer", resp.body)
-		require.NotContains(t, b.logs.String(), key)
+		resp := b.Post(t, b.TenantA, key, apitest.ValidBody)
+		require.Equal(t, http.StatusCreated, resp.Status, "%s: %s", key, resp.Body)
+		apitest.RequireNoCardNumbers(t, "the answer", resp.Body)
+		require.NotContains(t, b.Logs.String(), key)
 	}
-	requireNoCardNumbers(t, "the logs", []byte(b.logs.String()))
-}
-
-// requireNoCardNumbers fails if data — a JSON document, or JSON lines —
-// holds a card number in any string or number, or any canary as written.
-// JSON is decoded first, so that an escape (\u003c, \u2028) next to digits
-// is not mistaken for one.
-func requireNoCardNumbers(t *testing.T, what string, data []byte) {
-	t.Helper()
-	for _, card := range canaryCards {
-		require.NotContains(t, string(data), card, "%s hold a canary card number", what)
-		require.NotContains(t, string(data), strings.NewReplacer(" ", "", "-", "").Replace(card), "%s hold a canary card number", what)
-	}
-	scanner := bufio.NewScanner(bytes.NewReader(data))
-	scanner.Buffer(nil, 1<<20)
-	for scanner.Scan() {
-		line := scanner.Bytes()
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		dec := json.NewDecoder(bytes.NewReader(line))
-		dec.UseNumber()
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			require.False(t, api.ContainsPAN(string(line)), "%s hold a card number: %s", what, line)
-			continue
-		}
-		walkJSON(v, func(s string) {
-			require.False(t, api.ContainsPAN(s), "%s hold a card number: %q in %s", what, s, line)
-		})
-	}
-	require.NoError(t, scanner.Err())
-}
-
-// walkJSON calls visit with every member name, string and number of v.
-func walkJSON(v any, visit func(string)) {
-	switch v := v.(type) {
-	case string:
-		visit(v)
-	case json.Number:
-		visit(v.String())
-	case []any:
-		for _, e := range v {
-			walkJSON(e, visit)
-		}
-	case map[string]any:
-		for k, e := range v {
-			visit(k)
-			walkJSON(e, visit)
-		}
-	}
-}
-
-// Redaction replaces each card number whole and leaves everything else.
-func TestRedactCardNumbers(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{
-		"":                          "",
-		"order 1234":                "order 1234",
-		"4111111111111111":          "[card number]",
-		`["4111 1111 1111 1111"].x`: `["[card number]"].x`,
-		"a 5555-5555-5555-4444 b 4222222222222 c": "a [card number] b [card number] c",
-		"41111111111111111111":                    "41111111111111111111", // 20 digits: not a card number
-		"4111111111111112":                        "4111111111111112",     // fails Luhn
-		"4111111111111111-":                       "[card number]-",
-	} {
-		require.Equal(t, want, api.RedactCardNumbers(in), "redact %q", in)
-		require.False(t, api.ContainsPAN(api.RedactCardNumbers(in)))
-	}
+	apitest.RequireNoCardNumbers(t, "the logs", []byte(b.Logs.String()))
 }

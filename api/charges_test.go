@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
 )
 
@@ -24,15 +25,15 @@ func TestCreateCharge(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 
-		resp := b.post(t, b.tenantA, "order-A-1-attempt-0001", validBody)
-		require.Equal(t, http.StatusCreated, resp.status, "body: %s", resp.body)
-		require.Equal(t, "application/json", resp.header.Get("Content-Type"))
-		require.Empty(t, resp.header.Get("Idempotent-Replayed"))
+		resp := b.Post(t, b.TenantA, "order-A-1-attempt-0001", apitest.ValidBody)
+		require.Equal(t, http.StatusCreated, resp.Status, "body: %s", resp.Body)
+		require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+		require.Empty(t, resp.Header.Get("Idempotent-Replayed"))
 
 		var charge map[string]any
-		require.NoError(t, json.Unmarshal(resp.body, &charge))
+		require.NoError(t, json.Unmarshal(resp.Body, &charge))
 		id := charge["id"].(string)
-		require.Equal(t, "/v1/charges/"+id, resp.header.Get("Location"))
+		require.Equal(t, "/v1/charges/"+id, resp.Header.Get("Location"))
 		require.Equal(t, "pending", charge["status"])
 		require.EqualValues(t, 1000, charge["amount"])
 		require.Equal(t, "USD", charge["currency"])
@@ -43,20 +44,20 @@ func TestCreateCharge(t *testing.T) {
 		require.Nil(t, charge["failure_code"])
 		require.EqualValues(t, 0, charge["attempts"])
 
-		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.stored(t))
-		require.Equal(t, 1, b.jobsFor(t, id))
+		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.Stored(t))
+		require.Equal(t, 1, b.JobsFor(t, id))
 
 		// The stored charge reads back as the same object.
-		got := b.get(t, b.tenantA, "/v1/charges/"+id)
-		require.Equal(t, http.StatusOK, got.status)
-		require.JSONEq(t, string(resp.body), string(got.body))
+		got := b.Get(t, b.TenantA, "/v1/charges/"+id)
+		require.Equal(t, http.StatusOK, got.Status)
+		require.JSONEq(t, string(resp.Body), string(got.Body))
 
-		events := b.get(t, b.tenantA, "/v1/charges/"+id+"/events")
-		require.Equal(t, http.StatusOK, events.status)
+		events := b.Get(t, b.TenantA, "/v1/charges/"+id+"/events")
+		require.Equal(t, http.StatusOK, events.Status)
 		var trail struct {
 			Data []map[string]any `json:"data"`
 		}
-		require.NoError(t, json.Unmarshal(events.body, &trail))
+		require.NoError(t, json.Unmarshal(events.Body, &trail))
 		require.Len(t, trail.Data, 1)
 		require.Nil(t, trail.Data[0]["from"])
 		require.Equal(t, "pending", trail.Data[0]["to"])
@@ -67,14 +68,14 @@ func TestCreateCharge(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 
-		first := b.post(t, b.tenantA, "order-A-1-attempt-0001", validBody)
-		require.Equal(t, http.StatusCreated, first.status)
-		again := b.post(t, b.tenantA, "order-A-1-attempt-0001", validBody)
-		require.Equal(t, http.StatusCreated, again.status)
-		require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
-		require.Equal(t, first.body, again.body)
-		require.Equal(t, first.header.Get("Location"), again.header.Get("Location"))
-		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.stored(t))
+		first := b.Post(t, b.TenantA, "order-A-1-attempt-0001", apitest.ValidBody)
+		require.Equal(t, http.StatusCreated, first.Status)
+		again := b.Post(t, b.TenantA, "order-A-1-attempt-0001", apitest.ValidBody)
+		require.Equal(t, http.StatusCreated, again.Status)
+		require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+		require.Equal(t, first.Body, again.Body)
+		require.Equal(t, first.Header.Get("Location"), again.Header.Get("Location"))
+		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.Stored(t))
 	})
 
 	// Equivalent JSON replays: member order, whitespace, escapes, and the
@@ -83,30 +84,30 @@ func TestCreateCharge(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 
-		first := b.post(t, b.tenantA, "equivalent-key-00001", validBody)
-		require.Equal(t, http.StatusCreated, first.status)
+		first := b.Post(t, b.TenantA, "equivalent-key-00001", apitest.ValidBody)
+		require.Equal(t, http.StatusCreated, first.Status)
 		for _, body := range []string{
 			`{"metadata":{"order":"A-1"},"description":"Order A-1","payment_method":"pm_card_visa","currency":"USD","amount":1000}`,
 			"{\n  \"amount\" : 1000 ,\t\"currency\":\"USD\",\r\n \"payment_method\":\"pm_card_visa\",\"description\":\"Order A-1\",\"metadata\":{\"order\":\"A-1\"}}  ",
 			`{"amount":1000,"currency":"\u0055SD","payment_method":"pm_card_visa","description":"Order\u0020A-1","metadata":{"order":"A-1"}}`,
 		} {
-			resp := b.post(t, b.tenantA, "equivalent-key-00001", body)
-			require.Equal(t, http.StatusCreated, resp.status, "body %s: %s", body, resp.body)
-			require.Equal(t, "true", resp.header.Get("Idempotent-Replayed"))
-			require.Equal(t, first.body, resp.body)
+			resp := b.Post(t, b.TenantA, "equivalent-key-00001", body)
+			require.Equal(t, http.StatusCreated, resp.Status, "body %s: %s", body, resp.Body)
+			require.Equal(t, "true", resp.Header.Get("Idempotent-Replayed"))
+			require.Equal(t, first.Body, resp.Body)
 		}
-		resp := b.post(t, b.tenantA, `"equivalent-key-00001"`, validBody)
-		require.Equal(t, http.StatusCreated, resp.status)
-		require.Equal(t, "true", resp.header.Get("Idempotent-Replayed"), "the sf-string form names the same key")
-		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.stored(t))
+		resp := b.Post(t, b.TenantA, `"equivalent-key-00001"`, apitest.ValidBody)
+		require.Equal(t, http.StatusCreated, resp.Status)
+		require.Equal(t, "true", resp.Header.Get("Idempotent-Replayed"), "the sf-string form names the same key")
+		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.Stored(t))
 	})
 
 	t.Run("ChangedValueIsRefused", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 
-		first := b.post(t, b.tenantA, "changed-value-key-01", validBody)
-		require.Equal(t, http.StatusCreated, first.status)
+		first := b.Post(t, b.TenantA, "changed-value-key-01", apitest.ValidBody)
+		require.Equal(t, http.StatusCreated, first.Status)
 		for _, body := range []string{
 			`{"amount": 1001, "currency": "USD", "payment_method": "pm_card_visa", "description": "Order A-1", "metadata": {"order": "A-1"}}`,
 			`{"amount": 1000, "currency": "EUR", "payment_method": "pm_card_visa", "description": "Order A-1", "metadata": {"order": "A-1"}}`,
@@ -117,33 +118,33 @@ func TestCreateCharge(t *testing.T) {
 			`{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": "Order A-1"}`,
 			`{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": null, "metadata": {"order": "A-1"}}`,
 		} {
-			resp := b.post(t, b.tenantA, "changed-value-key-01", body)
-			requireProblem(t, resp, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+			resp := b.Post(t, b.TenantA, "changed-value-key-01", body)
+			apitest.RequireProblem(t, resp, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
 		}
-		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.stored(t))
+		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.Stored(t))
 	})
 
 	t.Run("KeysAreScopedByTenant", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 
-		a := b.post(t, b.tenantA, "shared-key-000000001", validBody)
-		require.Equal(t, http.StatusCreated, a.status)
-		other := b.post(t, b.tenantB, "shared-key-000000001", validBody)
-		require.Equal(t, http.StatusCreated, other.status)
-		require.Empty(t, other.header.Get("Idempotent-Replayed"), "another tenant's key is a new request")
-		require.NotEqual(t, a.header.Get("Location"), other.header.Get("Location"))
+		a := b.Post(t, b.TenantA, "shared-key-000000001", apitest.ValidBody)
+		require.Equal(t, http.StatusCreated, a.Status)
+		other := b.Post(t, b.TenantB, "shared-key-000000001", apitest.ValidBody)
+		require.Equal(t, http.StatusCreated, other.Status)
+		require.Empty(t, other.Header.Get("Idempotent-Replayed"), "another tenant's key is a new request")
+		require.NotEqual(t, a.Header.Get("Location"), other.Header.Get("Location"))
 
 		// Replays stay within their tenant.
-		againA := b.post(t, b.tenantA, "shared-key-000000001", validBody)
-		againB := b.post(t, b.tenantB, "shared-key-000000001", validBody)
-		require.Equal(t, a.body, againA.body)
-		require.Equal(t, other.body, againB.body)
-		require.Equal(t, stored{Charges: 2, IdempotencyKeys: 2, Events: 2, Jobs: 2}, b.stored(t))
+		againA := b.Post(t, b.TenantA, "shared-key-000000001", apitest.ValidBody)
+		againB := b.Post(t, b.TenantB, "shared-key-000000001", apitest.ValidBody)
+		require.Equal(t, a.Body, againA.Body)
+		require.Equal(t, other.Body, againB.Body)
+		require.Equal(t, stored{Charges: 2, IdempotencyKeys: 2, Events: 2, Jobs: 2}, b.Stored(t))
 
 		// A changed body from tenant B does not disturb tenant A's record.
-		changed := b.post(t, b.tenantB, "shared-key-000000001", strings.Replace(validBody, "1000", "5", 1))
-		requireProblem(t, changed, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+		changed := b.Post(t, b.TenantB, "shared-key-000000001", strings.Replace(apitest.ValidBody, "1000", "5", 1))
+		apitest.RequireProblem(t, changed, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
 	})
 
 	// 200 concurrent POSTs with one key and one body: exactly one charge and
@@ -159,7 +160,7 @@ func TestCreateCharge(t *testing.T) {
 		for i := range n {
 			wg.Go(func() {
 				<-start
-				responses[i] = b.post(t, b.tenantA, "storm-key-0000000001", validBody)
+				responses[i] = b.Post(t, b.TenantA, "storm-key-0000000001", apitest.ValidBody)
 			})
 		}
 		close(start)
@@ -168,28 +169,28 @@ func TestCreateCharge(t *testing.T) {
 		var created []byte
 		var fresh, replayed, conflicts int
 		for _, resp := range responses {
-			switch resp.status {
+			switch resp.Status {
 			case http.StatusCreated:
 				if created == nil {
-					created = resp.body
+					created = resp.Body
 				}
-				require.Equal(t, created, resp.body, "every 201 carries the same bytes")
-				if resp.header.Get("Idempotent-Replayed") == "true" {
+				require.Equal(t, created, resp.Body, "every 201 carries the same bytes")
+				if resp.Header.Get("Idempotent-Replayed") == "true" {
 					replayed++
 				} else {
 					fresh++
 				}
 			case http.StatusConflict:
-				requireProblem(t, resp, http.StatusConflict, api.CodeRequestInProgress)
-				require.Equal(t, "1", resp.header.Get("Retry-After"))
+				apitest.RequireProblem(t, resp, http.StatusConflict, api.CodeRequestInProgress)
+				require.Equal(t, "1", resp.Header.Get("Retry-After"))
 				conflicts++
 			default:
-				t.Fatalf("unexpected status %d: %s", resp.status, resp.body)
+				t.Fatalf("unexpected status %d: %s", resp.Status, resp.Body)
 			}
 		}
 		require.Equal(t, 1, fresh, "exactly one request created the charge")
 		require.Equal(t, n, fresh+replayed+conflicts)
-		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.stored(t))
+		require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.Stored(t))
 		t.Logf("%d created, %d replayed, %d conflicts", fresh, replayed, conflicts)
 	})
 }
@@ -199,7 +200,7 @@ func TestCreateChargeRejections(t *testing.T) {
 	b := setup(t)
 
 	const key = "rejection-key-000001"
-	auth := "Bearer " + b.tenantA.Key
+	auth := "Bearer " + b.TenantA.Key
 	json := "application/json"
 	tests := []struct {
 		name    string
@@ -209,21 +210,21 @@ func TestCreateChargeRejections(t *testing.T) {
 		code    api.Code
 		field   string
 	}{
-		{name: "NoAPIKey", body: validBody, headers: []string{"Idempotency-Key", key}, status: 401, code: api.CodeUnauthorized},
-		{name: "WrongAPIKey", body: validBody, headers: []string{"Authorization", "Bearer " + b.tenantA.Key[:len(b.tenantA.Key)-4] + "aaaa", "Idempotency-Key", key}, status: 401, code: api.CodeUnauthorized},
-		{name: "MalformedAPIKey", body: validBody, headers: []string{"Authorization", "Bearer cfk_nope", "Idempotency-Key", key}, status: 401, code: api.CodeUnauthorized},
-		{name: "BasicAuth", body: validBody, headers: []string{"Authorization", "Basic " + b.tenantA.Key, "Idempotency-Key", key}, status: 401, code: api.CodeUnauthorized},
-		{name: "TwoAuthorizationHeaders", body: validBody, headers: []string{"Authorization", auth, "Authorization", auth, "Idempotency-Key", key}, status: 401, code: api.CodeUnauthorized},
-		{name: "KeyMissing", body: validBody, headers: []string{"Authorization", auth}, status: 400, code: api.CodeIdempotencyKeyMissing},
-		{name: "KeyTooShort", body: validBody, headers: []string{"Authorization", auth, "Idempotency-Key", "fifteen-chars-x"}, status: 400, code: api.CodeIdempotencyKeyInvalid},
-		{name: "KeyTooLong", body: validBody, headers: []string{"Authorization", auth, "Idempotency-Key", strings.Repeat("k", 256)}, status: 400, code: api.CodeIdempotencyKeyInvalid},
-		{name: "KeyNotASCII", body: validBody, headers: []string{"Authorization", auth, "Idempotency-Key", "order-\xc3\xa9-0000000001"}, status: 400, code: api.CodeIdempotencyKeyInvalid},
-		{name: "KeyRepeated", body: validBody, headers: []string{"Authorization", auth, "Idempotency-Key", key, "Idempotency-Key", key}, status: 400, code: api.CodeIdempotencyKeyInvalid},
-		{name: "KeyBadStructuredField", body: validBody, headers: []string{"Authorization", auth, "Idempotency-Key", `"unterminated-key-0001`}, status: 400, code: api.CodeIdempotencyKeyInvalid},
+		{name: "NoAPIKey", body: apitest.ValidBody, headers: []string{"Idempotency-Key", key}, status: 401, code: api.CodeUnauthorized},
+		{name: "WrongAPIKey", body: apitest.ValidBody, headers: []string{"Authorization", "Bearer " + b.TenantA.Key[:len(b.TenantA.Key)-4] + "aaaa", "Idempotency-Key", key}, status: 401, code: api.CodeUnauthorized},
+		{name: "MalformedAPIKey", body: apitest.ValidBody, headers: []string{"Authorization", "Bearer cfk_nope", "Idempotency-Key", key}, status: 401, code: api.CodeUnauthorized},
+		{name: "BasicAuth", body: apitest.ValidBody, headers: []string{"Authorization", "Basic " + b.TenantA.Key, "Idempotency-Key", key}, status: 401, code: api.CodeUnauthorized},
+		{name: "TwoAuthorizationHeaders", body: apitest.ValidBody, headers: []string{"Authorization", auth, "Authorization", auth, "Idempotency-Key", key}, status: 401, code: api.CodeUnauthorized},
+		{name: "KeyMissing", body: apitest.ValidBody, headers: []string{"Authorization", auth}, status: 400, code: api.CodeIdempotencyKeyMissing},
+		{name: "KeyTooShort", body: apitest.ValidBody, headers: []string{"Authorization", auth, "Idempotency-Key", "fifteen-chars-x"}, status: 400, code: api.CodeIdempotencyKeyInvalid},
+		{name: "KeyTooLong", body: apitest.ValidBody, headers: []string{"Authorization", auth, "Idempotency-Key", strings.Repeat("k", 256)}, status: 400, code: api.CodeIdempotencyKeyInvalid},
+		{name: "KeyNotASCII", body: apitest.ValidBody, headers: []string{"Authorization", auth, "Idempotency-Key", "order-\xc3\xa9-0000000001"}, status: 400, code: api.CodeIdempotencyKeyInvalid},
+		{name: "KeyRepeated", body: apitest.ValidBody, headers: []string{"Authorization", auth, "Idempotency-Key", key, "Idempotency-Key", key}, status: 400, code: api.CodeIdempotencyKeyInvalid},
+		{name: "KeyBadStructuredField", body: apitest.ValidBody, headers: []string{"Authorization", auth, "Idempotency-Key", `"unterminated-key-0001`}, status: 400, code: api.CodeIdempotencyKeyInvalid},
 		{name: "NotJSON", body: `amount=1000`, status: 400, code: api.CodeInvalidJSON},
 		{name: "Empty", body: ``, status: 400, code: api.CodeInvalidJSON},
 		{name: "NotAnObject", body: `[1000]`, status: 400, code: api.CodeInvalidJSON},
-		{name: "TrailingData", body: validBody + `{}`, status: 400, code: api.CodeInvalidJSON},
+		{name: "TrailingData", body: apitest.ValidBody + `{}`, status: 400, code: api.CodeInvalidJSON},
 		{name: "DuplicateMember", body: `{"amount": 1000, "amount": 1, "currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeDuplicateMember, field: "amount"},
 		{name: "DuplicateMemberEscaped", body: `{"amount": 1000, "\u0061mount": 1, "currency": "USD", "payment_method": "pm_card_visa"}`, status: 400, code: api.CodeDuplicateMember, field: "amount"},
 		{name: "InvalidUTF8", body: "{\"amount\": 1000, \"currency\": \"USD\", \"payment_method\": \"pm_card_visa\", \"description\": \"caf\xe9\"}", status: 400, code: api.CodeInvalidUTF8},
@@ -278,26 +279,26 @@ func TestCreateChargeRejections(t *testing.T) {
 			if headers == nil {
 				headers = []string{"Authorization", auth, "Idempotency-Key", key, "Content-Type", json}
 			}
-			resp := b.request(t, http.MethodPost, "/v1/charges", tt.body, headers...)
-			p := requireProblem(t, resp, tt.status, tt.code)
+			resp := b.Request(t, http.MethodPost, "/v1/charges", tt.body, headers...)
+			p := apitest.RequireProblem(t, resp, tt.status, tt.code)
 			if tt.field != "" {
 				require.Equal(t, tt.field, p["field"])
 			}
 			if tt.status == http.StatusUnauthorized {
-				require.NotEmpty(t, resp.header.Get("WWW-Authenticate"))
+				require.NotEmpty(t, resp.Header.Get("WWW-Authenticate"))
 			}
-			require.NotContains(t, string(resp.body), "4242424242424242", "problems never echo card numbers")
-			require.Equal(t, stored{}, b.stored(t), "a rejected request stores nothing")
+			require.NotContains(t, string(resp.Body), "4242424242424242", "problems never echo card numbers")
+			require.Equal(t, stored{}, b.Stored(t), "a rejected request stores nothing")
 		})
 	}
 
 	// No refusal logged a card number, whichever check refused it.
-	requireNoCardNumbers(t, "the logs", []byte(b.logs.String()))
+	apitest.RequireNoCardNumbers(t, "the logs", []byte(b.Logs.String()))
 
 	// The same key then works: nothing about the rejections was remembered.
-	resp := b.post(t, b.tenantA, key, validBody)
-	require.Equal(t, http.StatusCreated, resp.status)
-	require.Empty(t, resp.header.Get("Idempotent-Replayed"))
+	resp := b.Post(t, b.TenantA, key, apitest.ValidBody)
+	require.Equal(t, http.StatusCreated, resp.Status)
+	require.Empty(t, resp.Header.Get("Idempotent-Replayed"))
 }
 
 func manyKeys(n int) string {
@@ -315,29 +316,29 @@ func TestRateLimit(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	b := setup(t, func(o *setupOpts) {
-		o.config = func(c *api.Config) {
+		o.API = func(c *api.Config) {
 			c.RateLimit, c.RateBurst = 1, 1
 			c.Now = func() time.Time { return time.Unix(0, now.Load()) }
 		}
 	})
 
-	first := b.post(t, b.tenantA, "rate-limit-key-00001", validBody)
-	require.Equal(t, http.StatusCreated, first.status)
+	first := b.Post(t, b.TenantA, "rate-limit-key-00001", apitest.ValidBody)
+	require.Equal(t, http.StatusCreated, first.Status)
 
-	limited := b.post(t, b.tenantA, "rate-limit-key-00002", validBody)
-	requireProblem(t, limited, http.StatusTooManyRequests, api.CodeRateLimited)
-	require.Equal(t, "1", limited.header.Get("Retry-After"))
-	require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.stored(t))
+	limited := b.Post(t, b.TenantA, "rate-limit-key-00002", apitest.ValidBody)
+	apitest.RequireProblem(t, limited, http.StatusTooManyRequests, api.CodeRateLimited)
+	require.Equal(t, "1", limited.Header.Get("Retry-After"))
+	require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.Stored(t))
 
 	// Another tenant has its own bucket.
-	other := b.post(t, b.tenantB, "rate-limit-key-00002", validBody)
-	require.Equal(t, http.StatusCreated, other.status)
+	other := b.Post(t, b.TenantB, "rate-limit-key-00002", apitest.ValidBody)
+	require.Equal(t, http.StatusCreated, other.Status)
 
 	now.Add(int64(time.Second))
-	retried := b.post(t, b.tenantA, "rate-limit-key-00002", validBody)
-	require.Equal(t, http.StatusCreated, retried.status, "a 429 is never replayed")
-	require.Empty(t, retried.header.Get("Idempotent-Replayed"))
-	require.Equal(t, stored{Charges: 3, IdempotencyKeys: 3, Events: 3, Jobs: 3}, b.stored(t))
+	retried := b.Post(t, b.TenantA, "rate-limit-key-00002", apitest.ValidBody)
+	require.Equal(t, http.StatusCreated, retried.Status, "a 429 is never replayed")
+	require.Empty(t, retried.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, stored{Charges: 3, IdempotencyKeys: 3, Events: 3, Jobs: 3}, b.Stored(t))
 }
 
 // With the database refusing connections the API answers 503 +
@@ -347,10 +348,10 @@ func TestDatabaseUnavailable(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	admin := dbtest.Admin(t)
-	dbName := dbtest.DatabaseName(t, b.dbURL)
+	dbName := dbtest.DatabaseName(t, b.DBURL)
 
 	// Warm the authentication cache so the failure is the accept path's own.
-	require.Equal(t, http.StatusOK, b.get(t, b.tenantA, "/v1/charges").status)
+	require.Equal(t, http.StatusOK, b.Get(t, b.TenantA, "/v1/charges").Status)
 
 	_, err := admin.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %q WITH ALLOW_CONNECTIONS false`, dbName))
 	require.NoError(t, err)
@@ -362,19 +363,19 @@ func TestDatabaseUnavailable(t *testing.T) {
 	_, err = admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, dbName)
 	require.NoError(t, err)
 
-	resp := b.post(t, b.tenantA, "db-down-key-00000001", validBody)
-	p := requireProblem(t, resp, http.StatusServiceUnavailable, api.CodeDatabaseUnavailable)
+	resp := b.Post(t, b.TenantA, "db-down-key-00000001", apitest.ValidBody)
+	p := apitest.RequireProblem(t, resp, http.StatusServiceUnavailable, api.CodeDatabaseUnavailable)
 	require.Contains(t, p["detail"], "nothing was stored", "no connection could be made, so nothing was sent")
-	require.Equal(t, "1", resp.header.Get("Retry-After"))
-	ready := b.request(t, http.MethodGet, "/readyz", "")
-	requireProblem(t, ready, http.StatusServiceUnavailable, api.CodeNotReady)
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	ready := b.Request(t, http.MethodGet, "/readyz", "")
+	apitest.RequireProblem(t, ready, http.StatusServiceUnavailable, api.CodeNotReady)
 
 	restore()
-	require.Equal(t, stored{}, b.stored(t))
-	retried := b.post(t, b.tenantA, "db-down-key-00000001", validBody)
-	require.Equal(t, http.StatusCreated, retried.status, "body: %s", retried.body)
-	require.Empty(t, retried.header.Get("Idempotent-Replayed"))
-	require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.stored(t))
+	require.Equal(t, stored{}, b.Stored(t))
+	retried := b.Post(t, b.TenantA, "db-down-key-00000001", apitest.ValidBody)
+	require.Equal(t, http.StatusCreated, retried.Status, "body: %s", retried.Body)
+	require.Empty(t, retried.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}, b.Stored(t))
 }
 
 func TestReadCharges(t *testing.T) {
@@ -383,21 +384,21 @@ func TestReadCharges(t *testing.T) {
 	t.Run("AnotherTenantsChargeIsNotFound", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		created := b.post(t, b.tenantA, "read-key-0000000001", validBody)
-		require.Equal(t, http.StatusCreated, created.status)
-		location := created.header.Get("Location")
+		created := b.Post(t, b.TenantA, "read-key-0000000001", apitest.ValidBody)
+		require.Equal(t, http.StatusCreated, created.Status)
+		location := created.Header.Get("Location")
 
-		requireProblem(t, b.get(t, b.tenantB, location), http.StatusNotFound, api.CodeNotFound)
-		requireProblem(t, b.get(t, b.tenantB, location+"/events"), http.StatusNotFound, api.CodeNotFound)
-		requireProblem(t, b.get(t, b.tenantA, "/v1/charges/ch_nope"), http.StatusNotFound, api.CodeNotFound)
-		requireProblem(t, b.get(t, b.tenantA, "/v1/charges/ch_00000000000000000000000000/events"), http.StatusNotFound, api.CodeNotFound)
-		requireProblem(t, b.request(t, http.MethodGet, location, ""), http.StatusUnauthorized, api.CodeUnauthorized)
+		apitest.RequireProblem(t, b.Get(t, b.TenantB, location), http.StatusNotFound, api.CodeNotFound)
+		apitest.RequireProblem(t, b.Get(t, b.TenantB, location+"/events"), http.StatusNotFound, api.CodeNotFound)
+		apitest.RequireProblem(t, b.Get(t, b.TenantA, "/v1/charges/ch_nope"), http.StatusNotFound, api.CodeNotFound)
+		apitest.RequireProblem(t, b.Get(t, b.TenantA, "/v1/charges/ch_00000000000000000000000000/events"), http.StatusNotFound, api.CodeNotFound)
+		apitest.RequireProblem(t, b.Request(t, http.MethodGet, location, ""), http.StatusUnauthorized, api.CodeUnauthorized)
 
 		var page struct {
 			Data []map[string]any `json:"data"`
 		}
-		list := b.get(t, b.tenantB, "/v1/charges")
-		require.NoError(t, json.Unmarshal(list.body, &page))
+		list := b.Get(t, b.TenantB, "/v1/charges")
+		require.NoError(t, json.Unmarshal(list.Body, &page))
 		require.Empty(t, page.Data)
 	})
 
@@ -406,9 +407,9 @@ func TestReadCharges(t *testing.T) {
 		b := setup(t)
 		var ids []string
 		for i := range 5 {
-			resp := b.post(t, b.tenantA, fmt.Sprintf("list-key-%011d", i), validBody)
-			require.Equal(t, http.StatusCreated, resp.status)
-			ids = append([]string{strings.TrimPrefix(resp.header.Get("Location"), "/v1/charges/")}, ids...)
+			resp := b.Post(t, b.TenantA, fmt.Sprintf("list-key-%011d", i), apitest.ValidBody)
+			require.Equal(t, http.StatusCreated, resp.Status)
+			ids = append([]string{strings.TrimPrefix(resp.Header.Get("Location"), "/v1/charges/")}, ids...)
 			time.Sleep(2 * time.Millisecond) // ids order by millisecond
 		}
 		type page struct {
@@ -416,10 +417,10 @@ func TestReadCharges(t *testing.T) {
 			HasMore bool                          `json:"has_more"`
 		}
 		read := func(query string) page {
-			resp := b.get(t, b.tenantA, "/v1/charges"+query)
-			require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
+			resp := b.Get(t, b.TenantA, "/v1/charges"+query)
+			require.Equal(t, http.StatusOK, resp.Status, "body: %s", resp.Body)
 			var p page
-			require.NoError(t, json.Unmarshal(resp.body, &p))
+			require.NoError(t, json.Unmarshal(resp.Body, &p))
 			return p
 		}
 		first := read("?limit=2")
@@ -434,17 +435,17 @@ func TestReadCharges(t *testing.T) {
 		require.Empty(t, read("?status=succeeded").Data)
 
 		for _, query := range []string{"?status=done", "?limit=0", "?limit=101", "?limit=x", "?starting_after=nope", "?colour=red", "?limit=1&limit=2"} {
-			requireProblem(t, b.get(t, b.tenantA, "/v1/charges"+query), http.StatusBadRequest, api.CodeInvalidParameter)
+			apitest.RequireProblem(t, b.Get(t, b.TenantA, "/v1/charges"+query), http.StatusBadRequest, api.CodeInvalidParameter)
 		}
 
 		// Several bad parameters: the problem always names the same one
 		// (the first by name), not whichever a map visits first.
 		for range 20 {
-			p := requireProblem(t, b.get(t, b.tenantA, "/v1/charges?status=done&limit=0&starting_after=nope"),
+			p := apitest.RequireProblem(t, b.Get(t, b.TenantA, "/v1/charges?status=done&limit=0&starting_after=nope"),
 				http.StatusBadRequest, api.CodeInvalidParameter)
 			require.Equal(t, "limit", p["field"])
 		}
-		p := requireProblem(t, b.get(t, b.tenantA, "/v1/charges?status=done"), http.StatusBadRequest, api.CodeInvalidParameter)
+		p := apitest.RequireProblem(t, b.Get(t, b.TenantA, "/v1/charges?status=done"), http.StatusBadRequest, api.CodeInvalidParameter)
 		require.Contains(t, p["detail"], "pending, submitting, unknown, succeeded, failed, needs_review")
 	})
 }
@@ -453,17 +454,17 @@ func TestHealth(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 
-	require.Equal(t, http.StatusOK, b.request(t, http.MethodGet, "/healthz", "").status)
-	require.Equal(t, http.StatusOK, b.request(t, http.MethodGet, "/readyz", "").status)
-	requireProblem(t, b.request(t, http.MethodGet, "/nope", ""), http.StatusNotFound, api.CodeNotFound)
-	requireProblem(t, b.request(t, http.MethodDelete, "/healthz", ""), http.StatusMethodNotAllowed, api.CodeMethodNotAllowed)
+	require.Equal(t, http.StatusOK, b.Request(t, http.MethodGet, "/healthz", "").Status)
+	require.Equal(t, http.StatusOK, b.Request(t, http.MethodGet, "/readyz", "").Status)
+	apitest.RequireProblem(t, b.Request(t, http.MethodGet, "/nope", ""), http.StatusNotFound, api.CodeNotFound)
+	apitest.RequireProblem(t, b.Request(t, http.MethodDelete, "/healthz", ""), http.StatusMethodNotAllowed, api.CodeMethodNotAllowed)
 
 	notReady := setup(t, func(o *setupOpts) {
-		o.config = func(c *api.Config) {
+		o.API = func(c *api.Config) {
 			c.Ready = func(context.Context) error { return fmt.Errorf("migration 0002 is not applied") }
 		}
 	})
-	requireProblem(t, notReady.request(t, http.MethodGet, "/readyz", ""), http.StatusServiceUnavailable, api.CodeNotReady)
+	apitest.RequireProblem(t, notReady.Request(t, http.MethodGet, "/readyz", ""), http.StatusServiceUnavailable, api.CodeNotReady)
 }
 
 // Logs carry ids and outcomes, never the secrets and personal data that pass
@@ -482,18 +483,18 @@ func TestLogsKeepSecretsOut(t *testing.T) {
 	)
 	body := fmt.Sprintf(`{"amount": 1000, "currency": "USD", "payment_method": %q, "description": %q, "metadata": {%q: %q}}`,
 		paymentMethod, description, metadataKey, metadataValue)
-	require.Equal(t, http.StatusCreated, b.post(t, b.tenantA, idempotencyKey, body).status)
-	require.Equal(t, http.StatusCreated, b.post(t, b.tenantA, idempotencyKey, body).status)
-	requireProblem(t, b.post(t, b.tenantA, idempotencyKey, strings.Replace(body, "1000", "7", 1)), 422, api.CodeIdempotencyKeyReused)
+	require.Equal(t, http.StatusCreated, b.Post(t, b.TenantA, idempotencyKey, body).Status)
+	require.Equal(t, http.StatusCreated, b.Post(t, b.TenantA, idempotencyKey, body).Status)
+	apitest.RequireProblem(t, b.Post(t, b.TenantA, idempotencyKey, strings.Replace(body, "1000", "7", 1)), 422, api.CodeIdempotencyKeyReused)
 	bad := fmt.Sprintf(`{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "metadata": {%q: 5}}`, metadataKey)
-	requireProblem(t, b.post(t, b.tenantA, "canary-idem-key-2-0000", bad), 400, api.CodeInvalidField)
+	apitest.RequireProblem(t, b.Post(t, b.TenantA, "canary-idem-key-2-0000", bad), 400, api.CodeInvalidField)
 	cardBody := fmt.Sprintf(`{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": %q}`, card)
-	requireProblem(t, b.post(t, b.tenantA, "canary-idem-key-3-0000", cardBody), 400, api.CodeCardNumberDetected)
-	requireProblem(t, b.request(t, http.MethodGet, "/v1/charges", "", "Authorization", "Bearer "+b.tenantA.Key+"x"), 401, api.CodeUnauthorized)
+	apitest.RequireProblem(t, b.Post(t, b.TenantA, "canary-idem-key-3-0000", cardBody), 400, api.CodeCardNumberDetected)
+	apitest.RequireProblem(t, b.Request(t, http.MethodGet, "/v1/charges", "", "Authorization", "Bearer "+b.TenantA.Key+"x"), 401, api.CodeUnauthorized)
 
-	logs := b.logs.String()
+	logs := b.Logs.String()
 	require.Contains(t, logs, `"route":"/v1/charges"`, "the requests were logged")
-	for _, secret := range []string{b.tenantA.Key, idempotencyKey, "canary-idem-key-2", description, metadataKey, metadataValue, paymentMethod, card} {
+	for _, secret := range []string{b.TenantA.Key, idempotencyKey, "canary-idem-key-2", description, metadataKey, metadataValue, paymentMethod, card} {
 		require.NotContains(t, logs, secret)
 	}
 }

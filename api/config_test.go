@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/submit"
@@ -24,7 +25,7 @@ func TestNewRefusesNonsense(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none")
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	jobs := newQueue(t, pool, submit.Config{})
+	jobs := apitest.NewQueue(t, pool, submit.Config{})
 
 	for _, tt := range []struct {
 		name      string

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 )
 
 // Refunds that queue on their charge get their real answer. A transaction
@@ -29,17 +30,17 @@ func TestRefundsQueueOnTheirCharge(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const lockTimeout = 200 * time.Millisecond
-	b := setup(t, func(o *setupOpts) { o.lockTimeout = fmt.Sprint(lockTimeout.Milliseconds()) })
-	charge := b.succeededCharge(t, b.tenantA, 100)
+	b := setup(t, func(o *setupOpts) { o.LockTimeout = fmt.Sprint(lockTimeout.Milliseconds()) })
+	charge := b.succeededCharge(t, b.TenantA, 100)
 
 	var urls []string
 	for range 2 {
-		cfg := b.cfg
-		cfg.DB = smallPool(t, b.dbURL, 4, lockTimeout)
-		urls = append(urls, b.serve(t, cfg))
+		cfg := b.Config
+		cfg.DB = smallPool(t, b.DBURL, 4, lockTimeout)
+		urls = append(urls, b.Serve(t, cfg))
 	}
 
-	holder, err := b.pool.Begin(ctx)
+	holder, err := b.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = holder.Rollback(ctx) }()
 	_, err = holder.Exec(ctx, `SELECT 1 FROM charges WHERE id = $1 FOR NO KEY UPDATE`, charge)
@@ -49,28 +50,28 @@ func TestRefundsQueueOnTheirCharge(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range answers {
 		wg.Go(func() {
-			answers[i] = b.refund(t, urls[i%2], b.tenantA, fmt.Sprintf("queued-refund-%04d", i), fmt.Sprintf(`{"charge": %q, "amount": 1}`, charge))
+			answers[i] = b.Refund(t, urls[i%2], b.TenantA, fmt.Sprintf("queued-refund-%04d", i), fmt.Sprintf(`{"charge": %q, "amount": 1}`, charge))
 		})
 	}
 	// Both processes wait on the row, and keep doing so past several lock
 	// timeouts.
 	require.Eventually(t, func() bool {
 		var waiting int
-		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
 		return waiting >= 2
 	}, 10*time.Second, 10*time.Millisecond)
 	time.Sleep(5 * lockTimeout)
 	for _, u := range urls {
-		read := requestAt(t, u, http.MethodGet, "/v1/charges/"+charge, "", "Authorization", "Bearer "+b.tenantA.Key)
-		require.Equal(t, http.StatusOK, read.status, "a read is answered while refunds queue: %s", read.body)
+		read := apitest.Request(t, u, http.MethodGet, "/v1/charges/"+charge, "", "Authorization", "Bearer "+b.TenantA.Key)
+		require.Equal(t, http.StatusOK, read.Status, "a read is answered while refunds queue: %s", read.Body)
 	}
 	require.NoError(t, holder.Commit(ctx))
 	wg.Wait()
 
 	require.Equal(t, map[string]int{"201 ": 100, "409 refund_exceeds_charge": 100}, countAnswers(t, answers))
 	var refunds, reserved int
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM charges WHERE parent_id = $1),
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM charges WHERE parent_id = $1),
 		(SELECT amount_reserved FROM charges WHERE id = $1)`, charge).Scan(&refunds, &reserved))
 	require.Equal(t, []int{100, 100}, []int{refunds, reserved})
 }
@@ -97,29 +98,29 @@ func TestUnknownCommitIsSaidToBeUnknown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	proxy := startCuttingProxy(t, b.dbURL, []byte("INSERT INTO idempotency_keys"))
-	cfg := b.cfg
+	proxy := startCuttingProxy(t, b.DBURL, []byte("INSERT INTO idempotency_keys"))
+	cfg := b.Config
 	cfg.DB = smallPool(t, proxy.url, 4, time.Second)
-	through := b.serve(t, cfg)
-	headers := []string{"Authorization", "Bearer " + b.tenantA.Key, "Content-Type", "application/json"}
+	through := b.Serve(t, cfg)
+	headers := []string{"Authorization", "Bearer " + b.TenantA.Key, "Content-Type", "application/json"}
 
 	// Warm the authentication cache, then arm the cut.
-	require.Equal(t, http.StatusOK, requestAt(t, through, http.MethodGet, "/v1/charges", "", headers[:2]...).status)
+	require.Equal(t, http.StatusOK, apitest.Request(t, through, http.MethodGet, "/v1/charges", "", headers[:2]...).Status)
 	proxy.armed.Store(true)
-	resp := requestAt(t, through, http.MethodPost, "/v1/charges", validBody, append(headers, "Idempotency-Key", "cut-after-commit-0001")...)
-	p := requireProblem(t, resp, http.StatusServiceUnavailable, api.CodeDatabaseUnavailable)
-	require.Equal(t, "1", resp.header.Get("Retry-After"))
+	resp := apitest.Request(t, through, http.MethodPost, "/v1/charges", apitest.ValidBody, append(headers, "Idempotency-Key", "cut-after-commit-0001")...)
+	p := apitest.RequireProblem(t, resp, http.StatusServiceUnavailable, api.CodeDatabaseUnavailable)
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
 	require.Contains(t, p["detail"], "unknown")
 	require.NotContains(t, p["detail"], "nothing was stored")
 	require.Equal(t, int32(1), proxy.cuts.Load(), "the statement was cut once")
 
-	require.Eventually(t, func() bool { return b.stored(t).Charges == 1 }, 5*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return b.Stored(t).Charges == 1 }, 5*time.Second, 20*time.Millisecond,
 		"the cut statement committed: the 503 could not have said nothing was stored")
-	retried := b.post(t, b.tenantA, "cut-after-commit-0001", validBody)
-	require.Equal(t, http.StatusCreated, retried.status, "body: %s", retried.body)
-	require.Equal(t, "true", retried.header.Get("Idempotent-Replayed"))
+	retried := b.Post(t, b.TenantA, "cut-after-commit-0001", apitest.ValidBody)
+	require.Equal(t, http.StatusCreated, retried.Status, "body: %s", retried.Body)
+	require.Equal(t, "true", retried.Header.Get("Idempotent-Replayed"))
 	var jobs int
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&jobs))
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&jobs))
 	require.Equal(t, 1, jobs)
 }
 

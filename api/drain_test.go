@@ -17,7 +17,7 @@ import (
 func TestDrain(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	server, err := app.NewServer(b.cfg)
+	server, err := app.NewServer(b.Config)
 	require.NoError(t, err)
 	srv := httptest.NewServer(server.Handler())
 	t.Cleanup(srv.Close)
@@ -49,6 +49,6 @@ func TestDrain(t *testing.T) {
 
 	resp, _ = get(http.MethodGet, "/healthz", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode, "alive while draining")
-	resp, _ = get(http.MethodGet, "/v1/charges", b.tenantA.Key)
+	resp, _ = get(http.MethodGet, "/v1/charges", b.TenantA.Key)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "still serving while draining")
 }

@@ -7,12 +7,13 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/apitest"
+	"github.com/chargeflow/chargeflow/internal/lockedbuf"
 )
 
 // FuzzCreateCharge drives the real handler, over HTTP, against a real
@@ -29,9 +30,9 @@ import (
 // `make test` runs it briefly (FUZZTIME_HTTP); its seeds run with every
 // `go test`. One database serves the whole run.
 func FuzzCreateCharge(f *testing.F) {
-	logs := &takeBuffer{}
+	logs := &lockedbuf.Buffer{}
 	b := setup(f, func(o *setupOpts) {
-		o.config = func(c *api.Config) {
+		o.API = func(c *api.Config) {
 			c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			// Fuzzed credentials fail often; the limit would turn the rest
 			// of the run into 429s.
@@ -53,8 +54,8 @@ func FuzzCreateCharge(f *testing.F) {
 		auth                   uint8
 		header                 string
 	}{
-		{validBody, key, jsonCT, tenant, ""},
-		{validBody, key, jsonCT, tenant, ""}, // a replay
+		{apitest.ValidBody, key, jsonCT, tenant, ""},
+		{apitest.ValidBody, key, jsonCT, tenant, ""}, // a replay
 		{withMember(`"description": "a\u0000b"`), "fuzz-seed-nul-0000001", jsonCT, tenant, ""},
 		{withMember(`"metadata": {"k\u0000": "v"}`), "fuzz-seed-nul-0000002", jsonCT, tenant, ""},
 		{withMember(`"metadata": {"k": "\u0000"}`), "fuzz-seed-nul-0000003", jsonCT, tenant, ""},
@@ -76,17 +77,17 @@ func FuzzCreateCharge(f *testing.F) {
 		{`{"5555 5555 5555 4444": {"x": tru`, "fuzz-seed-card-0000002", jsonCT, tenant, ""},
 		{withMember(`"metadata": {"3782-822463-10005": "x"}`), "fuzz-seed-card-0000003", jsonCT, tenant, ""},
 		{withMember(`"description": "4111 1111 1111 1111"`), "fuzz-seed-card-0000004", jsonCT, tenant, ""},
-		{validBody, "4111111111111111", jsonCT, tenant, ""},
-		{validBody, key, jsonCT, 2, "4111111111111111"},
-		{validBody, key, jsonCT, tenant, "6011000990139424"},
-		{validBody, key, "", tenant, ""},
-		{validBody, key, "text/plain; charset=4111111111111111", tenant, ""},
-		{validBody, key, "application/json; charset=latin1", tenant, ""},
-		{validBody, key, jsonCT, 1, ""},
-		{validBody, "", jsonCT, tenant, ""},
-		{validBody, `"quoted-key-\"0000001"`, jsonCT, tenant, ""},
+		{apitest.ValidBody, "4111111111111111", jsonCT, tenant, ""},
+		{apitest.ValidBody, key, jsonCT, 2, "4111111111111111"},
+		{apitest.ValidBody, key, jsonCT, tenant, "6011000990139424"},
+		{apitest.ValidBody, key, "", tenant, ""},
+		{apitest.ValidBody, key, "text/plain; charset=4111111111111111", tenant, ""},
+		{apitest.ValidBody, key, "application/json; charset=latin1", tenant, ""},
+		{apitest.ValidBody, key, jsonCT, 1, ""},
+		{apitest.ValidBody, "", jsonCT, tenant, ""},
+		{apitest.ValidBody, `"quoted-key-\"0000001"`, jsonCT, tenant, ""},
 		{"", "fuzz-seed-empty-000001", jsonCT, tenant, ""},
-		{"\ufeff" + validBody, "fuzz-seed-bom-00000001", jsonCT, tenant, ""},
+		{"\ufeff" + apitest.ValidBody, "fuzz-seed-bom-00000001", jsonCT, tenant, ""},
 		{`{"amount": 1000, "\u0061mount": 1}`, "fuzz-seed-dup-00000001", jsonCT, tenant, ""},
 		{withMember(`"metadata": {` + manyKeys(51) + `}`), "fuzz-seed-many-0000001", jsonCT, tenant, ""},
 		{withMember(`"description": "` + strings.Repeat("\U0001F600", 1000) + `"`), "fuzz-seed-long-0000001", jsonCT, 3, ""},
@@ -98,16 +99,16 @@ func FuzzCreateCharge(f *testing.F) {
 		// net/http refuses to send control bytes in a header value (and a
 		// server never sees one over the wire: they end the header), so
 		// the fuzzer's are dropped rather than the input.
-		key, contentType, header = sendable(key), sendable(contentType), sendable(header)
-		req, err := http.NewRequest(http.MethodPost, b.url+"/v1/charges", bytes.NewReader(body))
+		key, contentType, header = apitest.Sendable(key), apitest.Sendable(contentType), apitest.Sendable(header)
+		req, err := http.NewRequest(http.MethodPost, b.URL+"/v1/charges", bytes.NewReader(body))
 		require.NoError(t, err)
 		switch auth % 4 {
 		case 0:
-			req.Header.Set("Authorization", "Bearer "+b.tenantA.Key)
+			req.Header.Set("Authorization", "Bearer "+b.TenantA.Key)
 		case 2:
 			req.Header.Set("Authorization", "Bearer "+header)
 		case 3:
-			req.Header.Set("Authorization", "Bearer "+b.tenantB.Key)
+			req.Header.Set("Authorization", "Bearer "+b.TenantB.Key)
 		}
 		if key != "" {
 			req.Header.Set("Idempotency-Key", key)
@@ -120,18 +121,18 @@ func FuzzCreateCharge(f *testing.F) {
 			req.Header.Set("Traceparent", header)
 		}
 
-		before := b.stored(t)
+		before := b.Stored(t)
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err, "the server hung up instead of answering")
 		answer, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		require.NoError(t, err)
-		after := b.stored(t)
+		after := b.Stored(t)
 
 		require.Less(t, resp.StatusCode, 500, "a client's bytes made a server error: %s", answer)
 		switch {
 		case resp.StatusCode == http.StatusCreated && resp.Header.Get("Idempotent-Replayed") != "true":
-			require.Equal(t, stored{before.Charges + 1, before.IdempotencyKeys + 1, before.Events + 1, before.Jobs + 1}, after,
+			require.Equal(t, stored{Charges: before.Charges + 1, IdempotencyKeys: before.IdempotencyKeys + 1, Events: before.Events + 1, Jobs: before.Jobs + 1}, after,
 				"a new charge stores one charge, record, event and job")
 		default:
 			require.Equal(t, before, after, "status %d stored something: %s", resp.StatusCode, answer)
@@ -142,45 +143,12 @@ func FuzzCreateCharge(f *testing.F) {
 			require.NoError(t, json.Unmarshal(answer, &p))
 			require.NotEmpty(t, p.Code)
 		}
-		requireNoCardNumbers(t, "the answer", answer)
+		apitest.RequireNoCardNumbers(t, "the answer", answer)
 
-		logged := logs.take()
-		requireNoCardNumbers(t, "the logs", logged)
-		for _, secret := range []string{b.tenantA.Key, b.tenantB.Key} {
+		logged := logs.Take()
+		apitest.RequireNoCardNumbers(t, "the logs", logged)
+		for _, secret := range []string{b.TenantA.Key, b.TenantB.Key} {
 			require.NotContains(t, string(logged), secret)
 		}
 	})
-}
-
-// sendable is v without the bytes an HTTP client cannot put in a header
-// value: control bytes other than tab, and DEL.
-func sendable(v string) string {
-	return strings.Map(func(r rune) rune {
-		if (r < 0x20 && r != '\t') || r == 0x7f {
-			return -1
-		}
-		return r
-	}, v)
-}
-
-// takeBuffer collects log lines for one fuzz input at a time: take returns
-// what was written since the last take, so a long run does not re-read all
-// of its logs on every input.
-type takeBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *takeBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *takeBuffer) take() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := bytes.Clone(b.buf.Bytes())
-	b.buf.Reset()
-	return out
 }

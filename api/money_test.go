@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 )
 
 // Only money a card can be charged in is accepted: every code of the
@@ -25,23 +26,23 @@ func TestCurrencyRule(t *testing.T) {
 	require.Len(t, codes, 165, "the currency table changed: look through the new codes for funds and units of account (api/money.go, notTender)")
 	accepted := 0
 	for i, code := range codes {
-		resp := b.post(t, b.tenantA, fmt.Sprintf("currency-rule-%06d", i),
+		resp := b.Post(t, b.TenantA, fmt.Sprintf("currency-rule-%06d", i),
 			fmt.Sprintf(`{"amount": 1, "currency": %q, "payment_method": "pm_card_visa"}`, code))
 		if slices.Contains(refused, code) {
-			p := requireProblem(t, resp, http.StatusBadRequest, api.CodeInvalidField)
+			p := apitest.RequireProblem(t, resp, http.StatusBadRequest, api.CodeInvalidField)
 			require.Equal(t, "currency", p["field"], code)
 			continue
 		}
-		require.Equal(t, http.StatusCreated, resp.status, "%s: %s", code, resp.body)
+		require.Equal(t, http.StatusCreated, resp.Status, "%s: %s", code, resp.Body)
 		accepted++
 	}
 	for _, code := range []string{"XAU", "XAG", "XPT", "XPD", "XDR", "XSU", "XUA", "XBA", "XTS", "XXX", "usd", "Usd", "US", "USDX", "", "HRK", "SLL"} {
-		resp := b.post(t, b.tenantA, "currency-rule-other-"+fmt.Sprint(len(code))+code,
+		resp := b.Post(t, b.TenantA, "currency-rule-other-"+fmt.Sprint(len(code))+code,
 			fmt.Sprintf(`{"amount": 1, "currency": %q, "payment_method": "pm_card_visa"}`, code))
-		p := requireProblem(t, resp, http.StatusBadRequest, api.CodeInvalidField)
+		p := apitest.RequireProblem(t, resp, http.StatusBadRequest, api.CodeInvalidField)
 		require.Equal(t, "currency", p["field"], code)
 	}
-	require.Equal(t, stored{Charges: accepted, IdempotencyKeys: accepted, Events: accepted, Jobs: accepted}, b.stored(t))
+	require.Equal(t, stored{Charges: accepted, IdempotencyKeys: accepted, Events: accepted, Jobs: accepted}, b.Stored(t))
 }
 
 // The amount cap is one number of major units in every currency: the
@@ -56,7 +57,7 @@ func TestAmountCapFollowsMinorUnits(t *testing.T) {
 	n := 0
 	post := func(b *testBundle, amount int64, code string) response {
 		n++
-		return b.post(t, b.tenantA, fmt.Sprintf("amount-cap-key-%06d", n),
+		return b.Post(t, b.TenantA, fmt.Sprintf("amount-cap-key-%06d", n),
 			fmt.Sprintf(`{"amount": %d, "currency": %q, "payment_method": "pm_card_visa"}`, amount, code))
 	}
 	tests := []struct {
@@ -76,12 +77,12 @@ func TestAmountCapFollowsMinorUnits(t *testing.T) {
 	created := 0
 	for _, tt := range tests {
 		resp := post(tt.server, tt.max, tt.currency)
-		require.Equal(t, http.StatusCreated, resp.status, "%s %d (%s): %s", tt.currency, tt.max, tt.description, resp.body)
+		require.Equal(t, http.StatusCreated, resp.Status, "%s %d (%s): %s", tt.currency, tt.max, tt.description, resp.Body)
 		created++
 		over := post(tt.server, tt.max+1, tt.currency)
-		p := requireProblem(t, over, http.StatusBadRequest, api.CodeInvalidField)
+		p := apitest.RequireProblem(t, over, http.StatusBadRequest, api.CodeInvalidField)
 		require.Equal(t, "amount", p["field"])
 		require.Contains(t, p["detail"], fmt.Sprintf("at most %d for %s", tt.max, tt.currency))
 	}
-	require.Equal(t, stored{Charges: created, IdempotencyKeys: created, Events: created, Jobs: created}, b.stored(t))
+	require.Equal(t, stored{Charges: created, IdempotencyKeys: created, Events: created, Jobs: created}, b.Stored(t))
 }

@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/submit"
@@ -55,7 +56,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none")
 	require.NoError(t, err)
 	defer pool.Close()
-	cfg := app.ServerConfig{DB: pool, Jobs: newQueue(t, pool, submit.Config{}), Provider: psp.NewClient(psp.Config{})}
+	cfg := app.ServerConfig{DB: pool, Jobs: apitest.NewQueue(t, pool, submit.Config{}), Provider: psp.NewClient(psp.Config{})}
 	cfg.Resolve.ResendWindow = time.Hour
 	server, err := app.NewServer(cfg)
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 )
 
 // A method a path does not serve is 405 with Allow, as problem+json, for
@@ -36,22 +37,22 @@ func TestMethodNotAllowed(t *testing.T) {
 		{http.MethodDelete, "/v1/charges/" + id, "GET"},
 		{http.MethodPatch, "/v1/charges/" + id + "/events", "GET"},
 	} {
-		for _, headers := range [][]string{nil, {"Authorization", "Bearer " + b.tenantA.Key}} {
-			resp := b.request(t, tt.method, tt.path, "", headers...)
+		for _, headers := range [][]string{nil, {"Authorization", "Bearer " + b.TenantA.Key}} {
+			resp := b.Request(t, tt.method, tt.path, "", headers...)
 			if tt.method == http.MethodHead { // the answer to HEAD has no body
-				require.Equal(t, http.StatusMethodNotAllowed, resp.status)
-				require.Equal(t, "application/problem+json", resp.header.Get("Content-Type"))
+				require.Equal(t, http.StatusMethodNotAllowed, resp.Status)
+				require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
 			} else {
-				requireProblem(t, resp, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed)
+				apitest.RequireProblem(t, resp, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed)
 			}
-			require.Equal(t, tt.allow, resp.header.Get("Allow"), "%s %s", tt.method, tt.path)
+			require.Equal(t, tt.allow, resp.Header.Get("Allow"), "%s %s", tt.method, tt.path)
 		}
 	}
-	requireProblem(t, b.request(t, http.MethodDelete, "/nope", ""), http.StatusNotFound, api.CodeNotFound)
-	requireProblem(t, b.get(t, b.tenantA, "/v1/nope"), http.StatusNotFound, api.CodeNotFound)
-	requireProblem(t, b.get(t, b.tenantA, "/v1/charges/"+id+"/nope"), http.StatusNotFound, api.CodeNotFound)
-	require.Equal(t, stored{}, b.stored(t))
-	require.Contains(t, b.logs.String(), `"problem":"method_not_allowed"`, "refusals are logged like any other")
+	apitest.RequireProblem(t, b.Request(t, http.MethodDelete, "/nope", ""), http.StatusNotFound, api.CodeNotFound)
+	apitest.RequireProblem(t, b.Get(t, b.TenantA, "/v1/nope"), http.StatusNotFound, api.CodeNotFound)
+	apitest.RequireProblem(t, b.Get(t, b.TenantA, "/v1/charges/"+id+"/nope"), http.StatusNotFound, api.CodeNotFound)
+	require.Equal(t, stored{}, b.Stored(t))
+	require.Contains(t, b.Logs.String(), `"problem":"method_not_allowed"`, "refusals are logged like any other")
 }
 
 // Probes may send HEAD: /healthz and /readyz answer it as they answer GET,
@@ -60,19 +61,19 @@ func TestHeadProbes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	for _, path := range []string{"/healthz", "/readyz"} {
-		resp := b.request(t, http.MethodHead, path, "")
-		require.Equal(t, http.StatusOK, resp.status, path)
-		require.Empty(t, resp.body)
+		resp := b.Request(t, http.MethodHead, path, "")
+		require.Equal(t, http.StatusOK, resp.Status, path)
+		require.Empty(t, resp.Body)
 	}
 
 	notReady := setup(t, func(o *setupOpts) {
-		o.config = func(c *api.Config) {
+		o.API = func(c *api.Config) {
 			c.Ready = func(context.Context) error { return context.DeadlineExceeded }
 		}
 	})
-	resp := notReady.request(t, http.MethodHead, "/readyz", "")
-	require.Equal(t, http.StatusServiceUnavailable, resp.status)
-	require.Equal(t, "1", resp.header.Get("Retry-After"))
+	resp := notReady.Request(t, http.MethodHead, "/readyz", "")
+	require.Equal(t, http.StatusServiceUnavailable, resp.Status)
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
 }
 
 // A POST body must say it is JSON, once: a missing, doubled, non-JSON or
@@ -81,7 +82,7 @@ func TestContentTypeIsRequired(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const key = "content-type-key-00001"
-	auth := "Bearer " + b.tenantA.Key
+	auth := "Bearer " + b.TenantA.Key
 	for name, headers := range map[string][]string{
 		"Missing":           {"Authorization", auth, "Idempotency-Key", key},
 		"Empty":             {"Authorization", auth, "Idempotency-Key", key, "Content-Type", ""},
@@ -92,15 +93,15 @@ func TestContentTypeIsRequired(t *testing.T) {
 		"Latin1":            {"Authorization", auth, "Idempotency-Key", key, "Content-Type", "application/json; charset=iso-8859-1"},
 		"Malformed":         {"Authorization", auth, "Idempotency-Key", key, "Content-Type", "application/json; charset"},
 	} {
-		resp := b.request(t, http.MethodPost, "/v1/charges", validBody, headers...)
-		requireProblem(t, resp, http.StatusUnsupportedMediaType, api.CodeUnsupportedMediaType)
-		require.Equal(t, stored{}, b.stored(t), name)
+		resp := b.Request(t, http.MethodPost, "/v1/charges", apitest.ValidBody, headers...)
+		apitest.RequireProblem(t, resp, http.StatusUnsupportedMediaType, api.CodeUnsupportedMediaType)
+		require.Equal(t, stored{}, b.Stored(t), name)
 	}
 
 	// JSON, said once, in any of its spellings, is accepted.
-	resp := b.request(t, http.MethodPost, "/v1/charges", validBody,
+	resp := b.Request(t, http.MethodPost, "/v1/charges", apitest.ValidBody,
 		"Authorization", auth, "Idempotency-Key", key, "Content-Type", "Application/JSON; charset=UTF-8")
-	require.Equal(t, http.StatusCreated, resp.status, "body: %s", resp.body)
+	require.Equal(t, http.StatusCreated, resp.Status, "body: %s", resp.Body)
 }
 
 // Headers over the API's limit are a problem+json 431, from a real HTTP
@@ -109,20 +110,20 @@ func TestHeadersTooLarge(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	big := strings.Repeat("x", api.MaxHeaderBytes)
-	resp := b.post(t, b.tenantA, "large-header-key-0001", validBody, "X-Padding", big)
-	p := requireProblem(t, resp, http.StatusRequestHeaderFieldsTooLarge, api.CodeHeadersTooLarge)
+	resp := b.Post(t, b.TenantA, "large-header-key-0001", apitest.ValidBody, "X-Padding", big)
+	p := apitest.RequireProblem(t, resp, http.StatusRequestHeaderFieldsTooLarge, api.CodeHeadersTooLarge)
 	require.NotContains(t, p["detail"], "xxx", "the problem does not quote the headers")
-	requireProblem(t, b.request(t, http.MethodGet, "/healthz", "", "X-Padding", big), http.StatusRequestHeaderFieldsTooLarge, api.CodeHeadersTooLarge)
+	apitest.RequireProblem(t, b.Request(t, http.MethodGet, "/healthz", "", "X-Padding", big), http.StatusRequestHeaderFieldsTooLarge, api.CodeHeadersTooLarge)
 	// Many small headers count as much as one large one.
 	var many []string
 	for range 100 {
 		many = append(many, "X-Padding", strings.Repeat("y", api.MaxHeaderBytes/100))
 	}
-	requireProblem(t, b.request(t, http.MethodGet, "/healthz", "", many...), http.StatusRequestHeaderFieldsTooLarge, api.CodeHeadersTooLarge)
-	require.Equal(t, stored{}, b.stored(t))
+	apitest.RequireProblem(t, b.Request(t, http.MethodGet, "/healthz", "", many...), http.StatusRequestHeaderFieldsTooLarge, api.CodeHeadersTooLarge)
+	require.Equal(t, stored{}, b.Stored(t))
 
-	fits := b.post(t, b.tenantA, "large-header-key-0001", validBody, "X-Padding", strings.Repeat("x", api.MaxHeaderBytes/2))
-	require.Equal(t, http.StatusCreated, fits.status, "body: %s", fits.body)
+	fits := b.Post(t, b.TenantA, "large-header-key-0001", apitest.ValidBody, "X-Padding", strings.Repeat("x", api.MaxHeaderBytes/2))
+	require.Equal(t, http.StatusCreated, fits.Status, "body: %s", fits.Body)
 }
 
 // A panic in a handler is a 500 problem+json, logged, not a dropped
@@ -130,16 +131,16 @@ func TestHeadersTooLarge(t *testing.T) {
 func TestPanicIsInternalError(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *setupOpts) {
-		o.config = func(c *api.Config) {
+		o.API = func(c *api.Config) {
 			c.Ready = func(context.Context) error { panic("readiness check exploded 4111111111111111") }
 		}
 	})
-	resp := b.request(t, http.MethodGet, "/readyz", "")
-	requireProblem(t, resp, http.StatusInternalServerError, api.CodeInternal)
-	require.NotContains(t, string(resp.body), "exploded", "the cause is never sent")
-	logs := b.logs.String()
+	resp := b.Request(t, http.MethodGet, "/readyz", "")
+	apitest.RequireProblem(t, resp, http.StatusInternalServerError, api.CodeInternal)
+	require.NotContains(t, string(resp.Body), "exploded", "the cause is never sent")
+	logs := b.Logs.String()
 	require.Contains(t, logs, "readiness check exploded", "the cause is logged")
-	requireNoCardNumbers(t, "the logs", []byte(logs))
+	apitest.RequireNoCardNumbers(t, "the logs", []byte(logs))
 }
 
 // A body cut short by the client is the client's 400, not a 503 that
@@ -148,12 +149,12 @@ func TestPanicIsInternalError(t *testing.T) {
 func TestIncompleteBody(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(b.url, "http://"))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.URL, "http://"))
 	require.NoError(t, err)
 	defer conn.Close()
 	_, err = fmt.Fprintf(conn, "POST /v1/charges HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer %s\r\n"+
 		"Idempotency-Key: incomplete-body-key-01\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-		b.tenantA.Key, len(validBody), validBody[:20])
+		b.TenantA.Key, len(apitest.ValidBody), apitest.ValidBody[:20])
 	require.NoError(t, err)
 	require.NoError(t, conn.(*net.TCPConn).CloseWrite(), "hang up mid-body")
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -161,7 +162,7 @@ func TestIncompleteBody(t *testing.T) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	requireProblem(t, response{status: resp.StatusCode, header: resp.Header, body: body}, http.StatusBadRequest, api.CodeIncompleteBody)
-	require.Equal(t, stored{}, b.stored(t))
-	require.Contains(t, b.logs.String(), `"problem":"incomplete_body"`)
+	apitest.RequireProblem(t, response{Status: resp.StatusCode, Header: resp.Header, Body: body}, http.StatusBadRequest, api.CodeIncompleteBody)
+	require.Equal(t, stored{}, b.Stored(t))
+	require.Contains(t, b.Logs.String(), `"problem":"incomplete_body"`)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 	"github.com/chargeflow/chargeflow/psp"
 )
 
@@ -23,10 +24,10 @@ import (
 // as tenant tt and settles it as the worker would.
 func (b *testBundle) succeededCharge(t *testing.T, tt testTenant, amount int64) string {
 	t.Helper()
-	resp := b.post(t, tt, fmt.Sprintf("charge-key-%012d-%s", amount, t.Name()[len(t.Name())-4:]),
+	resp := b.Post(t, tt, fmt.Sprintf("charge-key-%012d-%s", amount, t.Name()[len(t.Name())-4:]),
 		fmt.Sprintf(`{"amount": %d, "currency": "USD", "payment_method": "pm_card_visa"}`, amount))
-	require.Equal(t, http.StatusCreated, resp.status, "body: %s", resp.body)
-	id := decode(t, resp)["id"].(string)
+	require.Equal(t, http.StatusCreated, resp.Status, "body: %s", resp.Body)
+	id := apitest.Decode(t, resp)["id"].(string)
 	b.settle(t, tt, id, intent.StatePending, intent.StateSubmitting, intent.StateSucceeded)
 	return id
 }
@@ -35,7 +36,7 @@ func (b *testBundle) succeededCharge(t *testing.T, tt testTenant, amount int64) 
 func (b *testBundle) settle(t *testing.T, tt testTenant, id string, states ...intent.State) {
 	t.Helper()
 	for i := 1; i < len(states); i++ {
-		_, err := intent.MoveCharge(context.Background(), b.pool, intent.Move{TenantID: tt.ID, ChargeID: id,
+		_, err := intent.MoveCharge(context.Background(), b.Pool, intent.Move{TenantID: tt.ID, ChargeID: id,
 			From: states[i-1], To: states[i], Actor: "worker", Reason: "test",
 			CountAttempt: states[i] == intent.StateSubmitting, ProviderChargeID: "py_" + id[3:], FailureCode: "test"})
 		require.NoError(t, err)
@@ -49,10 +50,10 @@ func countAnswers(t *testing.T, answers []response) map[string]int {
 	counts := map[string]int{}
 	for _, resp := range answers {
 		code := ""
-		if resp.status != http.StatusCreated {
-			code = fmt.Sprint(decode(t, resp)["code"])
+		if resp.Status != http.StatusCreated {
+			code = fmt.Sprint(apitest.Decode(t, resp)["code"])
 		}
-		counts[fmt.Sprintf("%d %s", resp.status, code)]++
+		counts[fmt.Sprintf("%d %s", resp.Status, code)]++
 	}
 	return counts
 }
@@ -60,63 +61,63 @@ func countAnswers(t *testing.T, answers []response) map[string]int {
 func TestCreateRefund(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	chargeID := b.succeededCharge(t, b.tenantA, 1000)
+	chargeID := b.succeededCharge(t, b.TenantA, 1000)
 
 	body := fmt.Sprintf(`{"charge": %q, "amount": 300, "reason": "requested_by_customer", "metadata": {"ticket": "T-1"}}`, chargeID)
-	resp := b.refund(t, b.url, b.tenantA, "refund-key-0000000001", body)
-	require.Equal(t, http.StatusCreated, resp.status, "body: %s", resp.body)
-	refund := decode(t, resp)
+	resp := b.Refund(t, b.URL, b.TenantA, "refund-key-0000000001", body)
+	require.Equal(t, http.StatusCreated, resp.Status, "body: %s", resp.Body)
+	refund := apitest.Decode(t, resp)
 	id := refund["id"].(string)
 	require.True(t, strings.HasPrefix(id, "re_"))
-	require.Equal(t, "/v1/refunds/"+id, resp.header.Get("Location"))
+	require.Equal(t, "/v1/refunds/"+id, resp.Header.Get("Location"))
 	require.Equal(t, map[string]any{"id": id, "charge": chargeID, "amount": 300.0, "currency": "USD", "status": "pending",
 		"reason": "requested_by_customer", "metadata": map[string]any{"ticket": "T-1"}, "provider_refund_id": nil,
 		"failure_code": nil, "attempts": 0.0, "created_at": refund["created_at"], "updated_at": refund["updated_at"],
 		"review_reason": nil}, refund)
-	require.Equal(t, 1, b.jobsFor(t, id), "the refund's job, written with it")
+	require.Equal(t, 1, b.JobsFor(t, id), "the refund's job, written with it")
 
 	// The contract of charges: a replay byte for byte, another body 422.
-	replay := b.refund(t, b.url, b.tenantA, "refund-key-0000000001", body)
-	require.Equal(t, http.StatusCreated, replay.status)
-	require.Equal(t, resp.body, replay.body)
-	require.Equal(t, "true", replay.header.Get("Idempotent-Replayed"))
-	require.Equal(t, "/v1/refunds/"+id, replay.header.Get("Location"))
-	requireProblem(t, b.refund(t, b.url, b.tenantA, "refund-key-0000000001", strings.Replace(body, "300", "301", 1)),
+	replay := b.Refund(t, b.URL, b.TenantA, "refund-key-0000000001", body)
+	require.Equal(t, http.StatusCreated, replay.Status)
+	require.Equal(t, resp.Body, replay.Body)
+	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, "/v1/refunds/"+id, replay.Header.Get("Location"))
+	apitest.RequireProblem(t, b.Refund(t, b.URL, b.TenantA, "refund-key-0000000001", strings.Replace(body, "300", "301", 1)),
 		http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
 	// A charge's key on a refund is another request, too.
-	requireProblem(t, b.refund(t, b.url, b.tenantA, "charge-key-000000001000-fund", body), http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	apitest.RequireProblem(t, b.Refund(t, b.URL, b.TenantA, "charge-key-000000001000-fund", body), http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
 
-	got := b.get(t, b.tenantA, "/v1/refunds/"+id)
-	require.Equal(t, http.StatusOK, got.status)
-	require.Equal(t, id, decode(t, got)["id"])
-	requireProblem(t, b.get(t, b.tenantB, "/v1/refunds/"+id), http.StatusNotFound, api.CodeNotFound)
-	requireProblem(t, b.get(t, b.tenantA, "/v1/refunds/"+chargeID), http.StatusNotFound, api.CodeNotFound)
+	got := b.Get(t, b.TenantA, "/v1/refunds/"+id)
+	require.Equal(t, http.StatusOK, got.Status)
+	require.Equal(t, id, apitest.Decode(t, got)["id"])
+	apitest.RequireProblem(t, b.Get(t, b.TenantB, "/v1/refunds/"+id), http.StatusNotFound, api.CodeNotFound)
+	apitest.RequireProblem(t, b.Get(t, b.TenantA, "/v1/refunds/"+chargeID), http.StatusNotFound, api.CodeNotFound)
 
 	// No amount: what is left (700), reserved at once.
-	rest := b.refund(t, b.url, b.tenantA, "refund-key-0000000002", fmt.Sprintf(`{"charge": %q}`, chargeID))
-	require.Equal(t, http.StatusCreated, rest.status, "body: %s", rest.body)
-	require.EqualValues(t, 700, decode(t, rest)["amount"])
-	requireProblem(t, b.refund(t, b.url, b.tenantA, "refund-key-0000000003", fmt.Sprintf(`{"charge": %q}`, chargeID)),
+	rest := b.Refund(t, b.URL, b.TenantA, "refund-key-0000000002", fmt.Sprintf(`{"charge": %q}`, chargeID))
+	require.Equal(t, http.StatusCreated, rest.Status, "body: %s", rest.Body)
+	require.EqualValues(t, 700, apitest.Decode(t, rest)["amount"])
+	apitest.RequireProblem(t, b.Refund(t, b.URL, b.TenantA, "refund-key-0000000003", fmt.Sprintf(`{"charge": %q}`, chargeID)),
 		http.StatusConflict, api.CodeRefundExceedsCharge)
 
-	list := b.get(t, b.tenantA, "/v1/charges/"+chargeID+"/refunds")
-	require.Equal(t, http.StatusOK, list.status)
+	list := b.Get(t, b.TenantA, "/v1/charges/"+chargeID+"/refunds")
+	require.Equal(t, http.StatusOK, list.Status)
 	var page struct {
 		Data []map[string]any `json:"data"`
 	}
-	require.NoError(t, json.Unmarshal(list.body, &page))
+	require.NoError(t, json.Unmarshal(list.Body, &page))
 	require.Len(t, page.Data, 2)
-	require.Equal(t, decode(t, rest)["id"], page.Data[0]["id"], "newest first")
-	requireProblem(t, b.get(t, b.tenantB, "/v1/charges/"+chargeID+"/refunds"), http.StatusNotFound, api.CodeNotFound)
+	require.Equal(t, apitest.Decode(t, rest)["id"], page.Data[0]["id"], "newest first")
+	apitest.RequireProblem(t, b.Get(t, b.TenantB, "/v1/charges/"+chargeID+"/refunds"), http.StatusNotFound, api.CodeNotFound)
 
 	// amount_refunded counts succeeded refunds only; a tenant's charge list
 	// holds no refunds.
-	charge := decode(t, b.get(t, b.tenantA, "/v1/charges/"+chargeID))
+	charge := apitest.Decode(t, b.Get(t, b.TenantA, "/v1/charges/"+chargeID))
 	require.EqualValues(t, 0, charge["amount_refunded"])
-	b.settle(t, b.tenantA, id, intent.StatePending, intent.StateSubmitting, intent.StateSucceeded)
-	charge = decode(t, b.get(t, b.tenantA, "/v1/charges/"+chargeID))
+	b.settle(t, b.TenantA, id, intent.StatePending, intent.StateSubmitting, intent.StateSucceeded)
+	charge = apitest.Decode(t, b.Get(t, b.TenantA, "/v1/charges/"+chargeID))
 	require.EqualValues(t, 300, charge["amount_refunded"])
-	require.Len(t, decode(t, b.get(t, b.tenantA, "/v1/charges"))["data"], 1)
+	require.Len(t, apitest.Decode(t, b.Get(t, b.TenantA, "/v1/charges"))["data"], 1)
 }
 
 // Every refusal answers its code and stores nothing: no refund, event,
@@ -124,14 +125,14 @@ func TestCreateRefund(t *testing.T) {
 func TestCreateRefundRejections(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	charge := b.succeededCharge(t, b.tenantA, 1000)
-	pendingResp := b.post(t, b.tenantA, "pending-charge-key-01", validBody)
-	require.Equal(t, http.StatusCreated, pendingResp.status)
-	pending := decode(t, pendingResp)["id"].(string)
-	declinedResp := b.post(t, b.tenantA, "declined-charge-key-1", validBody)
-	declined := decode(t, declinedResp)["id"].(string)
-	b.settle(t, b.tenantA, declined, intent.StatePending, intent.StateFailed)
-	other := b.succeededCharge(t, b.tenantB, 1000)
+	charge := b.succeededCharge(t, b.TenantA, 1000)
+	pendingResp := b.Post(t, b.TenantA, "pending-charge-key-01", apitest.ValidBody)
+	require.Equal(t, http.StatusCreated, pendingResp.Status)
+	pending := apitest.Decode(t, pendingResp)["id"].(string)
+	declinedResp := b.Post(t, b.TenantA, "declined-charge-key-1", apitest.ValidBody)
+	declined := apitest.Decode(t, declinedResp)["id"].(string)
+	b.settle(t, b.TenantA, declined, intent.StatePending, intent.StateFailed)
+	other := b.succeededCharge(t, b.TenantB, 1000)
 	ok := func(extra string) string { return fmt.Sprintf(`{"charge": %q%s}`, charge, extra) }
 
 	for _, tc := range []struct {
@@ -156,13 +157,13 @@ func TestCreateRefundRejections(t *testing.T) {
 		{"beyond the charge", "rejection-key-000013", ok(`, "amount": 1001`), 409, api.CodeRefundExceedsCharge, "amount"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := b.stored(t)
-			p := requireProblem(t, b.refund(t, b.url, b.tenantA, tc.key, tc.body), tc.status, tc.code)
+			before := b.Stored(t)
+			p := apitest.RequireProblem(t, b.Refund(t, b.URL, b.TenantA, tc.key, tc.body), tc.status, tc.code)
 			if tc.field != "" {
 				require.Equal(t, tc.field, p["field"])
 			}
 			require.NotContains(t, fmt.Sprint(p), "4242", "a card number is never echoed")
-			require.Equal(t, before, b.stored(t), "nothing stored")
+			require.Equal(t, before, b.Stored(t), "nothing stored")
 		})
 	}
 }
@@ -172,21 +173,21 @@ func TestCreateRefundRejections(t *testing.T) {
 func TestConcurrentRefundsNeverExceedTheCharge(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	charge := b.succeededCharge(t, b.tenantA, 100)
-	urls := []string{b.url, b.serve(t, b.cfg)}
+	charge := b.succeededCharge(t, b.TenantA, 100)
+	urls := []string{b.URL, b.Serve(t, b.Config)}
 
 	statuses := make([]response, 200)
 	var wg sync.WaitGroup
 	for i := range statuses {
 		wg.Go(func() {
-			statuses[i] = b.refund(t, urls[i%2], b.tenantA, fmt.Sprintf("concurrent-refund-%04d", i), fmt.Sprintf(`{"charge": %q, "amount": 1}`, charge))
+			statuses[i] = b.Refund(t, urls[i%2], b.TenantA, fmt.Sprintf("concurrent-refund-%04d", i), fmt.Sprintf(`{"charge": %q, "amount": 1}`, charge))
 		})
 	}
 	wg.Wait()
 	require.Equal(t, map[string]int{"201 ": 100, "409 refund_exceeds_charge": 100}, countAnswers(t, statuses))
 
 	var refunds, reserved, jobs int
-	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT
+	require.NoError(t, b.Pool.QueryRow(context.Background(), `SELECT
 		(SELECT count(*) FROM charges WHERE parent_id = $1), (SELECT amount_reserved FROM charges WHERE id = $1),
 		(SELECT count(*) FROM river_job j JOIN charges c ON c.id = j.args->>'charge_id' WHERE c.parent_id = $1)`, charge).
 		Scan(&refunds, &reserved, &jobs))
@@ -199,35 +200,35 @@ func TestConcurrentRefundsNeverExceedTheCharge(t *testing.T) {
 func TestOpsResolveRefund(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	chargeID := b.newCharge(t, b.tenantA, "ops-refund-charge-01")
-	b.walk(t, b.tenantA, chargeID, intent.StateSubmitting)
-	providerCharge := b.chargeAtProvider(t, chargeID, 1000, "USD")
-	_, err := intent.MoveCharge(context.Background(), b.pool, intent.Move{TenantID: b.tenantA.ID, ChargeID: chargeID,
+	chargeID := b.NewCharge(t, b.TenantA, "ops-refund-charge-01")
+	b.Walk(t, b.TenantA, chargeID, intent.StateSubmitting)
+	providerCharge := b.ChargeAtProvider(t, chargeID, 1000, "USD")
+	_, err := intent.MoveCharge(context.Background(), b.Pool, intent.Move{TenantID: b.TenantA.ID, ChargeID: chargeID,
 		From: intent.StateSubmitting, To: intent.StateSucceeded, Actor: "test", Reason: "test", ProviderChargeID: providerCharge})
 	require.NoError(t, err)
 
-	resp := b.refund(t, b.url, b.tenantA, "ops-refund-key-00001", fmt.Sprintf(`{"charge": %q, "amount": 250}`, chargeID))
-	require.Equal(t, http.StatusCreated, resp.status, "body: %s", resp.body)
-	refundID := decode(t, resp)["id"].(string)
-	b.walk(t, b.tenantA, refundID, intent.StateSubmitting, intent.StateUnknown, intent.StateNeedsReview)
+	resp := b.Refund(t, b.URL, b.TenantA, "ops-refund-key-00001", fmt.Sprintf(`{"charge": %q, "amount": 250}`, chargeID))
+	require.Equal(t, http.StatusCreated, resp.Status, "body: %s", resp.Body)
+	refundID := apitest.Decode(t, resp)["id"].(string)
+	b.Walk(t, b.TenantA, refundID, intent.StateSubmitting, intent.StateUnknown, intent.StateNeedsReview)
 	// The lost call did reach the provider.
 	applied, err := psp.NewClient(psp.Config{BaseURL: b.psp.URL}).Refund(context.Background(), psp.RefundRequest{
 		Key: intent.ProviderKeyFor(refundID), Charge: providerCharge, Amount: 250, Currency: "USD", Reference: refundID})
 	require.NoError(t, err)
 
-	view, _ := b.opsCharge(t, refundID)
+	view, _ := b.OpsCharge(t, refundID)
 	require.Equal(t, "refund", view["kind"])
 	require.Equal(t, chargeID, view["refund_of"])
 
-	refused := b.resolve(t, b.admin.Token, refundID, `{"status": "failed", "evidence": "customer says no refund arrived"}`)
-	requireProblem(t, refused, http.StatusConflict, api.CodeEvidenceMismatch)
-	require.Equal(t, "needs_review", decode(t, b.get(t, b.tenantA, "/v1/refunds/"+refundID))["status"], "a refusal changes nothing")
+	refused := b.Resolve(t, b.Admin.Token, refundID, `{"status": "failed", "evidence": "customer says no refund arrived"}`)
+	apitest.RequireProblem(t, refused, http.StatusConflict, api.CodeEvidenceMismatch)
+	require.Equal(t, "needs_review", apitest.Decode(t, b.Get(t, b.TenantA, "/v1/refunds/"+refundID))["status"], "a refusal changes nothing")
 
-	done := b.resolve(t, b.admin.Token, refundID, `{"status": "succeeded", "provider_charge_id": "`+applied.ID+`", "evidence": "the refund is in the provider's dashboard"}`)
-	require.Equal(t, http.StatusOK, done.status, "body: %s", done.body)
-	refund := decode(t, b.get(t, b.tenantA, "/v1/refunds/"+refundID))
+	done := b.Resolve(t, b.Admin.Token, refundID, `{"status": "succeeded", "provider_charge_id": "`+applied.ID+`", "evidence": "the refund is in the provider's dashboard"}`)
+	require.Equal(t, http.StatusOK, done.Status, "body: %s", done.Body)
+	refund := apitest.Decode(t, b.Get(t, b.TenantA, "/v1/refunds/"+refundID))
 	require.Equal(t, []any{"succeeded", applied.ID}, []any{refund["status"], refund["provider_refund_id"]})
-	require.EqualValues(t, 250, decode(t, b.get(t, b.tenantA, "/v1/charges/"+chargeID))["amount_refunded"])
+	require.EqualValues(t, 250, apitest.Decode(t, b.Get(t, b.TenantA, "/v1/charges/"+chargeID))["amount_refunded"])
 }
 
 // raceTracer runs hook once, right after the first read of an idempotency
@@ -259,31 +260,31 @@ func (r *raceTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.Trace
 func TestRefundRetryRacingItsFirstAttempt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	charge := b.succeededCharge(t, b.tenantA, 1000)
+	charge := b.succeededCharge(t, b.TenantA, 1000)
 	body := `{"charge": "` + charge + `"}`
 	const key = "refund-race-key-0001"
 
 	var first response
 	tracer := &raceTracer{}
-	tracer.hook = func() { first = b.refund(t, b.url, b.tenantA, key, body) }
-	poolCfg, err := pgxpool.ParseConfig(b.dbURL)
+	tracer.hook = func() { first = b.Refund(t, b.URL, b.TenantA, key, body) }
+	poolCfg, err := pgxpool.ParseConfig(b.DBURL)
 	require.NoError(t, err)
 	poolCfg.ConnConfig.Tracer = tracer
 	traced, err := pgxpool.NewWithConfig(t.Context(), poolCfg)
 	require.NoError(t, err)
 	t.Cleanup(traced.Close)
-	cfg := b.cfg
+	cfg := b.Config
 	cfg.DB = traced
-	racing := b.serve(t, cfg)
+	racing := b.Serve(t, cfg)
 
 	tracer.armed.Store(true)
-	retry := b.refund(t, racing, b.tenantA, key, body)
+	retry := b.Refund(t, racing, b.TenantA, key, body)
 	require.False(t, tracer.armed.Load(), "the first attempt ran inside the retry")
-	require.Equal(t, http.StatusCreated, first.status, "body: %s", first.body)
-	require.Equal(t, http.StatusCreated, retry.status, "body: %s", retry.body)
-	require.Equal(t, "true", retry.header.Get("Idempotent-Replayed"))
-	require.Equal(t, first.body, retry.body, "the retry is answered the first attempt's refund, byte for byte")
+	require.Equal(t, http.StatusCreated, first.Status, "body: %s", first.Body)
+	require.Equal(t, http.StatusCreated, retry.Status, "body: %s", retry.Body)
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, first.Body, retry.Body, "the retry is answered the first attempt's refund, byte for byte")
 	var refunds int
-	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM charges WHERE parent_id = $1`, charge).Scan(&refunds))
+	require.NoError(t, b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM charges WHERE parent_id = $1`, charge).Scan(&refunds))
 	require.Equal(t, 1, refunds)
 }

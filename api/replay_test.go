@@ -26,19 +26,20 @@ import (
 // b's database, tenants and counts, and talks to the new server.
 func (b *testBundle) otherServer(t *testing.T, configure func(*api.Config), server ...func(*app.ServerConfig)) *testBundle {
 	t.Helper()
-	other := *b
-	other.logs = &lockedbuf.Buffer{}
+	bundle := *b.Bundle
+	other := testBundle{Bundle: &bundle, psp: b.psp}
+	other.Logs = &lockedbuf.Buffer{}
 	cfg := app.ServerConfig{
-		DB:       b.pool,
-		Jobs:     newQueue(t, b.pool, submit.Config{}),
+		DB:       b.Pool,
+		Jobs:     apitest.NewQueue(t, b.Pool, submit.Config{}),
 		Provider: psp.NewClient(psp.Config{BaseURL: b.psp.URL}),
-		Logger:   slog.New(slog.NewJSONHandler(other.logs, nil)),
+		Logger:   slog.New(slog.NewJSONHandler(other.Logs, nil)),
 	}
 	apitest.EditAPI(&cfg, configure)
 	for _, edit := range server {
 		edit(&cfg)
 	}
-	other.url = b.serve(t, cfg)
+	other.URL = b.Serve(t, cfg)
 	return &other
 }
 
@@ -54,35 +55,35 @@ func TestReplayBeforeValidation(t *testing.T) {
 	const key = "rolling-deploy-key-0001"
 	body := `{"amount": 5000, "currency": "USD", "payment_method": "pm_card_visa", "description": "Order R-1"}`
 
-	first := b.post(t, b.tenantA, key, body)
-	require.Equal(t, http.StatusCreated, first.status, "body: %s", first.body)
+	first := b.Post(t, b.TenantA, key, body)
+	require.Equal(t, http.StatusCreated, first.Status, "body: %s", first.Body)
 	accepted := stored{Charges: 1, IdempotencyKeys: 1, Events: 1, Jobs: 1}
-	require.Equal(t, accepted, b.stored(t))
+	require.Equal(t, accepted, b.Stored(t))
 
 	stricter := b.otherServer(t, func(c *api.Config) { c.MaxAmount = 1000 })
 
-	again := stricter.post(t, b.tenantA, key, body)
-	require.Equal(t, http.StatusCreated, again.status, "body: %s", again.body)
-	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
-	require.Equal(t, first.body, again.body, "the stored answer, byte for byte")
-	require.Equal(t, first.header.Get("Location"), again.header.Get("Location"))
+	again := stricter.Post(t, b.TenantA, key, body)
+	require.Equal(t, http.StatusCreated, again.Status, "body: %s", again.Body)
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, first.Body, again.Body, "the stored answer, byte for byte")
+	require.Equal(t, first.Header.Get("Location"), again.Header.Get("Location"))
 
 	// A new key is validated against today's rules.
-	fresh := stricter.post(t, b.tenantA, "rolling-deploy-key-0002", body)
-	p := requireProblem(t, fresh, http.StatusBadRequest, api.CodeInvalidField)
+	fresh := stricter.Post(t, b.TenantA, "rolling-deploy-key-0002", body)
+	p := apitest.RequireProblem(t, fresh, http.StatusBadRequest, api.CodeInvalidField)
 	require.Equal(t, "amount", p["field"])
 
 	// The same key with a different request is the key's misuse, whatever
 	// else is wrong with it.
-	changed := stricter.post(t, b.tenantA, key, `{"amount": 6000, "currency": "USD", "payment_method": "pm_card_visa"}`)
-	requireProblem(t, changed, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	changed := stricter.Post(t, b.TenantA, key, `{"amount": 6000, "currency": "USD", "payment_method": "pm_card_visa"}`)
+	apitest.RequireProblem(t, changed, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
 
 	// Syntax and card numbers are judged before the key is looked up.
-	requireProblem(t, stricter.post(t, b.tenantA, key, `{"amount": 5000,`), http.StatusBadRequest, api.CodeInvalidJSON)
+	apitest.RequireProblem(t, stricter.Post(t, b.TenantA, key, `{"amount": 5000,`), http.StatusBadRequest, api.CodeInvalidJSON)
 	withCard := `{"amount": 5000, "currency": "USD", "payment_method": "pm_card_visa", "description": "4111111111111111"}`
-	requireProblem(t, stricter.post(t, b.tenantA, key, withCard), http.StatusBadRequest, api.CodeCardNumberDetected)
+	apitest.RequireProblem(t, stricter.Post(t, b.TenantA, key, withCard), http.StatusBadRequest, api.CodeCardNumberDetected)
 
-	require.Equal(t, accepted, b.stored(t), "nothing but the first request stored anything")
+	require.Equal(t, accepted, b.Stored(t), "nothing but the first request stored anything")
 }
 
 // A retry is answered from the records this process keeps in memory
@@ -109,44 +110,44 @@ func TestReplayFromMemory(t *testing.T) {
 	forget := func(key string) {
 		t.Helper()
 		hash := sha256.Sum256([]byte(key))
-		tag, err := b.pool.Exec(context.Background(), `DELETE FROM idempotency_keys WHERE key_hash = $1`, hash[:])
+		tag, err := b.Pool.Exec(context.Background(), `DELETE FROM idempotency_keys WHERE key_hash = $1`, hash[:])
 		require.NoError(t, err)
 		require.EqualValues(t, 1, tag.RowsAffected())
 	}
 
-	first := cached.post(t, b.tenantA, "memory-key-00000001", body)
-	require.Equal(t, http.StatusCreated, first.status, "body: %s", first.body)
+	first := cached.Post(t, b.TenantA, "memory-key-00000001", body)
+	require.Equal(t, http.StatusCreated, first.Status, "body: %s", first.Body)
 	forget("memory-key-00000001")
-	again := cached.post(t, b.tenantA, "memory-key-00000001", body)
-	require.Equal(t, http.StatusCreated, again.status)
-	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"), "answered from memory")
-	require.Equal(t, first.body, again.body)
-	misuse := cached.post(t, b.tenantA, "memory-key-00000001", `{"amount": 6000, "currency": "USD", "payment_method": "pm_card_visa"}`)
-	requireProblem(t, misuse, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
-	require.Equal(t, stored{Charges: 1, IdempotencyKeys: 0, Events: 1, Jobs: 1}, b.stored(t))
+	again := cached.Post(t, b.TenantA, "memory-key-00000001", body)
+	require.Equal(t, http.StatusCreated, again.Status)
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"), "answered from memory")
+	require.Equal(t, first.Body, again.Body)
+	misuse := cached.Post(t, b.TenantA, "memory-key-00000001", `{"amount": 6000, "currency": "USD", "payment_method": "pm_card_visa"}`)
+	apitest.RequireProblem(t, misuse, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	require.Equal(t, stored{Charges: 1, IdempotencyKeys: 0, Events: 1, Jobs: 1}, b.Stored(t))
 	require.Equal(t, map[string]int64{"memory": 1, "database": 0}, replaysBySource(t, cachedMetrics),
 		"the replay is counted as answered from memory; the 422 is no replay")
 
 	// Past the record's expiry, the key is the database's to judge: here a
 	// new request.
 	clock.Add(int64(25 * time.Hour))
-	expired := cached.post(t, b.tenantA, "memory-key-00000001", body)
-	require.Equal(t, http.StatusCreated, expired.status, "body: %s", expired.body)
-	require.Empty(t, expired.header.Get("Idempotent-Replayed"))
-	require.NotEqual(t, first.body, expired.body)
+	expired := cached.Post(t, b.TenantA, "memory-key-00000001", body)
+	require.Equal(t, http.StatusCreated, expired.Status, "body: %s", expired.Body)
+	require.Empty(t, expired.Header.Get("Idempotent-Replayed"))
+	require.NotEqual(t, first.Body, expired.Body)
 
 	// Without the cache, a retry reads the record, and the same deletion
 	// makes the retry a new request.
-	second := uncached.post(t, b.tenantA, "memory-key-00000002", body)
-	require.Equal(t, http.StatusCreated, second.status)
-	retry := uncached.post(t, b.tenantA, "memory-key-00000002", body)
-	require.Equal(t, "true", retry.header.Get("Idempotent-Replayed"))
+	second := uncached.Post(t, b.TenantA, "memory-key-00000002", body)
+	require.Equal(t, http.StatusCreated, second.Status)
+	retry := uncached.Post(t, b.TenantA, "memory-key-00000002", body)
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
 	require.Equal(t, map[string]int64{"memory": 0, "database": 1}, replaysBySource(t, uncachedMetrics))
 	forget("memory-key-00000002")
-	fresh := uncached.post(t, b.tenantA, "memory-key-00000002", body)
-	require.Equal(t, http.StatusCreated, fresh.status)
-	require.Empty(t, fresh.header.Get("Idempotent-Replayed"))
-	require.Equal(t, 4, b.stored(t).Charges)
+	fresh := uncached.Post(t, b.TenantA, "memory-key-00000002", body)
+	require.Equal(t, http.StatusCreated, fresh.Status)
+	require.Empty(t, fresh.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, 4, b.Stored(t).Charges)
 }
 
 // replaysBySource is the replays counter's value by its source attribute.

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 )
 
 // Every request but probes and scrapes is a server span named after its
@@ -20,18 +21,18 @@ func TestRequestSpans(t *testing.T) {
 	t.Parallel()
 	spans := tracetest.NewSpanRecorder()
 	b := setup(t, func(o *setupOpts) {
-		o.config = func(c *api.Config) {
+		o.API = func(c *api.Config) {
 			c.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 		}
 	})
 
 	const canary = "canary-value-31d7"
-	resp := b.post(t, b.tenantA, "span-key-canary-000001",
+	resp := b.Post(t, b.TenantA, "span-key-canary-000001",
 		`{"amount": 100, "currency": "USD", "payment_method": "pm_`+canary+`", "metadata": {"k": "`+canary+`"}, "colour": "`+canary+`"}`)
-	requireProblem(t, resp, http.StatusBadRequest, api.CodeUnknownField)
-	require.Equal(t, http.StatusNotFound, b.get(t, b.tenantA, "/v1/charges/ch_01m8mdx3p6yj8wvvgvpy8dykhz").status)
-	require.Equal(t, http.StatusNotFound, b.request(t, http.MethodGet, "/no/such/"+canary, "").status)
-	require.Equal(t, http.StatusOK, b.request(t, http.MethodGet, "/healthz", "").status)
+	apitest.RequireProblem(t, resp, http.StatusBadRequest, api.CodeUnknownField)
+	require.Equal(t, http.StatusNotFound, b.Get(t, b.TenantA, "/v1/charges/ch_01m8mdx3p6yj8wvvgvpy8dykhz").Status)
+	require.Equal(t, http.StatusNotFound, b.Request(t, http.MethodGet, "/no/such/"+canary, "").Status)
+	require.Equal(t, http.StatusOK, b.Request(t, http.MethodGet, "/healthz", "").Status)
 
 	ended := spans.Ended()
 	require.Len(t, ended, 3, "no span for /healthz")
@@ -43,7 +44,7 @@ func TestRequestSpans(t *testing.T) {
 		s := seen{name: span.Name()}
 		for _, kv := range span.Attributes() {
 			require.NotContains(t, kv.Value.Emit(), canary)
-			require.NotContains(t, kv.Value.Emit(), b.tenantA.Key)
+			require.NotContains(t, kv.Value.Emit(), b.TenantA.Key)
 			switch kv.Key {
 			case "http.response.status_code":
 				s.status = kv.Value.Emit()
@@ -56,8 +57,8 @@ func TestRequestSpans(t *testing.T) {
 		got = append(got, s)
 	}
 	require.Equal(t, []seen{
-		{"POST /v1/charges", "400", "unknown_field", b.tenantA.ID},
-		{"GET /v1/charges/:id", "404", "not_found", b.tenantA.ID},
+		{"POST /v1/charges", "400", "unknown_field", b.TenantA.ID},
+		{"GET /v1/charges/:id", "404", "not_found", b.TenantA.ID},
 		{"GET unmatched", "404", "not_found", ""},
 	}, got)
 }
@@ -66,5 +67,5 @@ func TestRequestSpans(t *testing.T) {
 func TestMetricsRouteWithoutMetrics(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	requireProblem(t, b.request(t, http.MethodGet, "/metrics", ""), http.StatusNotFound, api.CodeNotFound)
+	apitest.RequireProblem(t, b.Request(t, http.MethodGet, "/metrics", ""), http.StatusNotFound, api.CodeNotFound)
 }

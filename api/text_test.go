@@ -13,6 +13,7 @@ import (
 
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/psp"
 )
@@ -39,7 +40,7 @@ func setupCounting(t testing.TB) (*testBundle, *countingProvider) {
 	t.Helper()
 	counting := &countingProvider{}
 	b := setup(t, func(o *setupOpts) {
-		o.server = func(c *app.ServerConfig) {
+		o.Server = func(c *app.ServerConfig) {
 			counting.Provider = c.Provider
 			c.Provider = counting
 		}
@@ -56,8 +57,8 @@ func setupCounting(t testing.TB) (*testBundle, *countingProvider) {
 func TestOpsRefusesTextTheDatabaseCannotStore(t *testing.T) {
 	t.Parallel()
 	b, provider := setupCounting(t)
-	id := b.inReview(t, "ops-text-key-000001")
-	before := b.stored(t)
+	id := b.InReview(t, "ops-text-key-000001")
+	before := b.Stored(t)
 
 	const evidence = `"evidence": "provider report for 2026-11-30 has no such charge"`
 	for _, tc := range []struct {
@@ -75,7 +76,7 @@ func TestOpsRefusesTextTheDatabaseCannotStore(t *testing.T) {
 		{"EvidenceTooLong", `{"status": "failed", "evidence": "` + strings.Repeat("é", 2001) + `"}`, api.CodeInvalidField, "evidence"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := requireProblem(t, b.resolve(t, b.admin.Token, id, tc.body), http.StatusBadRequest, tc.code)
+			p := apitest.RequireProblem(t, b.Resolve(t, b.Admin.Token, id, tc.body), http.StatusBadRequest, tc.code)
 			require.Equal(t, tc.field, p["field"])
 		})
 	}
@@ -93,20 +94,20 @@ func TestOpsRefusesTextTheDatabaseCannotStore(t *testing.T) {
 		{http.MethodGet, "/charges?status=%00", http.StatusBadRequest, api.CodeInvalidParameter},
 		{http.MethodGet, "/charges?%00=1", http.StatusBadRequest, api.CodeInvalidParameter},
 	} {
-		requireProblem(t, b.ops(t, b.admin.Token, tc.method, tc.path, ""), tc.status, tc.code)
+		apitest.RequireProblem(t, b.Ops(t, b.Admin.Token, tc.method, tc.path, ""), tc.status, tc.code)
 	}
 
-	require.Equal(t, before, b.stored(t), "no move, event or job")
+	require.Equal(t, before, b.Stored(t), "no move, event or job")
 	require.Zero(t, provider.calls.Load(), "the provider was not asked")
-	charge, _ := b.opsCharge(t, id)
+	charge, _ := b.OpsCharge(t, id)
 	require.Equal(t, string(intent.StateNeedsReview), charge["status"])
 
 	// The same resolve with storable text asks the provider and moves the
 	// charge: the counts above could see it.
-	resp := b.resolve(t, b.admin.Token, id, `{"status": "failed", `+evidence+`}`)
-	require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
+	resp := b.Resolve(t, b.Admin.Token, id, `{"status": "failed", `+evidence+`}`)
+	require.Equal(t, http.StatusOK, resp.Status, "body: %s", resp.Body)
 	require.Equal(t, int64(1), provider.calls.Load())
-	require.Equal(t, before.Events+1, b.stored(t).Events)
+	require.Equal(t, before.Events+1, b.Stored(t).Events)
 }
 
 // The page's forms reach the database through the same check: each field
@@ -117,9 +118,9 @@ func TestOpsRefusesTextTheDatabaseCannotStore(t *testing.T) {
 func TestOpsPageRefusesTextTheDatabaseCannotStore(t *testing.T) {
 	t.Parallel()
 	b, provider := setupCounting(t)
-	id := b.inReview(t, "ops-page-text-key-01")
-	s := signIn(t, b.url, b.admin.Token)
-	before, sessions := b.stored(t), b.sessions(t)
+	id := b.InReview(t, "ops-page-text-key-01")
+	s := apitest.SignIn(t, b.URL, b.Admin.Token)
+	before, sessions := b.Stored(t), b.Sessions(t)
 
 	const evidence = "provider report for 2026-11-30 has no such charge"
 	for _, tc := range []struct {
@@ -138,28 +139,28 @@ func TestOpsPageRefusesTextTheDatabaseCannotStore(t *testing.T) {
 		{"EvidenceTwiceOneWithNUL", url.Values{"status": {"failed"}, "evidence": {evidence, "\x00"}}, api.CodeDuplicateMember},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			resp := s.post(t, "/ops/charges/"+id+"/resolve", tc.form)
-			requirePage(t, resp, http.StatusBadRequest, "<code>"+string(tc.code)+"</code>")
+			resp := s.Post(t, "/ops/charges/"+id+"/resolve", tc.form)
+			apitest.RequirePage(t, resp, http.StatusBadRequest, "<code>"+string(tc.code)+"</code>")
 		})
 	}
 
 	// Sign-in and sign-out: no session started or ended, no cookie.
-	for _, token := range []string{"cfo_\x00", b.admin.Token + "\x00", "\xff" + b.admin.Token, "cfo_" + strings.Repeat("\xc3", 60)} {
-		resp := pageRequest(t, b.url, nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {token}})
-		requirePage(t, resp, http.StatusUnauthorized, "not a valid operator token")
-		require.Nil(t, cookieOf(resp))
+	for _, token := range []string{"cfo_\x00", b.Admin.Token + "\x00", "\xff" + b.Admin.Token, "cfo_" + strings.Repeat("\xc3", 60)} {
+		resp := apitest.PageRequest(t, b.URL, nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {token}})
+		apitest.RequirePage(t, resp, http.StatusUnauthorized, "not a valid operator token")
+		require.Nil(t, apitest.CookieOf(resp))
 	}
-	for _, csrf := range []string{s.csrf + "\x00", "\xff"} {
-		requirePage(t, s.post(t, "/ops/sign-out", url.Values{"csrf": {csrf}}), http.StatusForbidden, "<code>forbidden</code>")
-		requirePage(t, s.post(t, "/ops/charges/"+id+"/reconcile", url.Values{"csrf": {csrf}}), http.StatusForbidden, "<code>forbidden</code>")
+	for _, csrf := range []string{s.CSRF + "\x00", "\xff"} {
+		apitest.RequirePage(t, s.Post(t, "/ops/sign-out", url.Values{"csrf": {csrf}}), http.StatusForbidden, "<code>forbidden</code>")
+		apitest.RequirePage(t, s.Post(t, "/ops/charges/"+id+"/reconcile", url.Values{"csrf": {csrf}}), http.StatusForbidden, "<code>forbidden</code>")
 	}
 
-	require.Equal(t, before, b.stored(t), "no move, event or job")
-	require.Equal(t, sessions, b.sessions(t), "no session started or ended")
+	require.Equal(t, before, b.Stored(t), "no move, event or job")
+	require.Equal(t, sessions, b.Sessions(t), "no session started or ended")
 	require.Zero(t, provider.calls.Load(), "the provider was not asked")
-	charge, _ := b.opsCharge(t, id)
+	charge, _ := b.OpsCharge(t, id)
 	require.Equal(t, string(intent.StateNeedsReview), charge["status"])
-	requirePage(t, s.get(t, "/ops/"), http.StatusOK)
+	apitest.RequirePage(t, s.Get(t, "/ops/"), http.StatusOK)
 }
 
 // A merchant's other texts go through the same check as a charge's: a
@@ -167,8 +168,8 @@ func TestOpsPageRefusesTextTheDatabaseCannotStore(t *testing.T) {
 func TestMerchantTextTheDatabaseCannotStore(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	chargeID := b.succeededCharge(t, b.tenantA, 1000)
-	before := b.stored(t)
+	chargeID := b.succeededCharge(t, b.TenantA, 1000)
+	before := b.Stored(t)
 
 	for i, tc := range []struct {
 		body  string
@@ -179,7 +180,7 @@ func TestMerchantTextTheDatabaseCannotStore(t *testing.T) {
 		{`{"charge": "` + chargeID + `", "metadata": {"\u0000": "v"}}`, api.CodeInvalidField, "metadata"},
 		{`{"charge": "` + chargeID + `", "metadata": {"k": "` + strings.Repeat("é", 501) + `"}}`, api.CodeInvalidField, "metadata.k"},
 	} {
-		p := requireProblem(t, b.refund(t, b.url, b.tenantA, "refund-text-key-0000"+string(rune('a'+i)), tc.body), http.StatusBadRequest, tc.code)
+		p := apitest.RequireProblem(t, b.Refund(t, b.URL, b.TenantA, "refund-text-key-0000"+string(rune('a'+i)), tc.body), http.StatusBadRequest, tc.code)
 		require.Equal(t, tc.field, p["field"])
 	}
 
@@ -187,15 +188,15 @@ func TestMerchantTextTheDatabaseCannotStore(t *testing.T) {
 		`{"url": "https://example.com/\u0000", "events": ["*"]}`,
 		`{"url": "https://example.com/a\u0000b", "events": ["*"]}`,
 	} {
-		p := requireProblem(t, b.createEndpoint(t, b.tenantA, fmt.Sprintf("endpoint-text-key-%04d", i), body), http.StatusBadRequest, api.CodeInvalidField)
+		p := apitest.RequireProblem(t, b.createEndpoint(t, b.TenantA, fmt.Sprintf("endpoint-text-key-%04d", i), body), http.StatusBadRequest, api.CodeInvalidField)
 		require.Equal(t, "url", p["field"])
 	}
-	p := requireProblem(t, b.createEndpoint(t, b.tenantA, "endpoint-text-key-utf8",
+	p := apitest.RequireProblem(t, b.createEndpoint(t, b.TenantA, "endpoint-text-key-utf8",
 		"{\"url\": \"https://example.com/caf\xe9\", \"events\": [\"*\"]}"), http.StatusBadRequest, api.CodeInvalidUTF8)
 	require.Equal(t, "url", p["field"])
 
-	require.Equal(t, before, b.stored(t))
+	require.Equal(t, before, b.Stored(t))
 	var endpoints int
-	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_endpoints`).Scan(&endpoints))
+	require.NoError(t, b.Pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_endpoints`).Scan(&endpoints))
 	require.Zero(t, endpoints)
 }

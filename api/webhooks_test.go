@@ -17,12 +17,13 @@ import (
 
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 	"github.com/chargeflow/chargeflow/webhook"
 )
 
 func (b *testBundle) endpoints(t *testing.T, tt testTenant, method, path, body string) response {
 	t.Helper()
-	return b.request(t, method, "/v1/webhook_endpoints"+path, body, "Authorization", "Bearer "+tt.Key, "Content-Type", "application/json")
+	return b.Request(t, method, "/v1/webhook_endpoints"+path, body, "Authorization", "Bearer "+tt.Key, "Content-Type", "application/json")
 }
 
 // createEndpoint posts an endpoint under an idempotency key ("" sends
@@ -33,55 +34,55 @@ func (b *testBundle) createEndpoint(t *testing.T, tt testTenant, key, body strin
 	if key != "" {
 		h = append(h, "Idempotency-Key", key)
 	}
-	return b.request(t, http.MethodPost, "/v1/webhook_endpoints", body, h...)
+	return b.Request(t, http.MethodPost, "/v1/webhook_endpoints", body, h...)
 }
 
 // endpointRows counts what endpoint creation stores: endpoints, and the
 // idempotency records that name one.
 func (b *testBundle) endpointRows(t *testing.T) (endpoints, records int) {
 	t.Helper()
-	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM webhook_endpoints),
+	require.NoError(t, b.Pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM webhook_endpoints),
 		(SELECT count(*) FROM idempotency_keys WHERE endpoint_id IS NOT NULL)`).Scan(&endpoints, &records))
 	return endpoints, records
 }
 
 func TestWebhookEndpoints(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(o *setupOpts) { o.config = func(cfg *api.Config) { cfg.WebhooksAllowPrivate = true } })
+	b := setup(t, func(o *setupOpts) { o.API = func(cfg *api.Config) { cfg.WebhooksAllowPrivate = true } })
 
-	created := b.createEndpoint(t, b.tenantA, "hooks-create-key-0001", `{"url": "http://127.0.0.1:9/hooks", "events": ["charge.succeeded", "refund.failed"]}`)
-	require.Equal(t, http.StatusCreated, created.status, "body: %s", created.body)
-	endpoint := decode(t, created)
+	created := b.createEndpoint(t, b.TenantA, "hooks-create-key-0001", `{"url": "http://127.0.0.1:9/hooks", "events": ["charge.succeeded", "refund.failed"]}`)
+	require.Equal(t, http.StatusCreated, created.Status, "body: %s", created.Body)
+	endpoint := apitest.Decode(t, created)
 	require.Regexp(t, `^whsec_`, endpoint["secret"], "the secret is shown once, at creation")
 	require.Equal(t, "enabled", endpoint["status"])
 	id := endpoint["id"].(string)
 
-	page := decode(t, b.endpoints(t, b.tenantA, http.MethodGet, "", ""))
+	page := apitest.Decode(t, b.endpoints(t, b.TenantA, http.MethodGet, "", ""))
 	list := page["data"].([]any)
 	require.Len(t, list, 1)
 	require.Equal(t, false, page["has_more"])
 	require.NotContains(t, list[0], "secret", "and never again")
-	require.Empty(t, decode(t, b.endpoints(t, b.tenantB, http.MethodGet, "", ""))["data"], "another tenant's endpoints are not listed")
+	require.Empty(t, apitest.Decode(t, b.endpoints(t, b.TenantB, http.MethodGet, "", ""))["data"], "another tenant's endpoints are not listed")
 
 	// A settling move decides a delivery to each subscribed endpoint; the
 	// event's log shows it.
-	b.succeededCharge(t, b.tenantA, 1000)
-	events := decode(t, b.get(t, b.tenantA, "/v1/events"))["data"].([]any)
+	b.succeededCharge(t, b.TenantA, 1000)
+	events := apitest.Decode(t, b.Get(t, b.TenantA, "/v1/events"))["data"].([]any)
 	require.Len(t, events, 1)
 	eventID := events[0].(map[string]any)["id"].(string)
-	log := decode(t, b.get(t, b.tenantA, "/v1/events/"+eventID+"/deliveries"))["data"].([]any)
+	log := apitest.Decode(t, b.Get(t, b.TenantA, "/v1/events/"+eventID+"/deliveries"))["data"].([]any)
 	require.Len(t, log, 1)
 	require.Equal(t, map[string]any{"endpoint": id, "state": "pending", "attempts": []any{}}, log[0])
 	require.Equal(t, 1, b.jobsOfKind(t, "webhook.deliver"))
-	requireProblem(t, b.get(t, b.tenantB, "/v1/events/"+eventID+"/deliveries"), http.StatusNotFound, api.CodeNotFound)
+	apitest.RequireProblem(t, b.Get(t, b.TenantB, "/v1/events/"+eventID+"/deliveries"), http.StatusNotFound, api.CodeNotFound)
 
-	requireProblem(t, b.endpoints(t, b.tenantB, http.MethodDelete, "/"+id, ""), http.StatusNotFound, api.CodeNotFound)
-	deleted := b.endpoints(t, b.tenantA, http.MethodDelete, "/"+id, "")
-	require.Equal(t, http.StatusOK, deleted.status)
-	require.Empty(t, decode(t, b.endpoints(t, b.tenantA, http.MethodGet, "", ""))["data"])
-	requireProblem(t, b.endpoints(t, b.tenantA, http.MethodDelete, "/"+id, ""), http.StatusNotFound, api.CodeNotFound)
-	declined := b.newCharge(t, b.tenantA, "hooks-declined-key-01")
-	b.settle(t, b.tenantA, declined, intent.StatePending, intent.StateFailed)
+	apitest.RequireProblem(t, b.endpoints(t, b.TenantB, http.MethodDelete, "/"+id, ""), http.StatusNotFound, api.CodeNotFound)
+	deleted := b.endpoints(t, b.TenantA, http.MethodDelete, "/"+id, "")
+	require.Equal(t, http.StatusOK, deleted.Status)
+	require.Empty(t, apitest.Decode(t, b.endpoints(t, b.TenantA, http.MethodGet, "", ""))["data"])
+	apitest.RequireProblem(t, b.endpoints(t, b.TenantA, http.MethodDelete, "/"+id, ""), http.StatusNotFound, api.CodeNotFound)
+	declined := b.NewCharge(t, b.TenantA, "hooks-declined-key-01")
+	b.settle(t, b.TenantA, declined, intent.StatePending, intent.StateFailed)
 	require.Equal(t, 1, b.jobsOfKind(t, "webhook.deliver"), "a deleted endpoint is decided nothing")
 }
 
@@ -107,7 +108,7 @@ func lookups(_ context.Context, host string) ([]netip.Addr, error) {
 // address, and neither quotes the resolver.
 func TestWebhookEndpointRejections(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(o *setupOpts) { o.config = func(cfg *api.Config) { cfg.WebhookLookup = lookups } })
+	b := setup(t, func(o *setupOpts) { o.API = func(cfg *api.Config) { cfg.WebhookLookup = lookups } })
 	const hostRefused = "the url's host does not resolve to public internet addresses only"
 	const addressRefused = "the url's address is not a public internet address"
 	for _, tc := range []struct {
@@ -144,7 +145,7 @@ func TestWebhookEndpointRejections(t *testing.T) {
 			if tc.key != "" {
 				key = "reject-" + strings.ReplaceAll(tc.name, " ", "-") + "-0001"
 			}
-			p := requireProblem(t, b.createEndpoint(t, b.tenantA, key, tc.body), tc.status, tc.code)
+			p := apitest.RequireProblem(t, b.createEndpoint(t, b.TenantA, key, tc.body), tc.status, tc.code)
 			if tc.field != "" {
 				require.Equal(t, tc.field, p["field"])
 			}
@@ -157,11 +158,11 @@ func TestWebhookEndpointRejections(t *testing.T) {
 			endpoints, records := b.endpointRows(t)
 			require.Zero(t, endpoints, "no endpoint stored")
 			require.Zero(t, records, "no idempotency record stored")
-			require.Equal(t, stored{}, b.stored(t), "nothing stored")
+			require.Equal(t, stored{}, b.Stored(t), "nothing stored")
 		})
 	}
-	require.NotContains(t, b.logs.String(), "nowhere.example", "the merchant's name is not logged")
-	require.Contains(t, b.logs.String(), "lookup: no such host (server 10.255.255.53:53)", "the resolver's words are logged")
+	require.NotContains(t, b.Logs.String(), "nowhere.example", "the merchant's name is not logged")
+	require.Contains(t, b.Logs.String(), "lookup: no such host (server 10.255.255.53:53)", "the resolver's words are logged")
 }
 
 // Creating an endpoint follows the charges' idempotency contract: a retry
@@ -172,57 +173,57 @@ func TestWebhookEndpointRejections(t *testing.T) {
 func TestWebhookEndpointIdempotency(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *setupOpts) {
-		o.lockTimeout = "100ms"
-		o.config = func(cfg *api.Config) { cfg.WebhookLookup = lookups }
+		o.LockTimeout = "100ms"
+		o.API = func(cfg *api.Config) { cfg.WebhookLookup = lookups }
 	})
 	const body = `{"url": "https://merchant.example/hooks", "events": ["*"]}`
-	first := b.createEndpoint(t, b.tenantA, "endpoint-key-000000001", body)
-	require.Equal(t, http.StatusCreated, first.status, "body: %s", first.body)
-	retry := b.createEndpoint(t, b.tenantA, "endpoint-key-000000001", body)
-	require.Equal(t, http.StatusCreated, retry.status)
-	require.Equal(t, "true", retry.header.Get("Idempotent-Replayed"))
-	require.Equal(t, first.body, retry.body, "the same endpoint and the same secret")
+	first := b.createEndpoint(t, b.TenantA, "endpoint-key-000000001", body)
+	require.Equal(t, http.StatusCreated, first.Status, "body: %s", first.Body)
+	retry := b.createEndpoint(t, b.TenantA, "endpoint-key-000000001", body)
+	require.Equal(t, http.StatusCreated, retry.Status)
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, first.Body, retry.Body, "the same endpoint and the same secret")
 	// Answered from the database too, not only from this process's memory.
-	other := b.serve(t, b.cfg)
-	fromDB := requestAt(t, other, http.MethodPost, "/v1/webhook_endpoints", body, "Authorization", "Bearer "+b.tenantA.Key,
+	other := b.Serve(t, b.Config)
+	fromDB := apitest.Request(t, other, http.MethodPost, "/v1/webhook_endpoints", body, "Authorization", "Bearer "+b.TenantA.Key,
 		"Content-Type", "application/json", "Idempotency-Key", "endpoint-key-000000001")
-	require.Equal(t, http.StatusCreated, fromDB.status)
-	require.Equal(t, first.body, fromDB.body)
+	require.Equal(t, http.StatusCreated, fromDB.Status)
+	require.Equal(t, first.Body, fromDB.Body)
 	endpoints, records := b.endpointRows(t)
 	require.Equal(t, 1, endpoints)
 	require.Equal(t, 1, records)
 
-	requireProblem(t, b.createEndpoint(t, b.tenantA, "endpoint-key-000000001", `{"url": "https://merchant.example/other", "events": ["*"]}`),
+	apitest.RequireProblem(t, b.createEndpoint(t, b.TenantA, "endpoint-key-000000001", `{"url": "https://merchant.example/other", "events": ["*"]}`),
 		http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
-	charged := b.post(t, b.tenantA, "charge-then-endpoint-01", validBody)
-	require.Equal(t, http.StatusCreated, charged.status)
-	requireProblem(t, b.createEndpoint(t, b.tenantA, "charge-then-endpoint-01", body), http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
-	requireProblem(t, b.post(t, b.tenantA, "endpoint-key-000000001", validBody), http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	charged := b.Post(t, b.TenantA, "charge-then-endpoint-01", apitest.ValidBody)
+	require.Equal(t, http.StatusCreated, charged.Status)
+	apitest.RequireProblem(t, b.createEndpoint(t, b.TenantA, "charge-then-endpoint-01", body), http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	apitest.RequireProblem(t, b.Post(t, b.TenantA, "endpoint-key-000000001", apitest.ValidBody), http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
 	endpoints, records = b.endpointRows(t)
 	require.Equal(t, 1, endpoints, "nothing more stored")
 	require.Equal(t, 1, records)
 	// Another tenant's key space is its own.
-	require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.tenantB, "endpoint-key-000000001", body).status)
+	require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.TenantB, "endpoint-key-000000001", body).Status)
 
 	// In flight: a request holding the key in an open transaction.
-	tx, err := b.pool.Begin(t.Context())
+	tx, err := b.Pool.Begin(t.Context())
 	require.NoError(t, err)
-	held := webhook.NewEndpoint(b.tenantA.ID, "https://merchant.example/held", []string{"*"}, time.Now())
+	held := webhook.NewEndpoint(b.TenantA.ID, "https://merchant.example/held", []string{"*"}, time.Now())
 	keyHash := sha256.Sum256([]byte("endpoint-key-in-flight"))
 	_, created, err := webhook.CreateEndpoint(t.Context(), tx, webhook.Creation{Endpoint: held, KeyHash: keyHash[:], Fingerprint: keyHash[:],
 		StatusCode: http.StatusCreated, ResponseBody: []byte(`{}`), ExpiresAt: held.CreatedAt.Add(time.Hour)})
 	require.NoError(t, err)
 	require.True(t, created)
-	waiting := b.createEndpoint(t, b.tenantA, "endpoint-key-in-flight", body)
-	requireProblem(t, waiting, http.StatusConflict, api.CodeRequestInProgress)
-	require.Equal(t, "1", waiting.header.Get("Retry-After"))
+	waiting := b.createEndpoint(t, b.TenantA, "endpoint-key-in-flight", body)
+	apitest.RequireProblem(t, waiting, http.StatusConflict, api.CodeRequestInProgress)
+	require.Equal(t, "1", waiting.Header.Get("Retry-After"))
 	require.NoError(t, tx.Rollback(t.Context()))
 	endpoints, records = b.endpointRows(t)
 	require.Equal(t, 2, endpoints, "the 409 stored nothing")
 	require.Equal(t, 2, records)
-	after := b.createEndpoint(t, b.tenantA, "endpoint-key-in-flight", body)
-	require.Equal(t, http.StatusCreated, after.status, "the key is free once its holder rolled back")
-	require.NotContains(t, b.logs.String(), "whsec_", "a secret is never logged")
+	after := b.createEndpoint(t, b.TenantA, "endpoint-key-in-flight", body)
+	require.Equal(t, http.StatusCreated, after.Status, "the key is free once its holder rolled back")
+	require.NotContains(t, b.Logs.String(), "whsec_", "a secret is never logged")
 }
 
 // A tenant has at most webhook.MaxEndpoints endpoints: the next is 409
@@ -231,25 +232,25 @@ func TestWebhookEndpointIdempotency(t *testing.T) {
 // endpoint makes room. Listing pages through them as charges page.
 func TestWebhookEndpointLimitAndPages(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(o *setupOpts) { o.config = func(cfg *api.Config) { cfg.WebhookLookup = lookups } })
+	b := setup(t, func(o *setupOpts) { o.API = func(cfg *api.Config) { cfg.WebhookLookup = lookups } })
 	body := func(i int) string {
 		return fmt.Sprintf(`{"url": "https://merchant.example/hooks/%d", "events": ["*"]}`, i)
 	}
 	for i := range webhook.MaxEndpoints - 4 {
-		require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.tenantA, fmt.Sprintf("limit-key-%010d", i), body(i)).status)
+		require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.TenantA, fmt.Sprintf("limit-key-%010d", i), body(i)).Status)
 	}
 	// Eight at once for the last four places.
 	var wg sync.WaitGroup
 	answers := make([]response, 8)
 	for i := range answers {
-		wg.Go(func() { answers[i] = b.createEndpoint(t, b.tenantA, fmt.Sprintf("limit-race-%010d", i), body(100+i)) })
+		wg.Go(func() { answers[i] = b.createEndpoint(t, b.TenantA, fmt.Sprintf("limit-race-%010d", i), body(100+i)) })
 	}
 	wg.Wait()
 	statuses := map[int]int{}
 	for _, a := range answers {
-		statuses[a.status]++
-		if a.status == http.StatusConflict {
-			requireProblem(t, a, http.StatusConflict, api.CodeEndpointLimitReached)
+		statuses[a.Status]++
+		if a.Status == http.StatusConflict {
+			apitest.RequireProblem(t, a, http.StatusConflict, api.CodeEndpointLimitReached)
 		}
 	}
 	require.Equal(t, map[int]int{http.StatusCreated: 4, http.StatusConflict: 4}, statuses)
@@ -257,19 +258,19 @@ func TestWebhookEndpointLimitAndPages(t *testing.T) {
 	require.Equal(t, webhook.MaxEndpoints, endpoints)
 	require.Equal(t, webhook.MaxEndpoints, records)
 
-	p := requireProblem(t, b.createEndpoint(t, b.tenantA, "limit-key-over-the-top", body(99)), http.StatusConflict, api.CodeEndpointLimitReached)
+	p := apitest.RequireProblem(t, b.createEndpoint(t, b.TenantA, "limit-key-over-the-top", body(99)), http.StatusConflict, api.CodeEndpointLimitReached)
 	require.Equal(t, "an account may have at most 16 webhook endpoints; delete one to create another", p["detail"])
 	endpoints, records = b.endpointRows(t)
 	require.Equal(t, webhook.MaxEndpoints, endpoints, "nothing stored")
 	require.Equal(t, webhook.MaxEndpoints, records)
-	require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.tenantA, "limit-key-0000000000", body(0)).status, "a retry is still answered")
-	require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.tenantB, "limit-key-over-the-top", body(99)).status, "the limit is per tenant")
+	require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.TenantA, "limit-key-0000000000", body(0)).Status, "a retry is still answered")
+	require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.TenantB, "limit-key-over-the-top", body(99)).Status, "the limit is per tenant")
 
 	// Pages, newest first, 10 by default.
 	var ids []string
 	path := "?limit=5"
 	for {
-		page := decode(t, b.endpoints(t, b.tenantA, http.MethodGet, path, ""))
+		page := apitest.Decode(t, b.endpoints(t, b.TenantA, http.MethodGet, path, ""))
 		for _, e := range page["data"].([]any) {
 			ids = append(ids, e.(map[string]any)["id"].(string))
 		}
@@ -280,21 +281,21 @@ func TestWebhookEndpointLimitAndPages(t *testing.T) {
 	}
 	require.Len(t, ids, webhook.MaxEndpoints)
 	require.True(t, slices.IsSortedFunc(ids, func(a, b string) int { return strings.Compare(b, a) }), "newest first")
-	require.Len(t, decode(t, b.endpoints(t, b.tenantA, http.MethodGet, "", ""))["data"], 10)
+	require.Len(t, apitest.Decode(t, b.endpoints(t, b.TenantA, http.MethodGet, "", ""))["data"], 10)
 	for _, bad := range []string{"?limit=0", "?limit=101", "?limit=x", "?starting_after=ch_x", "?starting_after=" + ids[0] + "&starting_after=" + ids[1], "?status=enabled"} {
-		requireProblem(t, b.endpoints(t, b.tenantA, http.MethodGet, bad, ""), http.StatusBadRequest, api.CodeInvalidParameter)
+		apitest.RequireProblem(t, b.endpoints(t, b.TenantA, http.MethodGet, bad, ""), http.StatusBadRequest, api.CodeInvalidParameter)
 	}
 
-	deleted := b.endpoints(t, b.tenantA, http.MethodDelete, "/"+ids[3], "")
-	require.Equal(t, http.StatusOK, deleted.status)
-	require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.tenantA, "limit-key-after-delete", body(200)).status, "a deleted endpoint makes room")
+	deleted := b.endpoints(t, b.TenantA, http.MethodDelete, "/"+ids[3], "")
+	require.Equal(t, http.StatusOK, deleted.Status)
+	require.Equal(t, http.StatusCreated, b.createEndpoint(t, b.TenantA, "limit-key-after-delete", body(200)).Status, "a deleted endpoint makes room")
 }
 
 // jobsOfKind counts River jobs of a kind.
 func (b *testBundle) jobsOfKind(t *testing.T, kind string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE kind = $1`, kind).Scan(&n))
+	require.NoError(t, b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE kind = $1`, kind).Scan(&n))
 	return n
 }
 
@@ -306,54 +307,54 @@ func (b *testBundle) jobsOfKind(t *testing.T, kind string) int {
 // one, nor to one not subscribed.
 func TestEndpointDisabledEvent(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(o *setupOpts) { o.config = func(cfg *api.Config) { cfg.WebhooksAllowPrivate = true } })
+	b := setup(t, func(o *setupOpts) { o.API = func(cfg *api.Config) { cfg.WebhooksAllowPrivate = true } })
 	n := 0
 	create := func(events string) map[string]any {
 		n++
-		created := b.createEndpoint(t, b.tenantA, fmt.Sprintf("disabled-event-key-%d", n), `{"url": "http://127.0.0.1:9/hooks", "events": `+events+`}`)
-		require.Equal(t, http.StatusCreated, created.status, "body: %s", created.body)
-		return decode(t, created)
+		created := b.createEndpoint(t, b.TenantA, fmt.Sprintf("disabled-event-key-%d", n), `{"url": "http://127.0.0.1:9/hooks", "events": `+events+`}`)
+		require.Equal(t, http.StatusCreated, created.Status, "body: %s", created.Body)
+		return apitest.Decode(t, created)
 	}
 	failing, told, notTold := create(`["*"]`), create(`["webhook_endpoint.disabled"]`), create(`["charge.succeeded"]`)
-	b.succeededCharge(t, b.tenantA, 1000)
-	chargeEvent := decode(t, b.get(t, b.tenantA, "/v1/events"))["data"].([]any)[0].(map[string]any)["id"].(string)
+	b.succeededCharge(t, b.TenantA, 1000)
+	chargeEvent := apitest.Decode(t, b.Get(t, b.TenantA, "/v1/events"))["data"].([]any)[0].(map[string]any)["id"].(string)
 	final := webhook.Outcome{Attempt: webhook.MaxAttempts, Status: 500, Final: true}
-	args := webhook.DeliverArgs{TenantID: b.tenantA.ID, EventID: chargeEvent, EndpointID: failing["id"].(string)}
+	args := webhook.DeliverArgs{TenantID: b.TenantA.ID, EventID: chargeEvent, EndpointID: failing["id"].(string)}
 
 	// Rolled back, the disabling leaves no event.
-	tx, err := b.pool.Begin(t.Context())
+	tx, err := b.Pool.Begin(t.Context())
 	require.NoError(t, err)
 	require.NoError(t, webhook.Record(t.Context(), tx, args, final))
 	require.NoError(t, tx.Rollback(t.Context()))
-	require.Empty(t, decode(t, b.get(t, b.tenantA, "/v1/events?type=webhook_endpoint.disabled"))["data"])
+	require.Empty(t, apitest.Decode(t, b.Get(t, b.TenantA, "/v1/events?type=webhook_endpoint.disabled"))["data"])
 
-	require.NoError(t, webhook.Record(t.Context(), b.pool, args, final))
-	listed := b.get(t, b.tenantA, "/v1/events?type=webhook_endpoint.disabled")
-	require.NotContains(t, string(listed.body), failing["secret"].(string), "an event never carries a secret")
-	events := decode(t, listed)["data"].([]any)
+	require.NoError(t, webhook.Record(t.Context(), b.Pool, args, final))
+	listed := b.Get(t, b.TenantA, "/v1/events?type=webhook_endpoint.disabled")
+	require.NotContains(t, string(listed.Body), failing["secret"].(string), "an event never carries a secret")
+	events := apitest.Decode(t, listed)["data"].([]any)
 	require.Len(t, events, 1)
 	event := events[0].(map[string]any)
 	require.Equal(t, "webhook_endpoint.disabled", event["type"])
 	var shown map[string]any
-	for _, e := range decode(t, b.endpoints(t, b.tenantA, http.MethodGet, "", ""))["data"].([]any) {
+	for _, e := range apitest.Decode(t, b.endpoints(t, b.TenantA, http.MethodGet, "", ""))["data"].([]any) {
 		if e.(map[string]any)["id"] == failing["id"] {
 			shown = e.(map[string]any)
 		}
 	}
 	require.Equal(t, "disabled", shown["status"])
 	require.Equal(t, shown, event["data"], "the event's object is the endpoint as GET /v1/webhook_endpoints shows it")
-	require.Equal(t, event["id"], decode(t, b.get(t, b.tenantA, "/v1/events"))["data"].([]any)[0].(map[string]any)["id"], "newest first")
-	require.Equal(t, event, decode(t, b.get(t, b.tenantA, "/v1/events/"+event["id"].(string))))
-	requireProblem(t, b.get(t, b.tenantB, "/v1/events/"+event["id"].(string)), http.StatusNotFound, api.CodeNotFound)
-	require.Empty(t, decode(t, b.get(t, b.tenantB, "/v1/events?type=webhook_endpoint.disabled"))["data"])
+	require.Equal(t, event["id"], apitest.Decode(t, b.Get(t, b.TenantA, "/v1/events"))["data"].([]any)[0].(map[string]any)["id"], "newest first")
+	require.Equal(t, event, apitest.Decode(t, b.Get(t, b.TenantA, "/v1/events/"+event["id"].(string))))
+	apitest.RequireProblem(t, b.Get(t, b.TenantB, "/v1/events/"+event["id"].(string)), http.StatusNotFound, api.CodeNotFound)
+	require.Empty(t, apitest.Decode(t, b.Get(t, b.TenantB, "/v1/events?type=webhook_endpoint.disabled"))["data"])
 
-	log := decode(t, b.get(t, b.tenantA, "/v1/events/"+event["id"].(string)+"/deliveries"))["data"].([]any)
+	log := apitest.Decode(t, b.Get(t, b.TenantA, "/v1/events/"+event["id"].(string)+"/deliveries"))["data"].([]any)
 	require.Equal(t, []any{map[string]any{"endpoint": told["id"], "state": "pending", "attempts": []any{}}}, log,
 		"delivered to the subscribed endpoint only: not the disabled one, not one subscribed to charges")
 	_ = notTold
 
 	// A second final failure of the endpoint, now disabled, writes no
 	// second event.
-	require.NoError(t, webhook.Record(t.Context(), b.pool, args, final))
-	require.Len(t, decode(t, b.get(t, b.tenantA, "/v1/events?type=webhook_endpoint.disabled"))["data"], 1)
+	require.NoError(t, webhook.Record(t.Context(), b.Pool, args, final))
+	require.Len(t, apitest.Decode(t, b.Get(t, b.TenantA, "/v1/events?type=webhook_endpoint.disabled"))["data"], 1)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 	"github.com/chargeflow/chargeflow/internal/app"
 )
 
@@ -52,7 +53,7 @@ func chromium(t *testing.T) string {
 // withJobsUI serves River's job UI as the command does (app.NewJobsUI).
 func withJobsUI(t *testing.T) func(*setupOpts) {
 	return func(o *setupOpts) {
-		o.server = func(cfg *app.ServerConfig) {
+		o.Server = func(cfg *app.ServerConfig) {
 			client, err := river.NewClient(riverpgxv5.New(cfg.DB), &river.Config{})
 			require.NoError(t, err)
 			ctx, cancel := context.WithCancel(context.Background())
@@ -77,12 +78,12 @@ func TestOpsPageInBrowser(t *testing.T) {
 	// A charge whose call timed out, as the worker and the reconciler
 	// leave it when the provider's lookup stays down, although the
 	// provider did take it.
-	id := b.newCharge(t, b.tenantA, "browser-key-000000001")
-	b.lostCall(t, b.tenantA, id)
-	providerID := b.chargeAtProvider(t, id, 1000, "USD")
-	other := b.newCharge(t, b.tenantB, "browser-key-000000002")
-	b.lostCall(t, b.tenantB, other)
-	pending := b.newCharge(t, b.tenantB, "browser-key-000000003")
+	id := b.NewCharge(t, b.TenantA, "browser-key-000000001")
+	b.lostCall(t, b.TenantA, id)
+	providerID := b.ChargeAtProvider(t, id, 1000, "USD")
+	other := b.NewCharge(t, b.TenantB, "browser-key-000000002")
+	b.lostCall(t, b.TenantB, other)
+	pending := b.NewCharge(t, b.TenantB, "browser-key-000000003")
 
 	// A guard against a browser that hangs, not a measure: on a machine
 	// running scenarios beside the tests the whole walk has taken over 60 s.
@@ -140,11 +141,11 @@ func TestOpsPageInBrowser(t *testing.T) {
 		t.Helper()
 		l, err := chromedp.Run(tab, chromedp.Location())
 		require.NoError(t, err)
-		return strings.TrimPrefix(l, b.url)
+		return strings.TrimPrefix(l, b.URL)
 	}
 	sessionCookie := func() *network.Cookie {
 		t.Helper()
-		res, err := chromedp.Call(tab, network.GetCookies, network.GetCookiesParams{URLs: []string{b.url + "/ops/"}})
+		res, err := chromedp.Call(tab, network.GetCookies, network.GetCookiesParams{URLs: []string{b.URL + "/ops/"}})
 		require.NoError(t, err)
 		for _, c := range res.Cookies {
 			if c.Name == "chargeflow_ops" {
@@ -156,15 +157,15 @@ func TestOpsPageInBrowser(t *testing.T) {
 
 	// Unsigned, the page is the sign-in form; a merchant's key is refused
 	// with 401 and no cookie.
-	require.EqualValues(t, http.StatusOK, navigate(chromedp.Navigate(b.url+"/ops/")))
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Navigate(b.URL+"/ops/")))
 	require.Equal(t, "/ops/sign-in", location())
-	do(chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), b.tenantA.Key))
+	do(chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), b.TenantA.Key))
 	require.EqualValues(t, http.StatusUnauthorized, navigate(chromedp.Click(chromedp.CSS(`form button[type="submit"]`))))
 	require.Contains(t, text("#sign-in-error"), "not a valid operator token")
 	require.Nil(t, sessionCookie(), "a merchant's key gets no session")
 
 	// The admin signs in and lands on the review queue.
-	do(chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), b.admin.Token))
+	do(chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), b.Admin.Token))
 	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(`form button[type="submit"]`))))
 	require.Equal(t, "/ops/", location())
 	cookie := sessionCookie()
@@ -172,12 +173,12 @@ func TestOpsPageInBrowser(t *testing.T) {
 	require.True(t, cookie.HTTPOnly)
 	require.Equal(t, network.CookieSameSiteStrict, cookie.SameSite)
 	require.Equal(t, "/ops/", cookie.Path)
-	require.Contains(t, text("header"), b.admin.Name)
+	require.Contains(t, text("header"), b.Admin.Name)
 	queue := text("#queue")
 	require.Contains(t, queue, id)
 	require.Contains(t, queue, other)
 	require.NotContains(t, queue, pending, "the queue is needs_review only")
-	require.Contains(t, queue, b.tenantA.ID)
+	require.Contains(t, queue, b.TenantA.ID)
 	require.Contains(t, queue, "10.00 USD")
 	require.Contains(t, queue, "lookups have failed for 10m0s: timeout")
 	require.Less(t, strings.Index(queue, other), strings.Index(queue, id), "newest first")
@@ -201,13 +202,13 @@ func TestOpsPageInBrowser(t *testing.T) {
 	// the charge is still in review.
 	do(fill...)
 	do(chromedp.SetValue(chromedp.CSS(`#resolve input[name="csrf"]`), "forged-token"))
-	before := b.stored(t)
+	before := b.Stored(t)
 	require.EqualValues(t, http.StatusForbidden, navigate(chromedp.Click(chromedp.CSS(`#resolve button[type="submit"]`))))
 	require.Contains(t, text("main"), "CSRF token")
-	require.Equal(t, before, b.stored(t), "a forged form changed nothing")
+	require.Equal(t, before, b.Stored(t), "a forged form changed nothing")
 
 	// The genuine form resolves it.
-	require.EqualValues(t, http.StatusOK, navigate(chromedp.Navigate(b.url+"/ops/charges/"+id)))
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Navigate(b.URL+"/ops/charges/"+id)))
 	do(fill...)
 	if path := os.Getenv(screenshotEnv); path != "" {
 		saveScreenshot(t, tab, path)
@@ -219,27 +220,27 @@ func TestOpsPageInBrowser(t *testing.T) {
 	require.Equal(t, 0, count("form#resolve"), "nothing left to resolve")
 	timeline := text("#timeline")
 	require.Contains(t, timeline, "needs_review → succeeded")
-	require.Contains(t, timeline, "operator:"+b.admin.Name)
+	require.Contains(t, timeline, "operator:"+b.Admin.Name)
 	require.Contains(t, timeline, "operator_resolved")
 	require.Contains(t, timeline, evidence)
 	require.Contains(t, text("main"), providerID)
 
-	charge, err := intent.Find(context.Background(), b.pool, id)
+	charge, err := intent.Find(context.Background(), b.Pool, id)
 	require.NoError(t, err)
 	require.Equal(t, intent.StateSucceeded, charge.State)
 	require.Equal(t, providerID, charge.ProviderChargeID)
-	event := b.lastEvent(t, id)
-	require.Equal(t, "operator:"+b.admin.Name, event["actor"])
+	event := b.LastEvent(t, id)
+	require.Equal(t, "operator:"+b.Admin.Name, event["actor"])
 	require.Equal(t, evidence, event["evidence"])
 
 	// A refund of that charge whose call was lost too is in the queue and
 	// reads as a refund: what it refunds, the charge's sums, the form
 	// asking for the provider's refund id.
-	refund := b.refund(t, b.url, b.tenantA, "browser-refund-key-001", `{"charge": "`+id+`", "amount": 400, "reason": "duplicate"}`)
-	require.Equal(t, http.StatusCreated, refund.status, "body: %s", refund.body)
-	refundID := decode(t, refund)["id"].(string)
-	b.lostCall(t, b.tenantA, refundID)
-	require.EqualValues(t, http.StatusOK, navigate(chromedp.Navigate(b.url+"/ops/")))
+	refund := b.Refund(t, b.URL, b.TenantA, "browser-refund-key-001", `{"charge": "`+id+`", "amount": 400, "reason": "duplicate"}`)
+	require.Equal(t, http.StatusCreated, refund.Status, "body: %s", refund.Body)
+	refundID := apitest.Decode(t, refund)["id"].(string)
+	b.lostCall(t, b.TenantA, refundID)
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Navigate(b.URL+"/ops/")))
 	require.Contains(t, text("#queue"), refundID)
 	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(`#queue a[href="/ops/charges/`+refundID+`"]`))))
 	facts := text("main dl")
@@ -260,11 +261,11 @@ func TestOpsPageInBrowser(t *testing.T) {
 	do(chromedp.WaitVisible(chromedp.CSS(`#root nav a[href^="/ops/jobs/"]`)))
 
 	// Signing out ends the session: the page is the sign-in form again.
-	require.EqualValues(t, http.StatusOK, navigate(chromedp.Navigate(b.url+"/ops/")))
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Navigate(b.URL+"/ops/")))
 	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(`header form button[type="submit"]`))))
 	require.Equal(t, "/ops/sign-in", location())
 	require.Nil(t, sessionCookie())
-	require.EqualValues(t, http.StatusOK, navigate(chromedp.Navigate(b.url+"/ops/charges/"+id)))
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Navigate(b.URL+"/ops/charges/"+id)))
 	require.Equal(t, "/ops/sign-in", location())
 
 	violationsMu.Lock()
@@ -299,7 +300,7 @@ func (b *testBundle) lostCall(t *testing.T, tt testTenant, id string) {
 			ReviewReason: "lookups have failed for 10m0s: timeout"},
 	} {
 		m.TenantID, m.ChargeID = tt.ID, id
-		_, err := intent.MoveCharge(context.Background(), b.pool, m)
+		_, err := intent.MoveCharge(context.Background(), b.Pool, m)
 		require.NoError(t, err)
 	}
 }

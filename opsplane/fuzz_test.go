@@ -1,7 +1,6 @@
 package opsplane_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,14 +11,15 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
+	"github.com/chargeflow/chargeflow/internal/lockedbuf"
 )
 
 // opsFuzz is what FuzzOperatorRoutes works on: a server, a signed-in
@@ -37,14 +37,14 @@ type opsFuzz struct {
 // and the reconciler would.
 func (z *opsFuzz) charge(t testing.TB, states ...intent.State) string {
 	t.Helper()
-	c := dbtest.PendingCharge(t, z.b.pool, dbtest.Charge{TenantID: z.b.tenantA.ID})
+	c := dbtest.PendingCharge(t, z.b.Pool, dbtest.Charge{TenantID: z.b.TenantA.ID})
 	from := intent.StatePending
 	for _, to := range states {
 		m := intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: from, To: to, Actor: "test", Reason: "test", CountAttempt: to == intent.StateSubmitting}
 		if to == intent.StateNeedsReview {
 			m.ReviewReason = "lookup_unavailable"
 		}
-		_, err := intent.MoveCharge(context.Background(), z.b.pool, m)
+		_, err := intent.MoveCharge(context.Background(), z.b.Pool, m)
 		require.NoError(t, err)
 		from = to
 	}
@@ -54,14 +54,14 @@ func (z *opsFuzz) charge(t testing.TB, states ...intent.State) string {
 func (z *opsFuzz) state(t testing.TB, id string) intent.State {
 	t.Helper()
 	var state intent.State
-	require.NoError(t, z.b.pool.QueryRow(context.Background(), `SELECT state FROM charges WHERE id = $1`, id).Scan(&state))
+	require.NoError(t, z.b.Pool.QueryRow(context.Background(), `SELECT state FROM charges WHERE id = $1`, id).Scan(&state))
 	return state
 }
 
 // signIn signs the admin in on the page, as a browser would.
 func (z *opsFuzz) signIn(t testing.TB) {
 	t.Helper()
-	resp, err := noRedirects.PostForm(z.b.url+"/ops/sign-in", url.Values{"token": {z.b.admin.Token}})
+	resp, err := apitest.NoRedirects.PostForm(z.b.URL+"/ops/sign-in", url.Values{"token": {z.b.Admin.Token}})
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
@@ -71,15 +71,15 @@ func (z *opsFuzz) signIn(t testing.TB) {
 		}
 	}
 	require.NotNil(t, z.cookie)
-	req, err := http.NewRequest(http.MethodGet, z.b.url+"/ops/", nil)
+	req, err := http.NewRequest(http.MethodGet, z.b.URL+"/ops/", nil)
 	require.NoError(t, err)
 	req.AddCookie(z.cookie)
-	resp, err = noRedirects.Do(req)
+	resp, err = apitest.NoRedirects.Do(req)
 	require.NoError(t, err)
 	page, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.NoError(t, err)
-	m := csrfField.FindSubmatch(page)
+	m := apitest.CSRFField.FindSubmatch(page)
 	require.NotNil(t, m)
 	z.csrf = html.UnescapeString(string(m[1]))
 }
@@ -101,9 +101,9 @@ func (z *opsFuzz) signIn(t testing.TB) {
 // `make test` runs it briefly (FUZZTIME_HTTP); its seeds run with every
 // `go test`. One database serves the whole run.
 func FuzzOperatorRoutes(f *testing.F) {
-	logs := &takeBuffer{}
+	logs := &lockedbuf.Buffer{}
 	b := setup(f, func(o *setupOpts) {
-		o.config = func(c *api.Config) {
+		o.API = func(c *api.Config) {
 			c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			c.AuthFailureLimit = 1 << 30 // fuzzed credentials fail often
 		}
@@ -170,7 +170,7 @@ func FuzzOperatorRoutes(f *testing.F) {
 	}
 
 	f.Fuzz(func(t *testing.T, route uint8, body []byte, contentType, encoding string, auth uint8) {
-		contentType, encoding = sendable(contentType), sendable(encoding)
+		contentType, encoding = apitest.Sendable(contentType), apitest.Sendable(encoding)
 		route %= routes
 		page := route >= routePageSignIn
 		var method, path string
@@ -204,7 +204,7 @@ func FuzzOperatorRoutes(f *testing.F) {
 			}
 			reqBody = bytes.NewReader(body)
 		}
-		req, err := http.NewRequest(method, z.b.url+path, reqBody)
+		req, err := http.NewRequest(method, z.b.URL+path, reqBody)
 		if err != nil {
 			return // a query net/url cannot parse: no client can send it, so there is nothing to answer
 		}
@@ -219,15 +219,15 @@ func FuzzOperatorRoutes(f *testing.F) {
 		}
 		switch {
 		case !page && auth%3 == 0:
-			req.Header.Set("Authorization", "Bearer "+z.b.admin.Token)
+			req.Header.Set("Authorization", "Bearer "+z.b.Admin.Token)
 		case !page && auth%3 == 1:
-			req.Header.Set("Authorization", "Bearer "+z.b.viewer.Token)
+			req.Header.Set("Authorization", "Bearer "+z.b.Viewer.Token)
 		case page && auth%3 != 2 && route != routePageSignIn:
 			req.AddCookie(z.cookie)
 		}
 
-		before, sessions := z.b.stored(t), z.b.sessions(t)
-		resp, err := noRedirects.Do(req)
+		before, sessions := z.b.Stored(t), z.b.Sessions(t)
+		resp, err := apitest.NoRedirects.Do(req)
 		require.NoError(t, err, "the server hung up instead of answering")
 		answer, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
@@ -235,8 +235,8 @@ func FuzzOperatorRoutes(f *testing.F) {
 
 		require.Less(t, resp.StatusCode, 500, "an operator's bytes made a server error: %s", answer)
 		if resp.StatusCode >= 400 {
-			require.Equal(t, before, z.b.stored(t), "status %d stored something: %s", resp.StatusCode, answer)
-			require.Equal(t, sessions, z.b.sessions(t), "status %d started or ended a session", resp.StatusCode)
+			require.Equal(t, before, z.b.Stored(t), "status %d stored something: %s", resp.StatusCode, answer)
+			require.Equal(t, sessions, z.b.Sessions(t), "status %d started or ended a session", resp.StatusCode)
 			if !page || resp.Header.Get("Content-Type") == "application/problem+json" {
 				require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"), "%s", answer)
 				var p struct{ Code string }
@@ -244,11 +244,11 @@ func FuzzOperatorRoutes(f *testing.F) {
 				require.NotEmpty(t, p.Code)
 			}
 		}
-		requireNoCardNumbers(t, "the answer", answer)
+		apitest.RequireNoCardNumbers(t, "the answer", answer)
 
-		logged := logs.take()
-		requireNoCardNumbers(t, "the logs", logged)
-		for _, secret := range []string{z.b.admin.Token, z.b.viewer.Token, z.b.tenantA.Key, z.b.tenantB.Key, z.cookie.Value} {
+		logged := logs.Take()
+		apitest.RequireNoCardNumbers(t, "the logs", logged)
+		for _, secret := range []string{z.b.Admin.Token, z.b.Viewer.Token, z.b.TenantA.Key, z.b.TenantB.Key, z.cookie.Value} {
 			require.NotContains(t, string(logged), secret)
 		}
 
@@ -279,96 +279,4 @@ func queryOf(body []byte) string {
 		b.WriteByte(c)
 	}
 	return b.String()
-}
-
-// sendable is v without the bytes an HTTP client cannot put in a header
-// value: control bytes other than tab, and DEL.
-func sendable(v string) string {
-	return strings.Map(func(r rune) rune {
-		if (r < 0x20 && r != '\t') || r == 0x7f {
-			return -1
-		}
-		return r
-	}, v)
-}
-
-// takeBuffer collects log lines for one fuzz input at a time: take returns
-// what was written since the last take, so a long run does not re-read all
-// of its logs on every input.
-type takeBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *takeBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *takeBuffer) take() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := bytes.Clone(b.buf.Bytes())
-	b.buf.Reset()
-	return out
-}
-
-// canaryCards are the card numbers the fuzzer's inputs carry.
-var canaryCards = []string{
-	"4111111111111111",
-	"5555 5555 5555 4444",
-	"3782-822463-10005",
-	"4222222222222",
-	"6011000990139424",
-}
-
-// requireNoCardNumbers fails if data — a JSON document, or JSON lines —
-// holds a card number in any string or number, or any canary as written.
-// JSON is decoded first, so that an escape (\u003c, \u2028) next to digits
-// is not mistaken for one.
-func requireNoCardNumbers(t *testing.T, what string, data []byte) {
-	t.Helper()
-	for _, card := range canaryCards {
-		require.NotContains(t, string(data), card, "%s hold a canary card number", what)
-		require.NotContains(t, string(data), strings.NewReplacer(" ", "", "-", "").Replace(card), "%s hold a canary card number", what)
-	}
-	scanner := bufio.NewScanner(bytes.NewReader(data))
-	scanner.Buffer(nil, 1<<20)
-	for scanner.Scan() {
-		line := scanner.Bytes()
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		dec := json.NewDecoder(bytes.NewReader(line))
-		dec.UseNumber()
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			require.False(t, api.ContainsPAN(string(line)), "%s hold a card number: %s", what, line)
-			continue
-		}
-		walkJSON(v, func(s string) {
-			require.False(t, api.ContainsPAN(s), "%s hold a card number: %q in %s", what, s, line)
-		})
-	}
-	require.NoError(t, scanner.Err())
-}
-
-// walkJSON calls visit with every member name, string and number of v.
-func walkJSON(v any, visit func(string)) {
-	switch v := v.(type) {
-	case string:
-		visit(v)
-	case json.Number:
-		visit(v.String())
-	case []any:
-		for _, e := range v {
-			walkJSON(e, visit)
-		}
-	case map[string]any:
-		for k, e := range v {
-			visit(k)
-			walkJSON(e, visit)
-		}
-	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/apitest"
 	"github.com/chargeflow/chargeflow/operator"
 )
 
@@ -25,53 +26,53 @@ import (
 // authentications: past the limit even the right token waits.
 func TestOpsPageSignInIsRateLimited(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(o *setupOpts) { o.config = func(c *api.Config) { c.AuthFailureLimit = 3 } })
+	b := setup(t, func(o *setupOpts) { o.API = func(c *api.Config) { c.AuthFailureLimit = 3 } })
 	for range 3 {
-		resp := pageRequest(t, b.url, nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {"cfo_guess"}})
-		require.Equal(t, http.StatusUnauthorized, resp.status)
+		resp := apitest.PageRequest(t, b.URL, nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {"cfo_guess"}})
+		require.Equal(t, http.StatusUnauthorized, resp.Status)
 	}
-	resp := pageRequest(t, b.url, nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {b.admin.Token}})
-	requirePage(t, resp, http.StatusTooManyRequests, "Too many failed sign-ins")
-	require.NotEmpty(t, resp.header.Get("Retry-After"))
-	require.Nil(t, cookieOf(resp), "no session while the address is blocked")
+	resp := apitest.PageRequest(t, b.URL, nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {b.Admin.Token}})
+	apitest.RequirePage(t, resp, http.StatusTooManyRequests, "Too many failed sign-ins")
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	require.Nil(t, apitest.CookieOf(resp), "no session while the address is blocked")
 }
 
 func TestOpsPageSignIn(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	id := b.inReview(t, "page-sign-in-key-0001")
+	id := b.InReview(t, "page-sign-in-key-0001")
 
 	// Without a session every page sends the browser to the sign-in form.
 	for _, path := range []string{"/ops/", "/ops/charges/" + id, "/ops/jobs/", "/ops/?status=unknown"} {
-		resp := pageRequest(t, b.url, nil, http.MethodGet, path, nil)
-		require.Equal(t, http.StatusSeeOther, resp.status, path)
-		require.Equal(t, "/ops/sign-in", resp.header.Get("Location"), path)
+		resp := apitest.PageRequest(t, b.URL, nil, http.MethodGet, path, nil)
+		require.Equal(t, http.StatusSeeOther, resp.Status, path)
+		require.Equal(t, "/ops/sign-in", resp.Header.Get("Location"), path)
 	}
 	for _, path := range []string{"/ops", "/ops/jobs"} {
-		resp := pageRequest(t, b.url, nil, http.MethodGet, path, nil)
-		require.Equal(t, http.StatusMovedPermanently, resp.status, path)
-		require.Equal(t, path+"/", resp.header.Get("Location"))
+		resp := apitest.PageRequest(t, b.URL, nil, http.MethodGet, path, nil)
+		require.Equal(t, http.StatusMovedPermanently, resp.Status, path)
+		require.Equal(t, path+"/", resp.Header.Get("Location"))
 	}
-	requirePage(t, pageRequest(t, b.url, nil, http.MethodGet, "/ops/sign-in", nil), http.StatusOK, `name="token"`, `type="password"`)
+	apitest.RequirePage(t, apitest.PageRequest(t, b.URL, nil, http.MethodGet, "/ops/sign-in", nil), http.StatusOK, `name="token"`, `type="password"`)
 
 	// What is not a live operator's token is 401, the form again, and no
 	// cookie: a merchant's key, a revoked operator's token, nonsense.
-	rita, ritaToken, err := operator.Create(ctx, b.pool, "rita", operator.RoleAdmin)
+	rita, ritaToken, err := operator.Create(ctx, b.Pool, "rita", operator.RoleAdmin)
 	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, `UPDATE operators SET revoked_at = now() WHERE id = $1`, rita.ID)
+	_, err = b.Pool.Exec(ctx, `UPDATE operators SET revoked_at = now() WHERE id = $1`, rita.ID)
 	require.NoError(t, err)
-	for _, credential := range []string{b.tenantA.Key, ritaToken, "", "cfo_nonsense", b.admin.Token + "x", "Bearer " + b.admin.Token} {
-		resp := pageRequest(t, b.url, nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {credential}})
-		requirePage(t, resp, http.StatusUnauthorized, "not a valid operator token", `name="token"`)
-		require.Nil(t, cookieOf(resp), "no session for %q", credential)
+	for _, credential := range []string{b.TenantA.Key, ritaToken, "", "cfo_nonsense", b.Admin.Token + "x", "Bearer " + b.Admin.Token} {
+		resp := apitest.PageRequest(t, b.URL, nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {credential}})
+		apitest.RequirePage(t, resp, http.StatusUnauthorized, "not a valid operator token", `name="token"`)
+		require.Nil(t, apitest.CookieOf(resp), "no session for %q", credential)
 	}
 
 	// An admin's token: a session cookie for /ops/ only, out of scripts'
 	// reach, never sent cross-site, for twelve hours.
-	resp := pageRequest(t, b.url, nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {b.admin.Token}})
-	require.Equal(t, http.StatusSeeOther, resp.status, "body: %s", resp.body)
-	cookie := cookieOf(resp)
+	resp := apitest.PageRequest(t, b.URL, nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {b.Admin.Token}})
+	require.Equal(t, http.StatusSeeOther, resp.Status, "body: %s", resp.Body)
+	cookie := apitest.CookieOf(resp)
 	require.NotNil(t, cookie)
 	require.True(t, strings.HasPrefix(cookie.Value, "cfs_"))
 	require.Equal(t, "/ops/", cookie.Path)
@@ -82,38 +83,38 @@ func TestOpsPageSignIn(t *testing.T) {
 
 	// The session works on every API process: here a second one on the
 	// same database.
-	twin := b.serve(t, b.cfg)
-	s := pageSession{url: twin, cookie: cookie}
-	home := s.get(t, "/ops/")
-	requirePage(t, home, http.StatusOK, b.admin.Name, "/ops/charges/"+id)
-	s.csrf = html.UnescapeString(string(csrfField.FindSubmatch(home.body)[1]))
+	twin := b.Serve(t, b.Config)
+	s := apitest.PageSession{URL: twin, Cookie: cookie}
+	home := s.Get(t, "/ops/")
+	apitest.RequirePage(t, home, http.StatusOK, b.Admin.Name, "/ops/charges/"+id)
+	s.CSRF = html.UnescapeString(string(apitest.CSRFField.FindSubmatch(home.Body)[1]))
 
 	// The cookie is not a credential for the JSON API.
-	requireProblem(t, pageRequest(t, b.url, cookie, http.MethodGet, "/ops/v1/charges", nil), http.StatusUnauthorized, api.CodeUnauthorized)
+	apitest.RequireProblem(t, apitest.PageRequest(t, b.URL, cookie, http.MethodGet, "/ops/v1/charges", nil), http.StatusUnauthorized, api.CodeUnauthorized)
 
 	// Signing out needs the CSRF token, and then ends the session on every
 	// process.
-	requirePage(t, s.post(t, "/ops/sign-out", url.Values{"csrf": {"forged"}}), http.StatusForbidden)
-	require.Equal(t, http.StatusOK, s.get(t, "/ops/").status, "a forged sign-out changed nothing")
-	out := s.post(t, "/ops/sign-out", url.Values{})
-	require.Equal(t, http.StatusSeeOther, out.status, "body: %s", out.body)
-	require.Equal(t, "/ops/sign-in", out.header.Get("Location"))
-	require.Less(t, cookieOf(out).MaxAge, 0, "the browser drops the cookie")
-	for _, at := range []string{b.url, twin} {
-		resp := pageRequest(t, at, cookie, http.MethodGet, "/ops/", nil)
-		require.Equal(t, http.StatusSeeOther, resp.status)
-		require.Equal(t, "/ops/sign-in", resp.header.Get("Location"))
+	apitest.RequirePage(t, s.Post(t, "/ops/sign-out", url.Values{"csrf": {"forged"}}), http.StatusForbidden)
+	require.Equal(t, http.StatusOK, s.Get(t, "/ops/").Status, "a forged sign-out changed nothing")
+	out := s.Post(t, "/ops/sign-out", url.Values{})
+	require.Equal(t, http.StatusSeeOther, out.Status, "body: %s", out.Body)
+	require.Equal(t, "/ops/sign-in", out.Header.Get("Location"))
+	require.Less(t, apitest.CookieOf(out).MaxAge, 0, "the browser drops the cookie")
+	for _, at := range []string{b.URL, twin} {
+		resp := apitest.PageRequest(t, at, cookie, http.MethodGet, "/ops/", nil)
+		require.Equal(t, http.StatusSeeOther, resp.Status)
+		require.Equal(t, "/ops/sign-in", resp.Header.Get("Location"))
 	}
 
 	// Behind a proxy that ends TLS, the cookie can be made Secure.
-	cfg := b.cfg
+	cfg := b.Config
 	cfg.Ops.SecureCookie = true
-	resp = pageRequest(t, b.serve(t, cfg), nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {b.viewer.Token}})
-	require.Equal(t, http.StatusSeeOther, resp.status)
-	require.True(t, cookieOf(resp).Secure)
+	resp = apitest.PageRequest(t, b.Serve(t, cfg), nil, http.MethodPost, "/ops/sign-in", url.Values{"token": {b.Viewer.Token}})
+	require.Equal(t, http.StatusSeeOther, resp.Status)
+	require.True(t, apitest.CookieOf(resp).Secure)
 
-	logs := b.logs.String()
-	for _, secret := range []string{b.admin.Token, b.viewer.Token, ritaToken, b.tenantA.Key, cookie.Value, s.csrf} {
+	logs := b.Logs.String()
+	for _, secret := range []string{b.Admin.Token, b.Viewer.Token, ritaToken, b.TenantA.Key, cookie.Value, s.CSRF} {
 		require.NotContains(t, logs, secret, "no credential in the logs")
 	}
 	require.Contains(t, logs, `"route":"/ops/sign-in"`)
@@ -124,44 +125,44 @@ func TestOpsPageSignIn(t *testing.T) {
 func TestOpsPageForms(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.inReview(t, "page-forms-key-00001")
-	providerID := b.chargeAtProvider(t, id, 1000, "USD")
-	admin := signIn(t, b.url, b.admin.Token)
-	viewer := signIn(t, b.url, b.viewer.Token)
-	require.NotEqual(t, admin.csrf, viewer.csrf, "each session has its own token")
+	id := b.InReview(t, "page-forms-key-00001")
+	providerID := b.ChargeAtProvider(t, id, 1000, "USD")
+	admin := apitest.SignIn(t, b.URL, b.Admin.Token)
+	viewer := apitest.SignIn(t, b.URL, b.Viewer.Token)
+	require.NotEqual(t, admin.CSRF, viewer.CSRF, "each session has its own token")
 	resolve := func() url.Values {
 		return url.Values{"status": {"succeeded"}, "provider_charge_id": {providerID}, "evidence": {"Found it in the provider dashboard"}}
 	}
 	path := "/ops/charges/" + id + "/resolve"
-	before, ledger := b.stored(t), b.ledger(t)
+	before, ledger := b.Stored(t), b.ledger(t)
 
-	for _, csrf := range []string{"", "forged", viewer.csrf, admin.csrf + "x", strings.ToUpper(admin.csrf)} {
+	for _, csrf := range []string{"", "forged", viewer.CSRF, admin.CSRF + "x", strings.ToUpper(admin.CSRF)} {
 		form := resolve()
 		form.Set("csrf", csrf)
-		requirePage(t, admin.post(t, path, form), http.StatusForbidden, "CSRF token")
+		apitest.RequirePage(t, admin.Post(t, path, form), http.StatusForbidden, "CSRF token")
 	}
-	requirePage(t, pageRequest(t, b.url, admin.cookie, http.MethodPost, path, resolve()), http.StatusForbidden)
-	requirePage(t, admin.post(t, path, resolve(), "Sec-Fetch-Site", "cross-site"), http.StatusForbidden, "cross-origin")
-	requirePage(t, admin.post(t, path, resolve(), "Origin", "https://evil.example"), http.StatusForbidden, "cross-origin")
-	requirePage(t, viewer.post(t, path, resolve()), http.StatusForbidden, "needs an admin")
-	requirePage(t, viewer.post(t, "/ops/charges/"+id+"/reconcile", url.Values{}), http.StatusForbidden, "needs an admin")
-	requirePage(t, pageRequest(t, b.url, nil, http.MethodPost, path, resolve()), http.StatusUnauthorized, "sign in")
-	require.Equal(t, before, b.stored(t), "no refusal changed anything")
+	apitest.RequirePage(t, apitest.PageRequest(t, b.URL, admin.Cookie, http.MethodPost, path, resolve()), http.StatusForbidden)
+	apitest.RequirePage(t, admin.Post(t, path, resolve(), "Sec-Fetch-Site", "cross-site"), http.StatusForbidden, "cross-origin")
+	apitest.RequirePage(t, admin.Post(t, path, resolve(), "Origin", "https://evil.example"), http.StatusForbidden, "cross-origin")
+	apitest.RequirePage(t, viewer.Post(t, path, resolve()), http.StatusForbidden, "needs an admin")
+	apitest.RequirePage(t, viewer.Post(t, "/ops/charges/"+id+"/reconcile", url.Values{}), http.StatusForbidden, "needs an admin")
+	apitest.RequirePage(t, apitest.PageRequest(t, b.URL, nil, http.MethodPost, path, resolve()), http.StatusUnauthorized, "sign in")
+	require.Equal(t, before, b.Stored(t), "no refusal changed anything")
 	require.Equal(t, ledger, b.ledger(t))
 
 	// A viewer reads the charge but is shown no form.
-	requirePage(t, viewer.get(t, "/ops/charges/"+id), http.StatusOK, id, "You are a viewer")
-	require.NotContains(t, string(viewer.get(t, "/ops/charges/"+id).body), `action="/ops/charges/`)
-	requirePage(t, admin.get(t, "/ops/charges/"+id), http.StatusOK, `action="/ops/charges/`+id+`/resolve"`)
+	apitest.RequirePage(t, viewer.Get(t, "/ops/charges/"+id), http.StatusOK, id, "You are a viewer")
+	require.NotContains(t, string(viewer.Get(t, "/ops/charges/"+id).Body), `action="/ops/charges/`)
+	apitest.RequirePage(t, admin.Get(t, "/ops/charges/"+id), http.StatusOK, `action="/ops/charges/`+id+`/resolve"`)
 
 	// The admin's own form, from the page: resolved.
-	done := admin.post(t, path, resolve(), "Sec-Fetch-Site", "same-origin", "Origin", b.url)
-	require.Equal(t, http.StatusSeeOther, done.status, "body: %s", done.body)
-	require.Equal(t, "/ops/charges/"+id+"?done=resolved", done.header.Get("Location"))
-	requirePage(t, admin.get(t, done.header.Get("Location")), http.StatusOK, "Resolved.", "operator:"+b.admin.Name)
-	event := b.lastEvent(t, id)
+	done := admin.Post(t, path, resolve(), "Sec-Fetch-Site", "same-origin", "Origin", b.URL)
+	require.Equal(t, http.StatusSeeOther, done.Status, "body: %s", done.Body)
+	require.Equal(t, "/ops/charges/"+id+"?done=resolved", done.Header.Get("Location"))
+	apitest.RequirePage(t, admin.Get(t, done.Header.Get("Location")), http.StatusOK, "Resolved.", "operator:"+b.Admin.Name)
+	event := b.LastEvent(t, id)
 	require.Equal(t, "succeeded", event["to"])
-	require.Equal(t, "operator:"+b.admin.Name, event["actor"])
+	require.Equal(t, "operator:"+b.Admin.Name, event["actor"])
 }
 
 // The page's actions are the JSON API's: the same provider check, floor and
@@ -171,11 +172,11 @@ func TestOpsPageActions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	id := b.inReview(t, "page-actions-key-0001")
-	b.chargeAtProvider(t, id, 1000, "USD")
-	admin := signIn(t, b.url, b.admin.Token)
+	id := b.InReview(t, "page-actions-key-0001")
+	b.ChargeAtProvider(t, id, 1000, "USD")
+	admin := apitest.SignIn(t, b.URL, b.Admin.Token)
 	resolvePath := "/ops/charges/" + id + "/resolve"
-	before, ledger := b.stored(t), b.ledger(t)
+	before, ledger := b.Stored(t), b.ledger(t)
 
 	for _, tc := range []struct {
 		name   string
@@ -191,33 +192,33 @@ func TestOpsPageActions(t *testing.T) {
 		{"BadStatus", url.Values{"status": {"unknown"}, "evidence": {"checked the provider dashboard"}}, 400, api.CodeInvalidField},
 		{"TwoStatuses", url.Values{"status": {"failed", "succeeded"}, "evidence": {"checked the provider dashboard"}}, 400, api.CodeDuplicateMember},
 	} {
-		resp := admin.post(t, resolvePath, tc.form)
-		requirePage(t, resp, tc.status, string(tc.code), `id="outcome"`, `action="`+resolvePath+`"`)
-		require.Contains(t, string(resp.body), html.EscapeString(tc.form.Get("evidence")), "%s: the form keeps what was typed", tc.name)
-		require.Equal(t, before, b.stored(t), "%s changed nothing", tc.name)
+		resp := admin.Post(t, resolvePath, tc.form)
+		apitest.RequirePage(t, resp, tc.status, string(tc.code), `id="outcome"`, `action="`+resolvePath+`"`)
+		require.Contains(t, string(resp.Body), html.EscapeString(tc.form.Get("evidence")), "%s: the form keeps what was typed", tc.name)
+		require.Equal(t, before, b.Stored(t), "%s changed nothing", tc.name)
 	}
 	require.Equal(t, ledger, b.ledger(t))
-	requirePage(t, admin.post(t, "/ops/charges/"+id+"/reconcile", url.Values{}), http.StatusConflict, string(api.CodeChargeNotUnknown))
-	requirePage(t, admin.post(t, "/ops/charges/ch_"+strings.Repeat("0", 26)+"/resolve", url.Values{"status": {"failed"}, "evidence": {"checked the provider dashboard"}}),
+	apitest.RequirePage(t, admin.Post(t, "/ops/charges/"+id+"/reconcile", url.Values{}), http.StatusConflict, string(api.CodeChargeNotUnknown))
+	apitest.RequirePage(t, admin.Post(t, "/ops/charges/ch_"+strings.Repeat("0", 26)+"/resolve", url.Values{"status": {"failed"}, "evidence": {"checked the provider dashboard"}}),
 		http.StatusNotFound, "no such charge")
 
 	// A forced lookup of an unknown charge, then one too soon.
-	unknown := b.newCharge(t, b.tenantB, "page-actions-key-0002")
-	b.walk(t, b.tenantB, unknown, intent.StateSubmitting, intent.StateUnknown)
-	_, err := b.pool.Exec(ctx, `UPDATE charges SET next_check_at = now() + interval '1 hour' WHERE id = $1`, unknown)
+	unknown := b.NewCharge(t, b.TenantB, "page-actions-key-0002")
+	b.Walk(t, b.TenantB, unknown, intent.StateSubmitting, intent.StateUnknown)
+	_, err := b.Pool.Exec(ctx, `UPDATE charges SET next_check_at = now() + interval '1 hour' WHERE id = $1`, unknown)
 	require.NoError(t, err)
-	requirePage(t, admin.get(t, "/ops/charges/"+unknown), http.StatusOK, "Reconcile now")
-	resp := admin.post(t, "/ops/charges/"+unknown+"/reconcile", url.Values{})
-	require.Equal(t, http.StatusSeeOther, resp.status, "body: %s", resp.body)
-	requirePage(t, admin.get(t, resp.header.Get("Location")), http.StatusOK, "Lookup requested.", "reconcile_requested", "operator:"+b.admin.Name)
-	event := b.lastEvent(t, unknown)
+	apitest.RequirePage(t, admin.Get(t, "/ops/charges/"+unknown), http.StatusOK, "Reconcile now")
+	resp := admin.Post(t, "/ops/charges/"+unknown+"/reconcile", url.Values{})
+	require.Equal(t, http.StatusSeeOther, resp.Status, "body: %s", resp.Body)
+	apitest.RequirePage(t, admin.Get(t, resp.Header.Get("Location")), http.StatusOK, "Lookup requested.", "reconcile_requested", "operator:"+b.Admin.Name)
+	event := b.LastEvent(t, unknown)
 	require.Equal(t, "reconcile_requested", event["action"])
-	require.Equal(t, "operator:"+b.admin.Name, event["actor"])
-	events := b.stored(t).Events
-	again := admin.post(t, "/ops/charges/"+unknown+"/reconcile", url.Values{})
-	requirePage(t, again, http.StatusTooManyRequests, string(api.CodeReconcileTooSoon))
-	require.NotEmpty(t, again.header.Get("Retry-After"))
-	require.Equal(t, events, b.stored(t).Events)
+	require.Equal(t, "operator:"+b.Admin.Name, event["actor"])
+	events := b.Stored(t).Events
+	again := admin.Post(t, "/ops/charges/"+unknown+"/reconcile", url.Values{})
+	apitest.RequirePage(t, again, http.StatusTooManyRequests, string(api.CodeReconcileTooSoon))
+	require.NotEmpty(t, again.Header.Get("Retry-After"))
+	require.Equal(t, events, b.Stored(t).Events)
 }
 
 // The page lists the review queue across tenants and shows whatever a
@@ -225,29 +226,29 @@ func TestOpsPageActions(t *testing.T) {
 func TestOpsPageContent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	review := b.inReview(t, "page-content-key-0001")
-	hostile := b.post(t, b.tenantB, "page-content-key-0002",
+	review := b.InReview(t, "page-content-key-0001")
+	hostile := b.Post(t, b.TenantB, "page-content-key-0002",
 		`{"amount": 1234, "currency": "JPY", "payment_method": "pm_card_visa", "description": "<script>alert(1)</script>", "metadata": {"note": "\"><img src=x>"}}`)
-	require.Equal(t, http.StatusCreated, hostile.status, "body: %s", hostile.body)
-	hostileID := strings.TrimPrefix(hostile.header.Get("Location"), "/v1/charges/")
-	viewer := signIn(t, b.url, b.viewer.Token)
+	require.Equal(t, http.StatusCreated, hostile.Status, "body: %s", hostile.Body)
+	hostileID := strings.TrimPrefix(hostile.Header.Get("Location"), "/v1/charges/")
+	viewer := apitest.SignIn(t, b.URL, b.Viewer.Token)
 
-	home := viewer.get(t, "/ops/")
-	requirePage(t, home, http.StatusOK, "/ops/charges/"+review, b.tenantA.ID, "10.00 USD", "lookup_unavailable")
-	require.NotContains(t, string(home.body), hostileID, "the queue is needs_review only")
-	pending := viewer.get(t, "/ops/?status=pending")
-	requirePage(t, pending, http.StatusOK, "/ops/charges/"+hostileID, "1234 JPY")
-	requirePage(t, viewer.get(t, "/ops/?status=nonsense"), http.StatusBadRequest, string(api.CodeInvalidParameter))
+	home := viewer.Get(t, "/ops/")
+	apitest.RequirePage(t, home, http.StatusOK, "/ops/charges/"+review, b.TenantA.ID, "10.00 USD", "lookup_unavailable")
+	require.NotContains(t, string(home.Body), hostileID, "the queue is needs_review only")
+	pending := viewer.Get(t, "/ops/?status=pending")
+	apitest.RequirePage(t, pending, http.StatusOK, "/ops/charges/"+hostileID, "1234 JPY")
+	apitest.RequirePage(t, viewer.Get(t, "/ops/?status=nonsense"), http.StatusBadRequest, string(api.CodeInvalidParameter))
 
-	page := viewer.get(t, "/ops/charges/"+hostileID)
-	requirePage(t, page, http.StatusOK, "&lt;script&gt;alert(1)&lt;/script&gt;", "&#34;&gt;&lt;img src=x&gt;")
-	require.NotContains(t, string(page.body), "<script>")
-	require.NotContains(t, string(page.body), "<img")
-	requirePage(t, viewer.get(t, "/ops/charges/ch_nope"), http.StatusNotFound, "no such charge")
+	page := viewer.Get(t, "/ops/charges/"+hostileID)
+	apitest.RequirePage(t, page, http.StatusOK, "&lt;script&gt;alert(1)&lt;/script&gt;", "&#34;&gt;&lt;img src=x&gt;")
+	require.NotContains(t, string(page.Body), "<script>")
+	require.NotContains(t, string(page.Body), "<img")
+	apitest.RequirePage(t, viewer.Get(t, "/ops/charges/ch_nope"), http.StatusNotFound, "no such charge")
 
-	css := viewer.get(t, "/ops/ops.css")
-	require.Equal(t, http.StatusOK, css.status)
-	require.Equal(t, "text/css; charset=utf-8", css.header.Get("Content-Type"))
+	css := viewer.Get(t, "/ops/ops.css")
+	require.Equal(t, http.StatusOK, css.Status)
+	require.Equal(t, "text/css; charset=utf-8", css.Header.Get("Content-Type"))
 }
 
 // River's job UI is served behind the same sign-in, with its full path; a
@@ -256,37 +257,37 @@ func TestOpsPageContent(t *testing.T) {
 func TestOpsPageJobs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	viewer := signIn(t, b.url, b.viewer.Token)
-	requirePage(t, viewer.get(t, "/ops/jobs/"), http.StatusNotFound, "serves no job UI")
+	viewer := apitest.SignIn(t, b.URL, b.Viewer.Token)
+	apitest.RequirePage(t, viewer.Get(t, "/ops/jobs/"), http.StatusNotFound, "serves no job UI")
 
 	var mu sync.Mutex
 	var served []string
-	cfg := b.cfg
+	cfg := b.Config
 	cfg.Ops.JobsUI = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		served = append(served, r.Method+" "+r.URL.Path)
 		mu.Unlock()
 		_, _ = io.WriteString(w, "job ui")
 	})
-	withJobs := b.serve(t, cfg)
-	viewer.url = withJobs
-	admin := signIn(t, withJobs, b.admin.Token)
+	withJobs := b.Serve(t, cfg)
+	viewer.URL = withJobs
+	admin := apitest.SignIn(t, withJobs, b.Admin.Token)
 
-	resp := pageRequest(t, withJobs, nil, http.MethodGet, "/ops/jobs/api/jobs", nil, "Authorization", "Bearer "+b.tenantA.Key)
-	require.Equal(t, http.StatusSeeOther, resp.status, "a merchant's key is no session")
-	resp = viewer.get(t, "/ops/jobs/api/jobs")
-	require.Equal(t, http.StatusOK, resp.status)
-	require.Equal(t, "job ui", string(resp.body))
-	require.Contains(t, resp.header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
-	require.Equal(t, "DENY", resp.header.Get("X-Frame-Options"))
+	resp := apitest.PageRequest(t, withJobs, nil, http.MethodGet, "/ops/jobs/api/jobs", nil, "Authorization", "Bearer "+b.TenantA.Key)
+	require.Equal(t, http.StatusSeeOther, resp.Status, "a merchant's key is no session")
+	resp = viewer.Get(t, "/ops/jobs/api/jobs")
+	require.Equal(t, http.StatusOK, resp.Status)
+	require.Equal(t, "job ui", string(resp.Body))
+	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
+	require.Equal(t, "DENY", resp.Header.Get("X-Frame-Options"))
 
-	cancel := func(s pageSession, headers ...string) response {
-		req := pageRequest(t, withJobs, s.cookie, http.MethodPost, "/ops/jobs/api/jobs/cancel", nil, headers...)
+	cancel := func(s apitest.PageSession, headers ...string) response {
+		req := apitest.PageRequest(t, withJobs, s.Cookie, http.MethodPost, "/ops/jobs/api/jobs/cancel", nil, headers...)
 		return req
 	}
-	require.Equal(t, http.StatusForbidden, cancel(viewer).status)
-	require.Equal(t, http.StatusForbidden, cancel(admin, "Sec-Fetch-Site", "cross-site").status)
-	require.Equal(t, http.StatusOK, cancel(admin, "Sec-Fetch-Site", "same-origin").status)
+	require.Equal(t, http.StatusForbidden, cancel(viewer).Status)
+	require.Equal(t, http.StatusForbidden, cancel(admin, "Sec-Fetch-Site", "cross-site").Status)
+	require.Equal(t, http.StatusOK, cancel(admin, "Sec-Fetch-Site", "same-origin").Status)
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []string{"GET /ops/jobs/api/jobs", "POST /ops/jobs/api/jobs/cancel"}, served)

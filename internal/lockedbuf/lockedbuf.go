@@ -27,3 +27,13 @@ func (b *Buffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// Take returns what was written since the last Take and forgets it, so a
+// long fuzz run does not re-read all of its logs on every input.
+func (b *Buffer) Take() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := bytes.Clone(b.buf.Bytes())
+	b.buf.Reset()
+	return out
+}
