@@ -11,7 +11,7 @@ import (
 // The charges that arrive while an accept statement runs are accepted
 // together by the next one (package internal/batch: no timer, so a quiet
 // API sends each charge alone, at once), and each keeps everything it
-// had alone: its idempotency record, its creation audit row and its job
+// had alone: its idempotency record, its creation audit entry and its job
 // are written with it or not at all, and its 201 is sent only after the
 // commit that holds them. What a batch saves is what every statement pays
 // whatever it writes — a round trip, the executor's start, a commit and

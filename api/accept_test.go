@@ -60,7 +60,7 @@ func TestAcceptOneStatement(t *testing.T) {
 	t.Run("JobAttemptsAndNotifyCooldown", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, func(o *setupOpts) {
-			o.Jobs = submit.Config{MaxAttempts: 4, NotifyCooldown: time.Hour}
+			o.Jobs = submit.Config{MaxAttempts: 4, WakeCooldown: time.Hour}
 		})
 		ctx := context.Background()
 		channel, next := dbtest.ListenRiverInserts(t, b.Pool)

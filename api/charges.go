@@ -18,7 +18,7 @@ import (
 	"github.com/chargeflow/chargeflow/crashpoint"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/ids"
-	"github.com/chargeflow/chargeflow/object"
+	"github.com/chargeflow/chargeflow/resource"
 	"github.com/chargeflow/chargeflow/submit"
 )
 
@@ -80,7 +80,7 @@ func (s *Server) createCharge(c echo.Context) error {
 		CreatedAt:     now,
 		UpdatedAt:     now,
 	}
-	response, err := encodeJSON(object.ChargeOf(charge))
+	response, err := encodeJSON(resource.ChargeOf(charge))
 	if err != nil {
 		return fmt.Errorf("encode charge: %w", err)
 	}
@@ -222,7 +222,7 @@ func (s *Server) getCharge(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.WriteJSON(c, http.StatusOK, object.ChargeOf(charge))
+	return s.WriteJSON(c, http.StatusOK, resource.ChargeOf(charge))
 }
 
 // stateList names every state, for an error that lists them.
@@ -236,7 +236,7 @@ func stateList() string {
 
 // listCharges answers a page of the tenant's charges, newest first.
 func (s *Server) listCharges(c echo.Context) error {
-	return ListPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Kind: intent.KindCharge, Limit: 10}, object.ChargeOf)
+	return ListPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Kind: intent.KindCharge, Limit: 10}, resource.ChargeOf)
 }
 
 // ListPage answers {"data", "has_more"}: the charges base and the query
@@ -324,9 +324,9 @@ func pageLimit(name, value string) (int, error) {
 	return n, nil
 }
 
-// EventView is one event of a charge's audit trail, as the merchant's and
-// the operator's JSON show it.
-type EventView struct {
+// AuditEntryView is one entry of a charge's audit trail, as the merchant's
+// and the operator's JSON show it.
+type AuditEntryView struct {
 	ID        int64        `json:"id"`
 	From      *string      `json:"from"`
 	To        intent.State `json:"to"`
@@ -340,11 +340,11 @@ type EventView struct {
 	Action *string `json:"action,omitempty"`
 }
 
-// EventViews renders an audit trail.
-func EventViews(events []intent.Event) []EventView {
-	views := make([]EventView, 0, len(events))
-	for _, e := range events {
-		views = append(views, EventView{
+// AuditEntryViews renders an audit trail.
+func AuditEntryViews(entries []intent.AuditEntry) []AuditEntryView {
+	views := make([]AuditEntryView, 0, len(entries))
+	for _, e := range entries {
+		views = append(views, AuditEntryView{
 			ID: e.ID, From: NonEmpty(string(e.From)), To: e.To, Actor: e.Actor, Reason: e.Reason,
 			Attempt: e.Attempt, Evidence: NonEmpty(e.Evidence), CreatedAt: e.CreatedAt.UTC(), Action: NonEmpty(e.Action),
 		})
@@ -352,21 +352,21 @@ func EventViews(events []intent.Event) []EventView {
 	return views
 }
 
-// listEvents answers a charge's audit trail, oldest first.
-func (s *Server) listEvents(c echo.Context) error {
+// listAuditTrail answers a charge's audit trail, oldest first.
+func (s *Server) listAuditTrail(c echo.Context) error {
 	id, err := chargeIDParam(c)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := s.DBContext(c)
 	defer cancel()
-	events, err := intent.Events(ctx, s.cfg.DB, tenantOf(c).ID, id)
+	trail, err := intent.AuditTrail(ctx, s.cfg.DB, tenantOf(c).ID, id)
 	if err != nil {
 		return err
 	}
 	return s.WriteJSON(c, http.StatusOK, struct {
-		Data []EventView `json:"data"`
-	}{EventViews(events)})
+		Data []AuditEntryView `json:"data"`
+	}{AuditEntryViews(trail)})
 }
 
 // WriteJSON answers v as JSON (encodeJSON) with status.

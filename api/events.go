@@ -7,38 +7,39 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/chargeflow/chargeflow/event"
 	"github.com/chargeflow/chargeflow/internal/ids"
-	"github.com/chargeflow/chargeflow/object"
+	"github.com/chargeflow/chargeflow/resource"
 	"github.com/chargeflow/chargeflow/webhook"
 )
 
-// getNotification answers one event; another tenant's id is 404.
-func (s *Server) getNotification(c echo.Context) error {
+// getEvent answers one event; another tenant's id is 404.
+func (s *Server) getEvent(c echo.Context) error {
 	id := c.Param("id")
 	if !ids.Valid("evt", id) {
 		return NewProblem(CodeNotFound, "no such event")
 	}
 	ctx, cancel := s.DBContext(c)
 	defer cancel()
-	e, err := webhook.Get(ctx, s.cfg.DB, tenantOf(c).ID, id)
-	if errors.Is(err, webhook.ErrNotFound) {
+	e, err := event.Get(ctx, s.cfg.DB, tenantOf(c).ID, id)
+	if errors.Is(err, event.ErrNotFound) {
 		return NewProblem(CodeNotFound, "no such event")
 	}
 	if err != nil {
 		return err
 	}
-	return s.WriteJSON(c, http.StatusOK, eventObject(e))
+	return s.WriteJSON(c, http.StatusOK, e.Resource())
 }
 
-// listNotifications answers a page of the tenant's events, newest first:
+// listEvents answers a page of the tenant's events, newest first:
 // GET /v1/events?type=&limit=&starting_after=.
-func (s *Server) listNotifications(c echo.Context) error {
-	params := webhook.ListParams{TenantID: tenantOf(c).ID, Limit: 10}
+func (s *Server) listEvents(c echo.Context) error {
+	params := event.ListParams{TenantID: tenantOf(c).ID, Limit: 10}
 	err := eachQueryParam(c, func(name, value string) (bool, error) {
 		switch name {
 		case "type":
-			if !webhook.ValidType(value) {
-				return true, FieldProblem(CodeInvalidParameter, name, "type must be one of "+strings.Join(webhook.Types, ", "))
+			if !event.ValidType(value) {
+				return true, FieldProblem(CodeInvalidParameter, name, "type must be one of "+strings.Join(event.Types, ", "))
 			}
 			params.Type = value
 		case "limit":
@@ -60,30 +61,21 @@ func (s *Server) listNotifications(c echo.Context) error {
 	}
 	ctx, cancel := s.DBContext(c)
 	defer cancel()
-	events, more, err := webhook.List(ctx, s.cfg.DB, params)
+	events, more, err := event.List(ctx, s.cfg.DB, params)
 	if err != nil {
 		return err
 	}
 	page := struct {
-		Data    []object.Event `json:"data"`
-		HasMore bool           `json:"has_more"`
-	}{Data: make([]object.Event, 0, len(events)), HasMore: more}
+		Data    []resource.Event `json:"data"`
+		HasMore bool             `json:"has_more"`
+	}{Data: make([]resource.Event, 0, len(events)), HasMore: more}
 	for _, e := range events {
-		page.Data = append(page.Data, eventObject(e))
+		page.Data = append(page.Data, e.Resource())
 	}
 	return s.WriteJSON(c, http.StatusOK, page)
 }
 
-// eventObject renders an event: about a charge or a refund, or about a
-// webhook endpoint (webhook_endpoint.disabled), without its secret.
-func eventObject(e webhook.Event) object.Event {
-	if e.Endpoint != nil {
-		return object.EndpointEventOf(e.ID, e.Type, e.CreatedAt, endpointObject(*e.Endpoint))
-	}
-	return object.EventOf(e.ID, e.Type, e.CreatedAt, e.Object)
-}
-
-// endpointObject renders an endpoint without its secret.
-func endpointObject(e webhook.Endpoint) object.Endpoint {
-	return object.EndpointOf(e.ID, e.URL, e.Events, e.DisabledAt, e.DisabledReason, e.CreatedAt)
+// endpointResource renders an endpoint without its secret.
+func endpointResource(e webhook.Endpoint) resource.Endpoint {
+	return resource.EndpointOf(e.ID, e.URL, e.Events, e.DisabledAt, e.DisabledReason, e.CreatedAt)
 }

@@ -11,13 +11,13 @@ import (
 	"github.com/chargeflow/chargeflow/psp"
 )
 
-// providerWebhook receives the provider's notification of what it applied
+// receiveNotification receives the provider's notification of what it applied
 // (docs/notifications.md, "Receiving"). It is authenticated by the
 // provider's signature, not by a tenant's key: a forged, expired or
 // malformed one is 400 and changes nothing. A verified one is applied by
 // package notify, which says what it may settle. Every verified
 // notification is answered 200, so the provider stops retrying it.
-func (s *Server) providerWebhook(c echo.Context) error {
+func (s *Server) receiveNotification(c echo.Context) error {
 	if s.cfg.ProviderNotifications == nil || c.Param("psp") != s.cfg.NotificationsFrom {
 		return NewProblem(CodeNotFound, "no provider notifications are received here")
 	}
@@ -37,7 +37,7 @@ func (s *Server) providerWebhook(c echo.Context) error {
 	}
 	ctx, cancel := s.DBContext(c)
 	defer cancel()
-	action, err := s.cfg.Notify.Apply(ctx, n)
+	action, err := s.cfg.Notifications.Apply(ctx, n)
 	if err != nil {
 		return err
 	}

@@ -13,11 +13,11 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/event"
 	"github.com/chargeflow/chargeflow/internal/apitest"
 	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/submit"
-	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // The OpenAPI document describes exactly the routes that are served to
@@ -81,5 +81,5 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	}
 	slices.Sort(codes)
 	require.Equal(t, codes, doc.Components.Schemas.Problem.Properties.Code.Enum)
-	require.Equal(t, webhook.Types, doc.Components.Schemas.EventType.Enum, "the event types are the ones the API accepts and writes")
+	require.Equal(t, event.Types, doc.Components.Schemas.EventType.Enum, "the event types are the ones the API accepts and writes")
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/chargeflow/chargeflow/api/jsoncanon"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/ids"
-	"github.com/chargeflow/chargeflow/object"
+	"github.com/chargeflow/chargeflow/resource"
 	"github.com/chargeflow/chargeflow/submit"
 )
 
@@ -143,7 +143,7 @@ func (s *Server) createRefund(c echo.Context) error {
 		// A refund goes to the provider that took the charge.
 		Provider: charge.Provider, ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now,
 	}
-	response, err := encodeJSON(object.RefundOf(refund))
+	response, err := encodeJSON(resource.RefundOf(refund))
 	if err != nil {
 		return fmt.Errorf("encode refund: %w", err)
 	}
@@ -189,7 +189,7 @@ func (s *Server) getRefund(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.WriteJSON(c, http.StatusOK, object.RefundOf(refund))
+	return s.WriteJSON(c, http.StatusOK, resource.RefundOf(refund))
 }
 
 // listRefunds answers a page of a charge's refunds, newest first; an
@@ -204,5 +204,5 @@ func (s *Server) listRefunds(c echo.Context) error {
 	if _, err := intent.Get(ctx, s.cfg.DB, tenantOf(c).ID, id); err != nil {
 		return err
 	}
-	return ListPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Kind: intent.KindRefund, ParentID: id, Limit: 10}, object.RefundOf)
+	return ListPage(s, c, intent.ListParams{TenantID: tenantOf(c).ID, Kind: intent.KindRefund, ParentID: id, Limit: 10}, resource.RefundOf)
 }

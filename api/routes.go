@@ -18,18 +18,19 @@ func (s *Server) routes(e *echo.Echo) {
 
 	// The provider's notifications: signed by the provider, not a tenant
 	// (notifications.go).
-	e.POST("/v1/provider_webhooks/:psp", s.providerWebhook)
+	e.POST("/v1/provider_webhooks/:psp", s.receiveNotification)
 
 	v1 := e.Group("/v1", s.LimitAuthFailures, s.authenticate)
 	v1.POST("/charges", s.createCharge)
 	v1.GET("/charges", s.listCharges)
 	v1.GET("/charges/:id", s.getCharge)
-	v1.GET("/charges/:id/events", s.listEvents)
+	// A charge's audit trail, under the route name merchants already use.
+	v1.GET("/charges/:id/events", s.listAuditTrail)
 	v1.GET("/charges/:id/refunds", s.listRefunds)
 	v1.POST("/refunds", s.createRefund)
 	v1.GET("/refunds/:id", s.getRefund)
-	v1.GET("/events", s.listNotifications)
-	v1.GET("/events/:id", s.getNotification)
+	v1.GET("/events", s.listEvents)
+	v1.GET("/events/:id", s.getEvent)
 	v1.GET("/events/:id/deliveries", s.listDeliveries)
 	v1.POST("/webhook_endpoints", s.createEndpoint)
 	v1.GET("/webhook_endpoints", s.listEndpoints)

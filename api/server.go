@@ -1,7 +1,7 @@
 // Package api is chargeflow's merchant HTTP API: it authenticates and
 // rate-limits merchants, parses their requests strictly, calls the
 // application's services — package accept, which accepts each charge and
-// refund exactly once per idempotency key; package notify, which applies the
+// refund exactly once per idempotency key; package notification, which applies the
 // provider's verified notifications — and renders what they return. It
 // holds no rule of its own about charges: it parses, calls and renders.
 //
@@ -35,7 +35,7 @@ import (
 	"github.com/chargeflow/chargeflow/accept"
 	"github.com/chargeflow/chargeflow/census"
 	"github.com/chargeflow/chargeflow/crashpoint"
-	"github.com/chargeflow/chargeflow/notify"
+	"github.com/chargeflow/chargeflow/notification"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/submit"
 	"github.com/chargeflow/chargeflow/webhook"
@@ -55,9 +55,9 @@ type Config struct {
 	Accept *accept.Acceptor
 	// Census counts charges by state for MetricCharges. Required.
 	Census *census.Census
-	// Notify applies the provider's verified notifications; required
+	// Notifications applies the provider's verified notifications; required
 	// when ProviderNotifications is set.
-	Notify *notify.Notifier
+	Notifications *notification.Applier
 	// Logger receives structured request logs. It never gets API keys,
 	// idempotency keys, payment methods, descriptions or metadata, and New
 	// wraps it so that no line can carry a card number (redactLogs).
@@ -169,8 +169,8 @@ func Defaults() Config {
 // New fills in defaults, refuses a configuration that makes no sense
 // (Config.check) and builds the handler.
 func New(cfg Config) (*Server, error) {
-	if cfg.DB == nil || cfg.Jobs == nil || cfg.Accept == nil || cfg.Census == nil || (cfg.ProviderNotifications != nil && cfg.Notify == nil) {
-		return nil, errors.New("api: DB, Jobs, Accept and Census are required, and Notify with ProviderNotifications")
+	if cfg.DB == nil || cfg.Jobs == nil || cfg.Accept == nil || cfg.Census == nil || (cfg.ProviderNotifications != nil && cfg.Notifications == nil) {
+		return nil, errors.New("api: DB, Jobs, Accept and Census are required, and Notifications with ProviderNotifications")
 	}
 	cfg.Logger = redactLogs(cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)))
 	if cfg.Now == nil {

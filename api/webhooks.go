@@ -10,16 +10,17 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/chargeflow/chargeflow/api/jsoncanon"
+	"github.com/chargeflow/chargeflow/event"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/ids"
-	"github.com/chargeflow/chargeflow/object"
+	"github.com/chargeflow/chargeflow/resource"
 	"github.com/chargeflow/chargeflow/webhook"
 )
 
-// endpointViewOf renders a webhook endpoint (package object). The secret
+// endpointViewOf renders a webhook endpoint (package resource). The secret
 // is there only in the answer to its creation.
-func endpointViewOf(e webhook.Endpoint, withSecret bool) object.Endpoint {
-	v := endpointObject(e)
+func endpointViewOf(e webhook.Endpoint, withSecret bool) resource.Endpoint {
+	v := endpointResource(e)
 	if withSecret {
 		v.Secret = &e.Secret
 	}
@@ -51,8 +52,8 @@ func endpointFromJSON(v jsoncanon.Value) (string, []string, error) {
 				return "", nil, FieldProblem(CodeInvalidField, "events", "events must be a list of 1 to 16 event types, or [\"*\"]")
 			}
 			for _, e := range m.Value.Elems {
-				if e.Kind != jsoncanon.String || (e.String != "*" && !webhook.ValidType(e.String)) {
-					return "", nil, FieldProblem(CodeInvalidField, "events", "each event must be \"*\" or one of "+strings.Join(webhook.Types, ", "))
+				if e.Kind != jsoncanon.String || (e.String != "*" && !event.ValidType(e.String)) {
+					return "", nil, FieldProblem(CodeInvalidField, "events", "each event must be \"*\" or one of "+strings.Join(event.Types, ", "))
 				}
 				events = append(events, e.String)
 			}
@@ -162,9 +163,9 @@ func (s *Server) listEndpoints(c echo.Context) error {
 		return err
 	}
 	page := struct {
-		Data    []object.Endpoint `json:"data"`
-		HasMore bool              `json:"has_more"`
-	}{Data: make([]object.Endpoint, 0, len(endpoints)), HasMore: more}
+		Data    []resource.Endpoint `json:"data"`
+		HasMore bool                `json:"has_more"`
+	}{Data: make([]resource.Endpoint, 0, len(endpoints)), HasMore: more}
 	for _, e := range endpoints {
 		page.Data = append(page.Data, endpointViewOf(e, false))
 	}
@@ -201,7 +202,7 @@ func (s *Server) listDeliveries(c echo.Context) error {
 	}
 	ctx, cancel := s.DBContext(c)
 	defer cancel()
-	if _, err := webhook.Get(ctx, s.cfg.DB, tenantOf(c).ID, id); errors.Is(err, webhook.ErrNotFound) {
+	if _, err := event.Get(ctx, s.cfg.DB, tenantOf(c).ID, id); errors.Is(err, event.ErrNotFound) {
 		return NewProblem(CodeNotFound, "no such event")
 	} else if err != nil {
 		return err

@@ -38,8 +38,8 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/chargeflow/chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/event"
 	"github.com/chargeflow/chargeflow/internal/backoff"
-	"github.com/chargeflow/chargeflow/object"
 	"github.com/chargeflow/chargeflow/webhook"
 )
 
@@ -127,7 +127,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[webhook.DeliverArgs]) 
 	a := job.Args
 	log := w.cfg.Logger.With("event_id", a.EventID, "endpoint_id", a.EndpointID, "tenant_id", a.TenantID, "attempt", job.Attempt)
 	d, err := webhook.LoadDelivery(ctx, w.cfg.DB, a)
-	if errors.Is(err, webhook.ErrNotFound) || errors.Is(err, webhook.ErrEndpointNotFound) {
+	if errors.Is(err, event.ErrNotFound) || errors.Is(err, webhook.ErrEndpointNotFound) {
 		return river.JobCancel(err)
 	}
 	if err != nil {
@@ -180,13 +180,7 @@ func (w *Worker) post(ctx context.Context, d webhook.Delivery) (webhook.Outcome,
 	start := time.Now()
 	o := webhook.Outcome{}
 	e := d.Event
-	var rendered object.Event
-	if ep := e.Endpoint; ep != nil { // webhook_endpoint.disabled, rendered as the API renders it
-		rendered = object.EndpointEventOf(e.ID, e.Type, e.CreatedAt, object.EndpointOf(ep.ID, ep.URL, ep.Events, ep.DisabledAt, ep.DisabledReason, ep.CreatedAt))
-	} else {
-		rendered = object.EventOf(e.ID, e.Type, e.CreatedAt, e.Object)
-	}
-	body, err := json.Marshal(rendered)
+	body, err := json.Marshal(e.Resource())
 	if err != nil {
 		o.Error = webhook.AttemptInternal
 		return o, fmt.Errorf("encode event: %w", err)

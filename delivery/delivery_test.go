@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/delivery"
+	"github.com/chargeflow/chargeflow/event"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
 	"github.com/chargeflow/chargeflow/internal/lockedbuf"
@@ -225,7 +226,7 @@ func TestDeliveryRefusesPrivateAddressesAndDisables(t *testing.T) {
 
 func mustEventID(t *testing.T, pool *pgxpool.Pool, tenant, typ string) string {
 	t.Helper()
-	events, _, err := webhook.List(context.Background(), pool, webhook.ListParams{TenantID: tenant, Type: typ, Limit: 1})
+	events, _, err := event.List(context.Background(), pool, event.ListParams{TenantID: tenant, Type: typ, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, events, 1)
 	return events[0].ID
@@ -249,7 +250,7 @@ func TestDisabledEndpointIsAnnouncedToTheOthers(t *testing.T) {
 	failing.secret = failingEndpoint.Secret
 	failing.mu.Unlock()
 	told := newReceiver(t)
-	toldEndpoint := dbtest.WebhookEndpoint(t, pool, tenant, told.URL+"/hooks", []string{webhook.TypeEndpointDisabled})
+	toldEndpoint := dbtest.WebhookEndpoint(t, pool, tenant, told.URL+"/hooks", []string{event.TypeEndpointDisabled})
 	told.mu.Lock()
 	told.secret = toldEndpoint.Secret
 	told.mu.Unlock()
@@ -263,7 +264,7 @@ func TestDisabledEndpointIsAnnouncedToTheOthers(t *testing.T) {
 	got := told.deliveries()
 	require.Len(t, got, 1, "told once; the charge's event was not subscribed")
 	require.True(t, got[0].valid, "signed with the told endpoint's secret")
-	require.Equal(t, webhook.TypeEndpointDisabled, got[0].body["type"])
+	require.Equal(t, event.TypeEndpointDisabled, got[0].body["type"])
 	require.Equal(t, got[0].id, got[0].body["id"])
 	data := got[0].body["data"].(map[string]any)
 	require.Equal(t, failingEndpoint.ID, data["id"])
@@ -274,7 +275,7 @@ func TestDisabledEndpointIsAnnouncedToTheOthers(t *testing.T) {
 	for _, d := range failing.deliveries() {
 		require.Equal(t, "charge.succeeded", d.body["type"])
 	}
-	require.Equal(t, got[0].id, mustEventID(t, pool, tenant, webhook.TypeEndpointDisabled))
+	require.Equal(t, got[0].id, mustEventID(t, pool, tenant, event.TypeEndpointDisabled))
 }
 
 // Every way an attempt fails is recorded in fixed words, one of

@@ -31,7 +31,7 @@ func (a Acceptance) Batchable() bool {
 
 // AcceptMany is AcceptOrReplay for many charges in one statement, and so
 // one commit (docs/architecture.md, "Accepts share a commit"). Each charge
-// is written with its idempotency record, its creation audit row and its
+// is written with its idempotency record, its creation audit entry and its
 // job, or not at all, exactly as alone; the statement commits all of them
 // or none. Two acceptances with one key: the first is inserted, the second
 // is neither inserted nor found, as when it waited on the first's commit.
@@ -54,7 +54,7 @@ func AcceptMany(ctx context.Context, db DB, as []Acceptance) ([]Accepted, error)
 		statuses, jobMaxAttempts, jobPriorities   = make([]int32, n), make([]int32, n), make([]int32, n)
 		amounts                                   = make([]int64, n)
 		created, expires                          = make([]time.Time, n), make([]time.Time, n)
-		notifyTopic, notifyPayload                string
+		wakeTopic, wakePayload                    string
 	)
 	for i, a := range as {
 		c := a.Charge
@@ -84,13 +84,13 @@ func AcceptMany(ctx context.Context, db DB, as []Acceptance) ([]Accepted, error)
 		if j.Metadata != nil {
 			jobMetadata[i] = string(j.Metadata)
 		}
-		if j.NotifyTopic != "" {
-			notifyTopic, notifyPayload = j.NotifyTopic, j.NotifyPayload
+		if j.WakeTopic != "" {
+			wakeTopic, wakePayload = j.WakeTopic, j.WakePayload
 		}
 	}
 	// The statement is AcceptOrReplay's, over the rows of input: existing
 	// reads the records committed requests left; only keys without one are
-	// inserted, in key order; each charge, audit row and job follows its
+	// inserted, in key order; each charge, audit entry and job follows its
 	// inserted record. notified runs once, when a job was written.
 	rows, err := db.Query(ctx, `
 WITH input AS (
@@ -117,8 +117,8 @@ WITH input AS (
 		i.metadata::jsonb, i.provider, i.provider_key, i.created_at, i.created_at, 'charge'
 	FROM idem JOIN input i ON i.tenant_id = idem.tenant_id AND i.charge_id = idem.charge_id
 	RETURNING tenant_id, id
-), event AS (
-	INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt)
+), audit AS (
+	INSERT INTO charge_audit (tenant_id, charge_id, from_state, to_state, actor, reason, attempt)
 	SELECT i.tenant_id, i.charge_id, NULL, 'pending', i.actor, 'accepted', 0
 	FROM charge c JOIN input i ON i.tenant_id = c.tenant_id AND i.charge_id = c.id
 ), job AS (
@@ -138,7 +138,7 @@ LEFT JOIN existing e ON e.ord = i.ord
 ORDER BY i.ord`,
 		tenants, keyHashes, fingerprints, chargeIDs, statuses, bodies, created, expires, amounts, currencies, methods,
 		descriptions, metadata, providers, providerKeys, actors, jobArgs, jobKinds, jobMaxAttempts, jobMetadata,
-		jobPriorities, jobQueues, notifyTopic, notifyPayload)
+		jobPriorities, jobQueues, wakeTopic, wakePayload)
 	if err != nil {
 		return nil, fmt.Errorf("accept charges: %w", CommitFailed(err))
 	}

@@ -40,7 +40,7 @@ func written(ctx context.Context, t *testing.T, db intent.DB, a intent.Acceptanc
 	var charge, events, record, jobs string
 	require.NoError(t, db.QueryRow(ctx, `SELECT
 		(SELECT to_jsonb(c) - '{id,provider_key,created_at,updated_at,description,metadata}'::text[] FROM charges c WHERE id = $1)::text,
-		(SELECT coalesce(jsonb_agg(to_jsonb(e) - '{id,charge_id,created_at}'::text[]), '[]') FROM charge_events e WHERE charge_id = $1)::text,
+		(SELECT coalesce(jsonb_agg(to_jsonb(e) - '{id,charge_id,created_at}'::text[]), '[]') FROM charge_audit e WHERE charge_id = $1)::text,
 		(SELECT coalesce(jsonb_agg(to_jsonb(k) - '{key_hash,fingerprint,charge_id,response_body,created_at,expires_at}'::text[]), '[]')
 			FROM idempotency_keys k WHERE charge_id = $1)::text,
 		(SELECT coalesce(jsonb_agg(jsonb_build_object('kind', kind, 'queue', queue, 'priority', priority, 'state', state,
@@ -81,7 +81,7 @@ func TestAcceptManyWritesWhatAloneWrites(t *testing.T) {
 
 	batch := []intent.Acceptance{b.acceptance("new-1", 1000), b.acceptance("used", 1000), b.acceptance("twice", 1000),
 		b.acceptance("new-2", 1000), b.acceptance("twice", 1000)}
-	batch[3].Job.NotifyTopic, batch[3].Job.NotifyPayload = "river_insert", `{"queue": "default"}`
+	batch[3].Job.WakeTopic, batch[3].Job.WakePayload = "river_insert", `{"queue": "default"}`
 	got, err := intent.AcceptMany(ctx, b.pool, batch)
 	require.NoError(t, err)
 	require.Len(t, got, len(batch))
@@ -112,7 +112,7 @@ func TestAcceptManyWritesWhatAloneWrites(t *testing.T) {
 	}
 	var charges, jobs, events, records int
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM charges), (SELECT count(*) FROM river_job),
-		(SELECT count(*) FROM charge_events), (SELECT count(*) FROM idempotency_keys)`).Scan(&charges, &jobs, &events, &records))
+		(SELECT count(*) FROM charge_audit), (SELECT count(*) FROM idempotency_keys)`).Scan(&charges, &jobs, &events, &records))
 	require.Equal(t, []int{5, 5, 5, 5}, []int{charges, jobs, events, records})
 
 	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)

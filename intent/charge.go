@@ -172,12 +172,12 @@ type Charge struct {
 	UpdatedAt time.Time
 }
 
-// Event is one row of a charge's audit trail: a move, who made it and why.
-type Event struct {
+// AuditEntry is one row of a charge's audit trail: a move, who made it and why.
+type AuditEntry struct {
 	ID       int64
 	TenantID string
 	ChargeID string
-	From     State // "" for the creation event
+	From     State // "" for the creation entry
 	To       State
 	Actor    string
 	Reason   string

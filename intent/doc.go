@@ -36,7 +36,7 @@
 //	needs_review → succeeded | failed | pending             (an operator, with evidence)
 //
 // Every move is a compare-and-set on the current state (and, for the
-// reconciler, on its lease token) that appends a row to charge_events in the
+// reconciler, on its lease token) that appends a row to charge_audit in the
 // same statement. Zero rows updated is ErrConflict or ErrFenced, never an
 // overwrite. The database refuses an illegal move on its own, through the
 // charges_guard trigger, so a bug in Go cannot write one.

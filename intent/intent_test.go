@@ -54,7 +54,7 @@ func TestAccept(t *testing.T) {
 		require.Equal(t, "cf_"+c.ID, got.ProviderKey)
 		require.True(t, c.CreatedAt.Equal(got.CreatedAt))
 
-		events, err := intent.Events(ctx, b.pool, b.tenantID, c.ID)
+		events, err := intent.AuditTrail(ctx, b.pool, b.tenantID, c.ID)
 		require.NoError(t, err)
 		require.Len(t, events, 1)
 		require.Equal(t, intent.State(""), events[0].From)
@@ -209,7 +209,7 @@ func TestDatabaseEnforcesStateMachine(t *testing.T) {
 		ctx, b := setup(t)
 
 		c := b.accept(ctx, t, "append-only-0000001")
-		for _, stmt := range []string{`UPDATE charge_events SET reason = 'edited' WHERE charge_id = $1`, `DELETE FROM charge_events WHERE charge_id = $1`} {
+		for _, stmt := range []string{`UPDATE charge_audit SET reason = 'edited' WHERE charge_id = $1`, `DELETE FROM charge_audit WHERE charge_id = $1`} {
 			_, err := b.pool.Exec(ctx, stmt, c.ID)
 			var pgErr *pgconn.PgError
 			require.ErrorAs(t, err, &pgErr, stmt)
@@ -275,12 +275,12 @@ func TestDatabaseEnforcesStateMachine(t *testing.T) {
 		ctx, b := setup(t)
 
 		c := b.accept(ctx, t, "audit-legal-000001")
-		insert := `INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt)
+		insert := `INSERT INTO charge_audit (tenant_id, charge_id, from_state, to_state, actor, reason, attempt)
 			VALUES ($1, $2, $3, $4, 'test', 'test', 0)`
 		_, err := b.pool.Exec(ctx, insert, b.tenantID, c.ID, "succeeded", "pending")
 		var pgErr *pgconn.PgError
 		require.ErrorAs(t, err, &pgErr)
-		require.Equal(t, "charge_events_legal_move", pgErr.ConstraintName)
+		require.Equal(t, "charge_audit_legal_move", pgErr.ConstraintName)
 		for _, tr := range intent.Transitions() {
 			_, err := b.pool.Exec(ctx, insert, b.tenantID, c.ID, string(tr.From), string(tr.To))
 			require.NoError(t, err, "%s -> %s", tr.From, tr.To)
@@ -337,7 +337,7 @@ func TestMoveCharge(t *testing.T) {
 		require.Equal(t, "py_123", got.ProviderChargeID)
 		require.Nil(t, got.NextCheckAt)
 
-		events, err := intent.Events(ctx, b.pool, b.tenantID, c.ID)
+		events, err := intent.AuditTrail(ctx, b.pool, b.tenantID, c.ID)
 		require.NoError(t, err)
 		var moves []string
 		for _, e := range events {
@@ -396,7 +396,7 @@ func TestMoveCharge(t *testing.T) {
 		require.ErrorAs(t, err, &conflict)
 		require.Equal(t, intent.StateSubmitting, conflict.Current)
 
-		events, err := intent.Events(ctx, b.pool, b.tenantID, c.ID)
+		events, err := intent.AuditTrail(ctx, b.pool, b.tenantID, c.ID)
 		require.NoError(t, err)
 		require.Len(t, events, 2, "a lost compare-and-set appends no event")
 	})
@@ -587,7 +587,7 @@ func TestMoveManyTakesOnlyWhatItNames(t *testing.T) {
 	require.Equal(t, intent.StateSubmitting, c.State)
 	require.Equal(t, 1, c.Attempts)
 	require.NotNil(t, c.FirstAttemptAt)
-	events, err := intent.Events(ctx, b.pool, b.tenantID, mine.ID)
+	events, err := intent.AuditTrail(ctx, b.pool, b.tenantID, mine.ID)
 	require.NoError(t, err)
 	require.Equal(t, intent.StateSubmitting, events[len(events)-1].To)
 	require.Equal(t, "worker", events[len(events)-1].Actor)
@@ -689,9 +689,9 @@ func TestMoveManyWritesWhatMoveChargeWrites(t *testing.T) {
 		require.Equal(t, facts(alone), facts(batched), "path %d", i)
 		require.Equal(t, paths[i][len(paths[i])-1].To, batched.State)
 
-		aloneEvents, err := intent.Events(ctx, b.pool, b.tenantID, tw.alone)
+		aloneEvents, err := intent.AuditTrail(ctx, b.pool, b.tenantID, tw.alone)
 		require.NoError(t, err)
-		batchedEvents, err := intent.Events(ctx, b.pool, b.tenantID, tw.batched)
+		batchedEvents, err := intent.AuditTrail(ctx, b.pool, b.tenantID, tw.batched)
 		require.NoError(t, err)
 		require.Equal(t, eventFacts(aloneEvents), eventFacts(batchedEvents), "path %d", i)
 	}
@@ -711,7 +711,7 @@ func facts(c intent.Charge) []any {
 }
 
 // eventFacts is a charge's audit trail without ids and times.
-func eventFacts(events []intent.Event) [][]any {
+func eventFacts(events []intent.AuditEntry) [][]any {
 	var out [][]any
 	for _, e := range events {
 		out = append(out, []any{e.From, e.To, e.Actor, e.Reason, e.Attempt, e.Evidence, e.Action})

@@ -65,7 +65,7 @@ SELECT `+chargeColumns+`, now() FROM leased`, p.Owner, p.Provider, p.TTL, p.Limi
 }
 
 // Recheck is a fenced write that keeps a charge unknown and says when to
-// look again: not a move, so no event. It ends the lease.
+// look again: not a move, so no audit entry. It ends the lease.
 type Recheck struct {
 	TenantID   string
 	ChargeID   string
@@ -99,14 +99,14 @@ func RescheduleCheck(ctx context.Context, db DB, r Recheck) error {
 // ForcedCheck is an operator's request to look an unknown charge up now.
 type ForcedCheck struct {
 	ChargeID string
-	// Actor is "operator:<name>"; it signs the action's event.
+	// Actor is "operator:<name>"; it signs the action's audit entry.
 	Actor string
 	// Floor is the least time since the last lookup, forced or not.
 	Floor time.Duration
 }
 
 // ForceCheck makes an unknown charge's check due now and records the
-// operator's action as an event of the charge, in one statement. It does not
+// operator's action as an audit entry of the charge, in one statement. It does not
 // touch a lease: a reconciler holding one finishes first. It returns a
 // *TooSoonError when the last lookup (or forced one) is within f.Floor, a
 // *ConflictError when the charge is not unknown, and ErrNotFound.
@@ -118,8 +118,8 @@ WITH forced AS (
 	  AND (last_lookup_at IS NULL OR last_lookup_at <= now() - $2::interval)
 	  AND (forced_check_at IS NULL OR forced_check_at <= now() - $2::interval)
 	RETURNING *
-), event AS (
-	INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, action)
+), audit AS (
+	INSERT INTO charge_audit (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, action)
 	SELECT tenant_id, id, NULL, state, $3, 'operator_reconcile', attempts, 'reconcile_requested' FROM forced
 )
 SELECT `+chargeColumns+` FROM forced`, f.ChargeID, f.Floor, f.Actor))

@@ -16,7 +16,7 @@ type Ref struct {
 
 // MoveMany applies many single-row moves in one statement, each a
 // compare-and-set exactly as MoveCharge makes it (the same columns, the
-// same audit row), and returns the charges it moved, as they are after
+// same audit entry), and returns the charges it moved, as they are after
 // their move. A move whose charge is not where it expects is left out of
 // the result, not an error: the caller asks MoveCharge why. The refs must
 // be distinct, and the moves unfenced (no LeaseToken): it is the worker's
@@ -98,8 +98,8 @@ WITH req AS (
 	FROM locked l
 	WHERE c.tenant_id = l.tenant_id AND c.id = l.id AND c.state = ($3::text[])[l.i]
 	RETURNING c.*, l.i
-), event AS (
-	INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, evidence)
+), audit AS (
+	INSERT INTO charge_audit (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, evidence)
 	SELECT tenant_id, id, ($3::text[])[i], state, ($10::text[])[i], ($11::text[])[i], attempts, nullif(($12::text[])[i], '') FROM moved
 )
 SELECT ` + chargeColumns + ` FROM moved`

@@ -10,7 +10,7 @@ import (
 )
 
 // Move is one compare-and-set move of a charge, with the audit facts that go
-// into its event and the columns that change with it.
+// into its audit entry and the columns that change with it.
 type Move struct {
 	TenantID string
 	ChargeID string
@@ -19,7 +19,7 @@ type Move struct {
 
 	// Actor says who moved it: "api", "worker", "reconciler:<id>",
 	// "operator:<name>". Reason is a short snake_case cause. Evidence is free
-	// text kept on the event (operators must give it).
+	// text kept on the audit entry (operators must give it).
 	Actor    string
 	Reason   string
 	Evidence string
@@ -43,7 +43,7 @@ type Move struct {
 }
 
 // MoveCharge applies m in one statement: the compare-and-set on the state
-// (and lease token), the column changes, and the event. It returns the charge
+// (and lease token), the column changes, and the audit entry. It returns the charge
 // as it is after the move. Every move ends any lease on the charge; the lease
 // token itself only ever grows.
 //
@@ -72,8 +72,8 @@ WITH moved AS (
 		lease_expires_at = NULL
 	WHERE tenant_id = $1 AND id = $2 AND state = $3 AND ($10::bigint = 0 OR lease_token = $10)
 	RETURNING *
-), event AS (
-	INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, evidence, lease_token)
+), audit AS (
+	INSERT INTO charge_audit (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, evidence, lease_token)
 	SELECT tenant_id, id, $3, $4, $11, $12, attempts, nullif($13, ''), nullif($10::bigint, 0) FROM moved
 )
 SELECT `+chargeColumns+` FROM moved`,

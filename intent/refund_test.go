@@ -59,7 +59,7 @@ func (b *testBundle) count(ctx context.Context, t *testing.T, query string, args
 func (b *testBundle) requireNothingStored(ctx context.Context, t *testing.T, parent intent.Charge, refunds, reserved int) {
 	t.Helper()
 	require.Equal(t, refunds, b.count(ctx, t, `SELECT count(*) FROM charges WHERE parent_id = $1`, parent.ID))
-	require.Equal(t, refunds, b.count(ctx, t, `SELECT count(*) FROM charge_events e JOIN charges c ON c.id = e.charge_id WHERE c.parent_id = $1`, parent.ID))
+	require.Equal(t, refunds, b.count(ctx, t, `SELECT count(*) FROM charge_audit e JOIN charges c ON c.id = e.charge_id WHERE c.parent_id = $1`, parent.ID))
 	require.Equal(t, refunds+1, b.count(ctx, t, `SELECT count(*) FROM idempotency_keys WHERE tenant_id = $1`, b.tenantID))
 	got, err := intent.Get(ctx, b.pool, b.tenantID, parent.ID)
 	require.NoError(t, err)

@@ -51,7 +51,7 @@ func decodeMetadata(c *Charge, metadata []byte) error {
 type Acceptance struct {
 	// Charge is the new charge; its State must be pending.
 	Charge Charge
-	// Actor is recorded on the creation event.
+	// Actor is recorded on the creation entry.
 	Actor string
 	// KeyHash is sha256 of the client's idempotency key; the key itself is
 	// never stored.
@@ -80,14 +80,14 @@ type JobRow struct {
 	MaxAttempts int
 	// Metadata is the job's metadata object; nil is {}.
 	Metadata []byte
-	// NotifyTopic, when set, makes the statement send pg_notify on the
-	// channel "<current schema>.<NotifyTopic>" with NotifyPayload, delivered
+	// WakeTopic, when set, makes the statement send pg_notify on the
+	// channel "<current schema>.<WakeTopic>" with NotifyPayload, delivered
 	// when it commits.
-	NotifyTopic   string
-	NotifyPayload string
+	WakeTopic   string
+	WakePayload string
 }
 
-// Accept writes the idempotency record, the charge, its creation event and,
+// Accept writes the idempotency record, the charge, its creation entry and,
 // with a.Job, the job that carries it, in one statement. It reports
 // false, and writes nothing, when the tenant already used the key; the
 // caller then reads that record with Idempotency, or calls AcceptOrReplay,
@@ -156,8 +156,8 @@ WITH existing AS (
 	SELECT tenant_id, charge_id, 'pending', $9, $10, nullif($11, ''), $12, $13, $14, $15, $7, $7,
 		$25, nullif($26, ''), nullif($27, '') FROM idem
 	RETURNING tenant_id, id
-), event AS (
-	INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt)
+), audit AS (
+	INSERT INTO charge_audit (tenant_id, charge_id, from_state, to_state, actor, reason, attempt)
 	SELECT tenant_id, id, NULL, 'pending', $16, 'accepted', 0 FROM charge
 ), job AS (
 	INSERT INTO river_job (args, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)
@@ -171,7 +171,7 @@ FROM (SELECT 1) one LEFT JOIN existing e ON true`,
 		c.TenantID, a.KeyHash, a.Fingerprint, c.ID, a.StatusCode, a.ResponseBody, c.CreatedAt, a.ExpiresAt,
 		c.Amount, c.Currency, c.PaymentMethod, c.Description, metadata, c.Provider, c.ProviderKey, a.Actor,
 		job.Args, job.Kind, job.MaxAttempts, job.Metadata, job.Priority, job.Queue,
-		job.NotifyTopic, job.NotifyPayload, cmp.Or(c.Kind, KindCharge), c.ParentID, c.Reason,
+		job.WakeTopic, job.WakePayload, cmp.Or(c.Kind, KindCharge), c.ParentID, c.Reason,
 	).Scan(&n, &notified, &fingerprint, &chargeID, &status, &body, &created, &expires)
 	var pgErr *pgconn.PgError
 	switch {
@@ -402,7 +402,7 @@ func listQuery(p ListParams) (string, []any, error) {
 // the times of its moves to submitting, each committed just before its
 // request left.
 func SendTimes(ctx context.Context, db DB, tenantID, chargeID string) ([]time.Time, error) {
-	rows, err := db.Query(ctx, `SELECT created_at FROM charge_events
+	rows, err := db.Query(ctx, `SELECT created_at FROM charge_audit
 		WHERE tenant_id = $1 AND charge_id = $2 AND to_state = 'submitting' ORDER BY id`, tenantID, chargeID)
 	if err != nil {
 		return nil, fmt.Errorf("send times of %s: %w", chargeID, err)
@@ -414,27 +414,27 @@ func SendTimes(ctx context.Context, db DB, tenantID, chargeID string) ([]time.Ti
 	return sends, nil
 }
 
-// Events returns a charge's audit trail, oldest first. Every charge has at
-// least its creation event, so none means the charge is not the tenant's.
-func Events(ctx context.Context, db DB, tenantID, chargeID string) ([]Event, error) {
+// AuditTrail returns a charge's audit trail, oldest first. Every charge has at
+// least its creation entry, so none means the charge is not the tenant's.
+func AuditTrail(ctx context.Context, db DB, tenantID, chargeID string) ([]AuditEntry, error) {
 	rows, err := db.Query(ctx, `SELECT id, tenant_id, charge_id, coalesce(from_state, ''), to_state, actor, reason,
 		attempt, coalesce(evidence, ''), coalesce(action, ''), created_at
-		FROM charge_events WHERE tenant_id = $1 AND charge_id = $2 ORDER BY id`, tenantID, chargeID)
+		FROM charge_audit WHERE tenant_id = $1 AND charge_id = $2 ORDER BY id`, tenantID, chargeID)
 	if err != nil {
-		return nil, fmt.Errorf("list events of %s: %w", chargeID, err)
+		return nil, fmt.Errorf("read the audit trail of %s: %w", chargeID, err)
 	}
-	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
-		var e Event
+	entries, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditEntry, error) {
+		var e AuditEntry
 		err := row.Scan(&e.ID, &e.TenantID, &e.ChargeID, &e.From, &e.To, &e.Actor, &e.Reason, &e.Attempt, &e.Evidence, &e.Action, &e.CreatedAt)
 		return e, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list events of %s: %w", chargeID, err)
+		return nil, fmt.Errorf("read the audit trail of %s: %w", chargeID, err)
 	}
-	if len(events) == 0 {
+	if len(entries) == 0 {
 		return nil, fmt.Errorf("charge %s: %w", chargeID, ErrNotFound)
 	}
-	return events, nil
+	return entries, nil
 }
 
 // Find reads one charge by its id alone, whatever its tenant: for

@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chargeflow/chargeflow/event"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
 	"github.com/chargeflow/chargeflow/migrations"
@@ -121,8 +122,20 @@ func TestUpgradeFromV0015(t *testing.T) {
 	ctx := context.Background()
 	old := dbtest.NewPool(t, dbtest.Empty(t), 4)
 	migrateV0015(t, old, "0015_endpoint_idempotency")
+	// Today's code writes the audit trail into charge_audit, the name
+	// 0002_charge_audit gives charge_events; while it seeds, a view of that
+	// name stands for the table an older build wrote into.
+	_, err := old.Exec(ctx, `CREATE VIEW charge_audit AS SELECT * FROM charge_events`)
+	require.NoError(t, err)
 	seed(t, old)
+	_, err = old.Exec(ctx, `DROP VIEW charge_audit`)
+	require.NoError(t, err)
 	before := rows(t, old)
+	before["charge_audit"] = before["charge_events"]
+	delete(before, "charge_events")
+	for i, seq := range before["sequences"] {
+		before["sequences"][i] = strings.Replace(seq, "charge_events_id_seq", "charge_audit_id_seq", 1)
+	}
 	for table, got := range before {
 		if !strings.HasPrefix(table, "river_") || table == "river_job" {
 			require.NotEmpty(t, got, "the seed wrote nothing into %s", table)
@@ -139,10 +152,10 @@ func TestUpgradeFromV0015(t *testing.T) {
 
 	// And the upgraded database works: a move writes its event.
 	c := dbtest.PendingCharge(t, old, dbtest.Charge{TenantID: dbtest.Tenant(t, old, "after the upgrade")})
-	_, err := intent.MoveCharge(ctx, old, intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StatePending,
+	_, err = intent.MoveCharge(ctx, old, intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StatePending,
 		To: intent.StateFailed, Actor: "test", Reason: "test", FailureCode: "card_declined"})
 	require.NoError(t, err)
-	events, _, err := webhook.List(ctx, old, webhook.ListParams{TenantID: c.TenantID, Limit: 10})
+	events, _, err := event.List(ctx, old, event.ListParams{TenantID: c.TenantID, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, events, 1)
 }
@@ -222,7 +235,7 @@ UPDATE chargeflow_functions SET sha256 = '\x00' WHERE name = 'tenants_kept'`)
 
 // seed fills a database with rows of every table of ours, written as the
 // product writes them: tenants and keys, an operator and a session,
-// charges in every state with their audit rows and submit jobs, refunds,
+// charges in every state with their audit entries and submit jobs, refunds,
 // endpoints, events with their deliveries, attempts and webhook.deliver
 // jobs, and an endpoint disabled with its event.
 func seed(t *testing.T, pool *pgxpool.Pool) {

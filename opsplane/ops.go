@@ -18,9 +18,9 @@ import (
 	"github.com/chargeflow/chargeflow/api/jsoncanon"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/ids"
-	"github.com/chargeflow/chargeflow/object"
 	"github.com/chargeflow/chargeflow/operator"
 	"github.com/chargeflow/chargeflow/resolve"
+	"github.com/chargeflow/chargeflow/resource"
 )
 
 // The operator plane (docs/operations.md, "Operators"): /ops/v1 serves
@@ -66,20 +66,20 @@ func operatorOf(c echo.Context) operator.Operator {
 // opsChargeView is a charge as an operator sees it: the merchant's view,
 // whose tenant it is, where the reconciler stands, and its timeline.
 type opsChargeView struct {
-	object.Charge
-	TenantID    string          `json:"tenant_id"`
-	Provider    string          `json:"provider"`
-	ProviderKey string          `json:"provider_key"`
-	NextCheckAt *time.Time      `json:"next_check_at"`
-	Events      []api.EventView `json:"events,omitempty"`
+	resource.Charge
+	TenantID    string               `json:"tenant_id"`
+	Provider    string               `json:"provider"`
+	ProviderKey string               `json:"provider_key"`
+	NextCheckAt *time.Time           `json:"next_check_at"`
+	AuditTrail  []api.AuditEntryView `json:"events,omitempty"`
 	// Kind is "charge" or "refund"; a refund's RefundOf is its charge.
 	Kind     intent.Kind `json:"kind"`
 	RefundOf *string     `json:"refund_of"`
 }
 
-func opsViewOf(c intent.Charge, events []intent.Event) opsChargeView {
-	return opsChargeView{Charge: object.ChargeOf(c), TenantID: c.TenantID, Provider: c.Provider, ProviderKey: c.ProviderKey,
-		NextCheckAt: c.NextCheckAt, Events: api.EventViews(events), Kind: cmp.Or(c.Kind, intent.KindCharge), RefundOf: api.NonEmpty(c.ParentID)}
+func opsViewOf(c intent.Charge, trail []intent.AuditEntry) opsChargeView {
+	return opsChargeView{Charge: resource.ChargeOf(c), TenantID: c.TenantID, Provider: c.Provider, ProviderKey: c.ProviderKey,
+		NextCheckAt: c.NextCheckAt, AuditTrail: api.AuditEntryViews(trail), Kind: cmp.Or(c.Kind, intent.KindCharge), RefundOf: api.NonEmpty(c.ParentID)}
 }
 
 // opsIDParam is the {id} of an operator route: a charge's or a refund's,
@@ -100,15 +100,15 @@ func (p *Plane) opsListCharges(c echo.Context) error {
 
 // opsGetCharge answers one charge with its timeline.
 func (p *Plane) opsGetCharge(c echo.Context) error {
-	charge, events, err := p.findWithEvents(c)
+	charge, trail, err := p.findWithAuditTrail(c)
 	if err != nil {
 		return err
 	}
-	return p.api.WriteJSON(c, http.StatusOK, opsViewOf(charge, events))
+	return p.api.WriteJSON(c, http.StatusOK, opsViewOf(charge, trail))
 }
 
-// findWithEvents reads the charge named in the path and its events.
-func (p *Plane) findWithEvents(c echo.Context) (intent.Charge, []intent.Event, error) {
+// findWithAuditTrail reads the charge named in the path and its audit trail.
+func (p *Plane) findWithAuditTrail(c echo.Context) (intent.Charge, []intent.AuditEntry, error) {
 	id, err := opsIDParam(c)
 	if err != nil {
 		return intent.Charge{}, nil, err
@@ -119,13 +119,13 @@ func (p *Plane) findWithEvents(c echo.Context) (intent.Charge, []intent.Event, e
 	if err != nil {
 		return intent.Charge{}, nil, err
 	}
-	events, err := intent.Events(ctx, p.cfg.DB, charge.TenantID, id)
+	trail, err := intent.AuditTrail(ctx, p.cfg.DB, charge.TenantID, id)
 	if err != nil {
 		return intent.Charge{}, nil, err
 	}
 	api.LogCharge(c, id)
 	api.LogTenant(c, charge.TenantID)
-	return charge, events, nil
+	return charge, trail, nil
 }
 
 // opsReconcile asks the reconciler to look an unknown charge up at once:

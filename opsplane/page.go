@@ -241,7 +241,7 @@ func (p *Plane) pageCharge(c echo.Context) error {
 }
 
 func (p *Plane) renderCharge(c echo.Context, status int, outcome *pageOutcome, form resolveForm) error {
-	charge, events, err := p.findWithEvents(c)
+	charge, trail, err := p.findWithAuditTrail(c)
 	if err != nil {
 		return err
 	}
@@ -249,13 +249,13 @@ func (p *Plane) renderCharge(c echo.Context, status int, outcome *pageOutcome, f
 		pageBase
 		Charge         intent.Charge
 		Facts          []fact
-		Events         []intent.Event
+		AuditTrail     []intent.AuditEntry
 		Outcome        *pageOutcome
 		Admin          bool
 		Form           resolveForm
 		ReconcileFloor time.Duration
 	}{
-		pageBase: p.pageBase(c, charge.ID), Charge: charge, Facts: chargeFacts(charge), Events: events,
+		pageBase: p.pageBase(c, charge.ID), Charge: charge, Facts: chargeFacts(charge), AuditTrail: trail,
 		Outcome: outcome, Admin: operatorOf(c).Role == operator.RoleAdmin, Form: form, ReconcileFloor: p.cfg.Resolve.ReconcileFloor(),
 	})
 }

@@ -46,7 +46,7 @@ func (c *countingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.
 
 // TestClaimsShareStatements claims 100 pending charges from 100 jobs at
 // once, two of them asking for the same charge: every charge moves to
-// submitting exactly once (one attempt, one audit row), one job of the pair
+// submitting exactly once (one attempt, one audit entry), one job of the pair
 // holds it, a charge that is not pending is not moved, and the claims
 // shared statements.
 func TestClaimsShareStatements(t *testing.T) {
@@ -93,9 +93,9 @@ func TestClaimsShareStatements(t *testing.T) {
 	require.Zero(t, holders[n-1].Load(), "a charge that was not pending is not claimed")
 	var submitting, audit int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'submitting' AND attempts = 1),
-		(SELECT count(*) FROM charge_events WHERE to_state = 'submitting') FROM charges`).Scan(&submitting, &audit))
+		(SELECT count(*) FROM charge_audit WHERE to_state = 'submitting') FROM charges`).Scan(&submitting, &audit))
 	require.Equal(t, n, submitting)
-	require.Equal(t, n, audit, "one audit row per move")
+	require.Equal(t, n, audit, "one audit entry per move")
 	require.Less(t, db.statements.Load(), int64(len(asks)), "claims asked at once share statements")
 	require.True(t, cl.Idle())
 }
@@ -150,7 +150,7 @@ func (c *countingBegins) Begin(ctx context.Context) (pgx.Tx, error) {
 
 // TestSettlesShareATransaction settles 60 submitting charges from 60 runs
 // at once, one run twice: each charge moves once, to what its answer says,
-// with its audit row; a charge that is no longer submitting is left alone;
+// with its audit entry; a charge that is no longer submitting is left alone;
 // and the runs shared transactions.
 func TestSettlesShareATransaction(t *testing.T) {
 	t.Parallel()
@@ -214,7 +214,7 @@ func TestSettlesShareATransaction(t *testing.T) {
 			require.NotNil(t, got.NextCheckAt)
 			require.NotNil(t, got.UnknownSince)
 		}
-		events, err := intent.Events(ctx, pool, tenantID, moves[i].ChargeID)
+		events, err := intent.AuditTrail(ctx, pool, tenantID, moves[i].ChargeID)
 		require.NoError(t, err)
 		last := events[len(events)-1]
 		require.Equal(t, []any{intent.StateSubmitting, moves[i].To, actor, moves[i].Reason}, []any{last.From, last.To, last.Actor, last.Reason})

@@ -316,7 +316,7 @@ func TestConnectionLostAtOutcomeCommitLeavesTheChargeSubmitting(t *testing.T) {
 // creation.
 func reasons(ctx context.Context, t *testing.T, db *pgxpool.Pool, id string) []string {
 	t.Helper()
-	rows, err := db.Query(ctx, `SELECT reason FROM charge_events WHERE charge_id = $1 AND from_state IS NOT NULL ORDER BY id`, id)
+	rows, err := db.Query(ctx, `SELECT reason FROM charge_audit WHERE charge_id = $1 AND from_state IS NOT NULL ORDER BY id`, id)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)

@@ -57,7 +57,7 @@ type Config struct {
 
 	// UnknownCheckAfter is how soon after an unknown outcome the reconciler
 	// first looks the key up. A lookup that finds the charge settles it at
-	// once; one that does not waits for the settle window anyway. Default 1 s.
+	// once; one that does not waits for the apply window anyway. Default 1 s.
 	UnknownCheckAfter time.Duration
 
 	// TracerProvider makes the span of each charge.submit run, named after

@@ -173,7 +173,7 @@ func noDedupe(rules ...fakepsp.Rule) fakepsp.Schedule {
 
 func (b *testBundle) reasons(ctx context.Context, t *testing.T, id string) []string {
 	t.Helper()
-	events, err := intent.Events(ctx, b.pool, b.tenantID, id)
+	events, err := intent.AuditTrail(ctx, b.pool, b.tenantID, id)
 	require.NoError(t, err)
 	var out []string
 	for _, e := range events {

@@ -26,7 +26,7 @@ const (
 
 	// DefaultTimeout bounds one provider call when Config.Timeout is zero.
 	// It is the call timeout of the whole system: the worker's job timeout
-	// and the reconciler's settle window and staleness are derived from the
+	// and the reconciler's apply window and staleness are derived from the
 	// client's Timeout, never configured beside it.
 	DefaultTimeout = 10 * time.Second
 

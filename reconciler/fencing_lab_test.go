@@ -62,7 +62,7 @@ func TestFencing(t *testing.T) {
 	require.Equal(t, reconciler.Result{Leased: 1, Fenced: 1}, resA)
 	require.Equal(t, 1, a.Totals().Fenced)
 
-	events, err := intent.Events(ctx, b.pool, b.tenantID, c.ID)
+	events, err := intent.AuditTrail(ctx, b.pool, b.tenantID, c.ID)
 	require.NoError(t, err)
 	var resolutions []string
 	for _, e := range events {

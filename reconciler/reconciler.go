@@ -21,7 +21,7 @@
 //
 // What a not-found proves follows from the provider's capabilities
 // (psp.Capabilities; ProofWindow): a strongly consistent lookup proves that
-// no charge exists once the settle window since the last send has passed —
+// no charge exists once the apply window since the last send has passed —
 // the call timeout (a request can reach the provider until then), plus the
 // longest the provider may take to apply it, plus a margin; an eventually
 // consistent one once its lag bound has passed as well; an unbounded or
@@ -73,7 +73,7 @@ type Provider struct {
 	Client psp.Provider
 	// MaxApplyDelay is the longest the provider may take, after receiving
 	// a request, to apply it (or, for a strong lookup, to show it). It
-	// widens the settle window.
+	// widens the apply window.
 	MaxApplyDelay time.Duration
 	// KeyWindowMargin is how long before the provider's key window ends
 	// the reconciler stops trusting not-found and asks for review instead.
@@ -109,8 +109,8 @@ type Config struct {
 	// client's call timeout plus StaleMargin is taken over (its worker died
 	// mid-call). Default 10 s.
 	StaleMargin time.Duration
-	// SettleMargin pads the settle window. Default 1 s.
-	SettleMargin time.Duration
+	// ApplyMargin pads the apply window. Default 1 s.
+	ApplyMargin time.Duration
 
 	// StrandedAfter is how long a pending charge without a live
 	// charge.submit job waits before it gets a new one. Default 1 min.
@@ -143,9 +143,9 @@ type Reconciler struct {
 	cfg     Config
 	caps    psp.Capabilities
 	limiter *rate.Limiter
-	// settle is how long after the last send a not-found proves that no
+	// proof is how long after the last send a not-found proves that no
 	// charge exists; provable is false when it never does.
-	settle   time.Duration
+	proof    time.Duration
 	provable bool
 	// resend is how long after a charge's first send a re-send is still
 	// de-duplicated (settle.ResendWindow); zero when the provider never
@@ -203,7 +203,7 @@ func Defaults() Config {
 		LeaseTTL:          30 * time.Second,
 		Parallelism:       8,
 		StaleMargin:       10 * time.Second,
-		SettleMargin:      time.Second,
+		ApplyMargin:       time.Second,
 		StrandedAfter:     time.Minute,
 		MaxAttempts:       5,
 		MaxUnknownAge:     time.Hour,
@@ -255,7 +255,7 @@ func New(cfg Config) (*Reconciler, error) {
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, d.LeaseTTL)
 	cfg.Parallelism = cmp.Or(cfg.Parallelism, d.Parallelism)
 	cfg.StaleMargin = cmp.Or(cfg.StaleMargin, d.StaleMargin)
-	cfg.SettleMargin = cmp.Or(cfg.SettleMargin, d.SettleMargin)
+	cfg.ApplyMargin = cmp.Or(cfg.ApplyMargin, d.ApplyMargin)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, d.MaxAttempts)
 	cfg.StrandedAfter = cmp.Or(cfg.StrandedAfter, d.StrandedAfter)
 	cfg.MaxUnknownAge = cmp.Or(cfg.MaxUnknownAge, d.MaxUnknownAge)
@@ -272,12 +272,12 @@ func New(cfg Config) (*Reconciler, error) {
 	if caps.KeyWindow > 0 && p.KeyWindowMargin >= caps.KeyWindow {
 		return nil, fmt.Errorf("reconciler: key window margin %s must be shorter than the provider's key window %s", p.KeyWindowMargin, caps.KeyWindow)
 	}
-	proof, provable := ProofWindow(caps, p.Client.Timeout(), p.MaxApplyDelay, cfg.SettleMargin)
+	proof, provable := ProofWindow(caps, p.Client.Timeout(), p.MaxApplyDelay, cfg.ApplyMargin)
 	r := &Reconciler{
 		cfg:      cfg,
 		caps:     caps,
 		limiter:  rate.NewLimiter(rate.Limit(p.LookupRate), p.LookupBurst),
-		settle:   proof,
+		proof:    proof,
 		provable: provable,
 		resend:   settle.ResendWindow(caps.KeyWindow, p.KeyWindowMargin),
 	}
@@ -301,7 +301,7 @@ func (cfg Config) check() error {
 		value time.Duration
 	}{
 		{"interval", cfg.Interval}, {"lease TTL", cfg.LeaseTTL}, {"stale margin", cfg.StaleMargin},
-		{"settle margin", cfg.SettleMargin}, {"stranded after", cfg.StrandedAfter}, {"max unknown age", cfg.MaxUnknownAge},
+		{"apply margin", cfg.ApplyMargin}, {"stranded after", cfg.StrandedAfter}, {"max unknown age", cfg.MaxUnknownAge},
 		{"lookup backoff base", cfg.LookupBackoffBase}, {"lookup backoff cap", cfg.LookupBackoffCap},
 		{"max apply delay", cfg.Provider.MaxApplyDelay}, {"key window margin", cfg.Provider.KeyWindowMargin},
 	} {
@@ -318,40 +318,40 @@ func (cfg Config) check() error {
 	return errors.Join(errs...)
 }
 
-// SettleWindow is how long after the last send a strongly consistent
+// ApplyWindow is how long after the last send a strongly consistent
 // not-found proves that no charge exists: the request may reach the
 // provider until the call times out, the provider may take maxApplyDelay
 // to apply or show it, and margin pads both.
-func SettleWindow(callTimeout, maxApplyDelay, margin time.Duration) time.Duration {
+func ApplyWindow(callTimeout, maxApplyDelay, margin time.Duration) time.Duration {
 	return callTimeout + maxApplyDelay + margin
 }
 
 // ProofWindow is how long after the last send a not-found proves that no
 // charge exists, for a provider with caps; provable is false when a
-// not-found never proves it. A strong lookup proves it once the settle
+// not-found never proves it. A strong lookup proves it once the apply
 // window has passed; an eventual one once its lag bound has passed too
-// (the charge may be applied as late as the settle window, then stay
+// (the charge may be applied as late as the apply window, then stay
 // hidden for the lag); an eventual lookup without a bound, or no lookup at
 // all, never proves it, and such charges end with an operator
 // (docs/provider.md, "What a lookup proves").
 func ProofWindow(caps psp.Capabilities, callTimeout, maxApplyDelay, margin time.Duration) (window time.Duration, provable bool) {
-	settle := SettleWindow(callTimeout, maxApplyDelay, margin)
+	apply := ApplyWindow(callTimeout, maxApplyDelay, margin)
 	switch {
 	case caps.Lookup == psp.LookupNone:
-		return settle, false
+		return apply, false
 	case caps.Consistency == psp.Eventual && caps.LagBound <= 0:
-		return settle, false
+		return apply, false
 	case caps.Consistency == psp.Eventual:
-		return settle + caps.LagBound, true
+		return apply + caps.LagBound, true
 	}
-	return settle, true
+	return apply, true
 }
 
 // ID is the name this reconciler leases under.
 func (r *Reconciler) ID() string { return r.cfg.ID }
 
-// Settle is the settle window in force.
-func (r *Reconciler) Settle() time.Duration { return r.settle }
+// Settle is the apply window in force.
+func (r *Reconciler) Settle() time.Duration { return r.proof }
 
 // Totals is the sum of every RunOnce so far.
 func (r *Reconciler) Totals() Result {
@@ -370,7 +370,7 @@ func (r *Reconciler) Run(ctx context.Context) error { return r.RunUntil(ctx, ctx
 // short (its leases then expire, as a crashed reconciler's do).
 func (r *Reconciler) RunUntil(ctx context.Context, stop <-chan struct{}) error {
 	r.cfg.Logger.InfoContext(ctx, "reconciler started", "id", r.cfg.ID, "provider", r.caps.Name,
-		"settle_window", r.settle.String(), "not_found_provable", r.provable, "lookup", string(r.caps.Lookup),
+		"proof_window", r.proof.String(), "not_found_provable", r.provable, "lookup", string(r.caps.Lookup),
 		"consistency", string(r.caps.Consistency), "key_window", r.caps.KeyWindow.String())
 	ticker := time.NewTicker(r.cfg.Interval)
 	defer ticker.Stop()
@@ -610,7 +610,7 @@ func (r *Reconciler) decide(l intent.Leased, found psp.Charge, lookupErr error) 
 		return d
 
 	case errors.Is(lookupErr, psp.ErrNotFound):
-		settledAt := timeOr(c.LastAttemptAt, c.CreatedAt).Add(r.settle)
+		settledAt := timeOr(c.LastAttemptAt, c.CreatedAt).Add(r.proof)
 		switch {
 		case keyWindowEnding:
 			return review("key_window_passed", "the provider's idempotency key window is ending; a not-found can no longer prove that no charge exists")
@@ -626,7 +626,7 @@ func (r *Reconciler) decide(l intent.Leased, found psp.Charge, lookupErr error) 
 			return review("attempts_exhausted", fmt.Sprintf("proven not found after %d attempts; no further attempt is made automatically", c.Attempts))
 		}
 		move.To, move.Reason = intent.StatePending, "proven_not_found"
-		move.Evidence = fmt.Sprintf("lookup not found %s after the last send (settle window %s)", now.Sub(timeOr(c.LastAttemptAt, now)).Round(time.Millisecond), r.settle)
+		move.Evidence = fmt.Sprintf("lookup not found %s after the last send (apply window %s)", now.Sub(timeOr(c.LastAttemptAt, now)).Round(time.Millisecond), r.proof)
 		return decision{reason: move.Reason, move: move, requeue: true, counts: Result{Requeued: 1}}
 
 	default:

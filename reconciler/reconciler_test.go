@@ -63,7 +63,7 @@ func (b *testBundle) newReconciler(t *testing.T, edit ...func(*reconciler.Config
 		DB: b.pool, Jobs: b.queue,
 		Provider:          reconciler.Provider{Client: b.provider},
 		StaleMargin:       100 * time.Millisecond,
-		SettleMargin:      settleMargin,
+		ApplyMargin:       settleMargin,
 		LeaseTTL:          5 * time.Second,
 		LookupBackoffBase: 50 * time.Millisecond,
 		LookupBackoffCap:  100 * time.Millisecond,
@@ -193,10 +193,10 @@ func TestFoundAtProvider(t *testing.T) {
 func TestNotFound(t *testing.T) {
 	t.Parallel()
 
-	// Not found inside the settle window proves nothing: the charge waits
+	// Not found inside the apply window proves nothing: the charge waits
 	// until the window ends. After it, not-found is proof: pending and a new
 	// job, same provider key, one transaction.
-	t.Run("ProvenOnlyAfterSettleWindow", func(t *testing.T) {
+	t.Run("ProvenOnlyAfterApplyWindow", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t)
 		c := b.unknownCharge(ctx, t, 1500)
@@ -223,12 +223,12 @@ func TestNotFound(t *testing.T) {
 		require.Equal(t, intent.StatePending, got.State)
 		require.Equal(t, c.ProviderKey, got.ProviderKey, "a re-attempt uses the same provider key")
 		require.Equal(t, 1, b.jobs(ctx, t, c.ID))
-		events, err := intent.Events(ctx, b.pool, b.tenantID, c.ID)
+		events, err := intent.AuditTrail(ctx, b.pool, b.tenantID, c.ID)
 		require.NoError(t, err)
 		last := events[len(events)-1]
 		require.Equal(t, "proven_not_found", last.Reason)
 		require.True(t, strings.HasPrefix(last.Actor, "reconciler:"))
-		require.Contains(t, last.Evidence, "settle window")
+		require.Contains(t, last.Evidence, "apply window")
 	})
 
 	t.Run("WeakLookupNeverProves", func(t *testing.T) {
@@ -313,7 +313,7 @@ func TestCapabilitiesDecide(t *testing.T) {
 	const day = 24 * time.Hour
 
 	// An eventual lookup with a lag bound proves not-found only once the
-	// settle window and the lag have both passed.
+	// apply window and the lag have both passed.
 	t.Run("EventualProvesAfterItsLag", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t)
@@ -491,13 +491,13 @@ func TestConcurrentReconcilersShareWork(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, reconciler.Result{Leased: n, Succeeded: n}, total)
 	var events int
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM charge_events WHERE to_state = 'succeeded'`).Scan(&events))
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM charge_audit WHERE to_state = 'succeeded'`).Scan(&events))
 	require.Equal(t, n, events)
 }
 
-func TestSettleWindow(t *testing.T) {
+func TestApplyWindow(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, 13*time.Second, reconciler.SettleWindow(10*time.Second, 2*time.Second, time.Second))
+	require.Equal(t, 13*time.Second, reconciler.ApplyWindow(10*time.Second, 2*time.Second, time.Second))
 	_, err := reconciler.New(reconciler.Config{})
 	require.Error(t, err)
 	var body bytes.Buffer
@@ -562,7 +562,7 @@ func TestNewRefusesNonsense(t *testing.T) {
 	}{
 		{"NegativeInterval", func(c *reconciler.Config) { c.Interval = -time.Second }, "interval -1s is negative"},
 		{"NegativeKeyWindowMargin", func(c *reconciler.Config) { c.Provider.KeyWindowMargin = -time.Hour }, "key window margin -1h0m0s is negative"},
-		{"NegativeSettleMargin", func(c *reconciler.Config) { c.SettleMargin = -time.Second }, "settle margin"},
+		{"NegativeApplyMargin", func(c *reconciler.Config) { c.ApplyMargin = -time.Second }, "apply margin"},
 		{"NegativeApplyDelay", func(c *reconciler.Config) { c.Provider.MaxApplyDelay = -time.Second }, "max apply delay"},
 		{"NegativeLeaseTTL", func(c *reconciler.Config) { c.LeaseTTL = -time.Second }, "lease TTL"},
 		{"NegativeBatch", func(c *reconciler.Config) { c.BatchSize = -1 }, "batch size"},

@@ -8,10 +8,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chargeflow/chargeflow/event"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
 	"github.com/chargeflow/chargeflow/internal/ids"
 	"github.com/chargeflow/chargeflow/retention"
-	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // eventsFixture writes events as the trigger would, but made when a test
@@ -75,7 +75,7 @@ func (f *eventsFixture) rows() (events, deliveries, attempts int) {
 // listed is the tenant's events as GET /v1/events lists them.
 func (f *eventsFixture) listed() []string {
 	f.t.Helper()
-	events, _, err := webhook.List(context.Background(), f.pool, webhook.ListParams{TenantID: f.tenantID, Limit: 100})
+	events, _, err := event.List(context.Background(), f.pool, event.ListParams{TenantID: f.tenantID, Limit: 100})
 	require.NoError(f.t, err)
 	var out []string
 	for _, e := range events {
@@ -104,7 +104,7 @@ func TestEventRetention(t *testing.T) {
 	b.event(old, "failed")
 	b.event(old.Add(time.Second), "delivered", "delivered")
 	var audit int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM charge_events`).Scan(&audit))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM charge_audit`).Scan(&audit))
 
 	w := retention.NewWorker(pool, 0, nil).WithDuty(1)
 	run, err := w.RunOnce(ctx)
@@ -121,7 +121,7 @@ func TestEventRetention(t *testing.T) {
 	events, deliveries, attempts = b.rows()
 	require.Equal(t, []int{0, 0, 0}, []int{events, deliveries, attempts})
 	var charges, auditAfter int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM charges), (SELECT count(*) FROM charge_events)`).
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM charges), (SELECT count(*) FROM charge_audit)`).
 		Scan(&charges, &auditAfter))
 	require.Equal(t, 2, charges)
 	require.Equal(t, audit, auditAfter)
@@ -214,15 +214,15 @@ func TestDeleteExpiredEventsResumes(t *testing.T) {
 	}
 	cutoff := old.Add(4 * time.Hour) // the fifth event's millisecond: kept
 
-	b, err := webhook.DeleteExpiredEvents(ctx, pool, f.tenantID, made[0], cutoff, 2)
+	b, err := event.DeleteExpiredEvents(ctx, pool, f.tenantID, made[0], cutoff, 2)
 	require.NoError(t, err)
-	require.Equal(t, webhook.ExpiredBatch{Scanned: 2, Last: made[2], FirstKept: made[1], Events: 1, Deliveries: 1, Attempts: 2}, b,
+	require.Equal(t, event.ExpiredBatch{Scanned: 2, Last: made[2], FirstKept: made[1], Events: 1, Deliveries: 1, Attempts: 2}, b,
 		"the second event's delivery is pending")
-	b, err = webhook.DeleteExpiredEvents(ctx, pool, f.tenantID, b.Last, cutoff, 2)
+	b, err = event.DeleteExpiredEvents(ctx, pool, f.tenantID, b.Last, cutoff, 2)
 	require.NoError(t, err)
-	require.Equal(t, webhook.ExpiredBatch{Scanned: 1, Last: made[3], Events: 1, Deliveries: 1, Attempts: 2}, b)
-	b, err = webhook.DeleteExpiredEvents(ctx, pool, f.tenantID, b.Last, cutoff, 2)
+	require.Equal(t, event.ExpiredBatch{Scanned: 1, Last: made[3], Events: 1, Deliveries: 1, Attempts: 2}, b)
+	b, err = event.DeleteExpiredEvents(ctx, pool, f.tenantID, b.Last, cutoff, 2)
 	require.NoError(t, err)
-	require.Equal(t, webhook.ExpiredBatch{Last: made[3]}, b, "an empty batch ends where it started")
+	require.Equal(t, event.ExpiredBatch{Last: made[3]}, b, "an empty batch ends where it started")
 	require.Equal(t, []string{made[4], made[1], made[0]}, f.listed(), "the one at the cutoff, the pending one, the one before after")
 }

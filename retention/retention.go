@@ -18,10 +18,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/chargeflow/chargeflow/event"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/ids"
 	"github.com/chargeflow/chargeflow/tenant"
-	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // CleanupArgs is the retention job. Its kind is still idempotency.cleanup,
@@ -204,7 +204,7 @@ func (w *Worker) deleteEvents(ctx context.Context, p *pacer, cutoff time.Time) e
 		after := w.floor(tenantID)
 		kept := ""
 		err := p.drain(ctx, func(ctx context.Context) (bool, error) {
-			b, err := webhook.DeleteExpiredEvents(ctx, w.db, tenantID, after, cutoff, w.batchSize)
+			b, err := event.DeleteExpiredEvents(ctx, w.db, tenantID, after, cutoff, w.batchSize)
 			if err != nil {
 				return false, err
 			}

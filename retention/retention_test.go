@@ -58,7 +58,7 @@ func TestCleanup(t *testing.T) {
 	}
 	var records, charges, events int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM idempotency_keys), (SELECT count(*) FROM charges),
-		(SELECT count(*) FROM charge_events)`).Scan(&records, &charges, &events))
+		(SELECT count(*) FROM charge_audit)`).Scan(&records, &charges, &events))
 	require.Equal(t, 3, records, "only live records remain")
 	require.Equal(t, 10, charges)
 	require.Equal(t, 10, events)

@@ -1,9 +1,9 @@
 // Package submit owns the River jobs that carry work to a provider: their
 // arguments, their metadata (the trace context), their insertion in a
-// caller's transaction, River's insert notification, and the row that a
+// caller's transaction, the wake-up of River's workers, and the row that a
 // one-statement writer (the API's accept) puts in River's job table itself.
 // Every job chargeflow inserts goes through a Queue, so its max attempts, its
-// metadata and its notification are decided in one place, whoever inserts it
+// metadata and its wake-up are decided in one place, whoever inserts it
 // (docs/architecture.md, "The submit job").
 //
 // A job holds identifiers only. The row it names (a charge) is the truth: a
@@ -47,9 +47,9 @@ const DefaultMaxAttempts = 10
 
 // The job row River's insert writes, which Row reproduces; see Row.
 const (
-	queueName   = river.QueueDefault
-	priority    = 1
-	notifyTopic = "river_insert"
+	queueName = river.QueueDefault
+	priority  = 1
+	wakeTopic = "river_insert"
 )
 
 // Config configures a Queue. Zero values take the defaults.
@@ -60,19 +60,19 @@ type Config struct {
 	// MaxAttempts is every submit job's max_attempts. Default
 	// DefaultMaxAttempts.
 	MaxAttempts int
-	// NotifyCooldown is the least time between two insert notifications
-	// that Row asks for (each wakes the workers at once; between two, they
+	// WakeCooldown is the least time between two wake-ups (River's insert
+	// notification, a pg_notify) that Row asks for (each wakes the workers at once; between two, they
 	// find new jobs by polling or by the next one). Default River's fetch
 	// cooldown, 100 ms, which is how River's own client limits them.
-	NotifyCooldown time.Duration
+	WakeCooldown time.Duration
 }
 
 // Queue inserts submit jobs. Its methods are safe for concurrent use.
 type Queue struct {
 	cfg Config
-	// lastNotify is when Row last asked for a notification, in Unix
+	// lastWake is when Row last asked for a wake-up, in Unix
 	// nanoseconds.
-	lastNotify atomic.Int64
+	lastWake atomic.Int64
 }
 
 // NewQueue checks cfg and fills its defaults.
@@ -84,7 +84,7 @@ func NewQueue(cfg Config) (*Queue, error) {
 	if cfg.MaxAttempts < 1 {
 		return nil, fmt.Errorf("submit: max attempts %d, want at least 1", cfg.MaxAttempts)
 	}
-	cfg.NotifyCooldown = cmp.Or(cfg.NotifyCooldown, river.FetchCooldownDefault)
+	cfg.WakeCooldown = cmp.Or(cfg.WakeCooldown, river.FetchCooldownDefault)
 	return &Queue{cfg: cfg}, nil
 }
 
@@ -102,8 +102,8 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, args river.JobArgs) erro
 
 // Row is the job Enqueue would insert under ctx, as a row for a caller that
 // writes it in its own statement (intent.Accept, whose charge and job then
-// commit in one round trip); see RowOf. It asks for River's insert
-// notification at most once per NotifyCooldown, as River's client does:
+// commit in one round trip); see RowOf. It asks for a wake-up (River's
+// insert notification) at most once per WakeCooldown, as River's client does:
 // under load the workers are awake anyway, and a lone charge wakes them at
 // once.
 func (q *Queue) Row(ctx context.Context, args river.JobArgs, now time.Time) (*intent.JobRow, error) {
@@ -111,15 +111,15 @@ func (q *Queue) Row(ctx context.Context, args river.JobArgs, now time.Time) (*in
 	if err != nil {
 		return nil, err
 	}
-	if q.notifyDue(now) {
-		row.NotifyTopic = notifyTopic
-		row.NotifyPayload = `{"queue": "` + queueName + `"}`
+	if q.wakeDue(now) {
+		row.WakeTopic = wakeTopic
+		row.WakePayload = `{"queue": "` + queueName + `"}`
 	}
 	return row, nil
 }
 
 // RowOf is the row River's insert writes for args under ctx, without a
-// notification. River documents its job table as the insert interface for
+// wake-up. River documents its job table as the insert interface for
 // clients in other languages; the row carries what River's insert writes —
 // kind, args, queue "default", priority 1, max attempts, and the trace
 // context of Middleware — and a test holds the two to the same row.
@@ -138,11 +138,11 @@ func RowOf(ctx context.Context, args river.JobArgs, maxAttempts int) (*intent.Jo
 	}, nil
 }
 
-// notifyDue reports whether a row made now should carry the notification.
-func (q *Queue) notifyDue(now time.Time) bool {
-	last := q.lastNotify.Load()
-	if now.UnixNano()-last < int64(q.cfg.NotifyCooldown) {
+// wakeDue reports whether a row made now should carry the wake-up.
+func (q *Queue) wakeDue(now time.Time) bool {
+	last := q.lastWake.Load()
+	if now.UnixNano()-last < int64(q.cfg.WakeCooldown) {
 		return false
 	}
-	return q.lastNotify.CompareAndSwap(last, now.UnixNano())
+	return q.lastWake.CompareAndSwap(last, now.UnixNano())
 }

@@ -87,7 +87,7 @@ func TestRowNotifies(t *testing.T) {
 	t.Parallel()
 	ctx, b := setup(t)
 	channel, next := dbtest.ListenRiverInserts(t, b.pool)
-	q := b.queue(t, submit.Config{NotifyCooldown: time.Hour})
+	q := b.queue(t, submit.Config{WakeCooldown: time.Hour})
 	row := func(id string) *intent.JobRow {
 		row, err := q.Row(ctx, submit.ChargeArgs{TenantID: b.tenantID, ChargeID: id}, time.Now())
 		require.NoError(t, err)

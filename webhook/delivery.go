@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/chargeflow/chargeflow/event"
 	"github.com/chargeflow/chargeflow/internal/pg"
 )
 
@@ -38,7 +39,7 @@ func (DeliverArgs) Kind() string { return KindDeliver }
 
 // Delivery is one event due at one endpoint.
 type Delivery struct {
-	Event    Event
+	Event    event.Event
 	Endpoint Endpoint
 	// State is pending, delivered or failed; Deleted says the endpoint was
 	// deleted since.
@@ -51,7 +52,7 @@ type Delivery struct {
 func LoadDelivery(ctx context.Context, db pg.Handle, a DeliverArgs) (Delivery, error) {
 	var d Delivery
 	var err error
-	if d.Event, err = Get(ctx, db, a.TenantID, a.EventID); err != nil {
+	if d.Event, err = event.Get(ctx, db, a.TenantID, a.EventID); err != nil {
 		return Delivery{}, err
 	}
 	var deletedAt *time.Time

@@ -141,7 +141,7 @@ var flagBounds = map[string]bound{
 	"--max-apply-delay":     within(0, 24*time.Hour),
 	"--lookup-rate":         within(0.1, 100_000),
 	"--stale-margin":        within(time.Second, 24*time.Hour),
-	"--settle-margin":       within(100*time.Millisecond, time.Hour),
+	"--apply-margin":        within(100*time.Millisecond, time.Hour),
 	"--max-attempts":        within(1, 100),
 	"--max-unknown-age":     within(time.Second, 30*24*time.Hour),
 	"--stranded-after":      within(time.Second, 24*time.Hour),
@@ -253,7 +253,7 @@ var flagRelations = []relation{
 		return ""
 	}},
 	{flags: []string{"key-window-margin", "call-timeout"}, check: keyWindowMarginCoversResend},
-	{flags: []string{"key-window", "key-window-margin", "call-timeout", "max-apply-delay", "settle-margin", "strong-lookup", "lookup-lag-bound"},
+	{flags: []string{"key-window", "key-window-margin", "call-timeout", "max-apply-delay", "apply-margin", "strong-lookup", "lookup-lag-bound"},
 		check: proofFitsKeyWindow},
 	{flags: []string{"lookup-lag-bound", "strong-lookup"}, check: func(v flagValues) string {
 		if v.dur("lookup-lag-bound") > 0 && v.bool("strong-lookup") {
@@ -299,9 +299,9 @@ func proofFitsKeyWindow(v flagValues) string {
 		consistency = psp.Eventual
 	}
 	caps := psp.Capabilities{Lookup: psp.LookupByKey, Consistency: consistency, LagBound: v.dur("lookup-lag-bound")}
-	proof, provable := reconciler.ProofWindow(caps, v.dur("call-timeout"), v.dur("max-apply-delay"), v.dur("settle-margin"))
+	proof, provable := reconciler.ProofWindow(caps, v.dur("call-timeout"), v.dur("max-apply-delay"), v.dur("apply-margin"))
 	if left := v.dur("key-window") - v.dur("key-window-margin"); provable && proof >= left {
-		return fmt.Sprintf("a not-found is proven %s after a send (call timeout + max apply delay + settle margin, + lag bound), "+
+		return fmt.Sprintf("a not-found is proven %s after a send (call timeout + max apply delay + apply margin, + lag bound), "+
 			"not before the key window less its margin (%s) ends: every unknown outcome would need review", proof, left)
 	}
 	return ""

@@ -64,7 +64,7 @@ func rowCounts(t *testing.T, dbURL string) [4]int {
 	defer conn.Close(ctx)
 	var n [4]int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM charges), (SELECT count(*) FROM idempotency_keys),
-		(SELECT count(*) FROM charge_events), (SELECT count(*) FROM river_job)`).Scan(&n[0], &n[1], &n[2], &n[3]))
+		(SELECT count(*) FROM charge_audit), (SELECT count(*) FROM river_job)`).Scan(&n[0], &n[1], &n[2], &n[3]))
 	return n
 }
 

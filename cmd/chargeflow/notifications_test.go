@@ -70,7 +70,7 @@ func TestNotificationsSettleUnknownChargesSooner(t *testing.T) {
 		require.Empty(t, s.violations())
 		var took time.Duration
 		require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY e.created_at - c.first_attempt_at)
-			FROM charges c JOIN charge_events e ON e.charge_id = c.id AND e.to_state = 'succeeded'`).Scan(&took))
+			FROM charges c JOIN charge_audit e ON e.charge_id = c.id AND e.to_state = 'succeeded'`).Scan(&took))
 		median[notify] = took
 		reasons := s.reasons()
 		if notify {

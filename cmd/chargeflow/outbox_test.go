@@ -66,7 +66,7 @@ func (s *system) startWorker(env ...string) *process {
 // startReconciler starts a reconciler with short timings that match the
 // workers' (call timeout 1 s), plus extra flags.
 func (s *system) startReconciler(env []string, flags ...string) *process {
-	args := append([]string{"reconciler", "--max-conns", "3", "--call-timeout", "1s", "--stale-margin", "1s", "--settle-margin", "500ms",
+	args := append([]string{"reconciler", "--max-conns", "3", "--call-timeout", "1s", "--stale-margin", "1s", "--apply-margin", "500ms",
 		"--interval", "100ms", "--lookup-rate", "2000", "--lookup-backoff-base", "100ms", "--lookup-backoff-cap", "500ms",
 		"--lease-ttl", "10s"}, flags...)
 	p := start(s.t, append([]string{"DATABASE_URL=" + s.dbURL, "PSP_URL=" + s.pspURL}, env...), args...)
@@ -83,7 +83,7 @@ func (s *system) faults(schedule fakepsp.Schedule) {
 // reasons counts the events of every charge by reason.
 func (s *system) reasons() map[string]int {
 	s.t.Helper()
-	rows, err := s.pool.Query(context.Background(), `SELECT reason, count(*) FROM charge_events GROUP BY reason`)
+	rows, err := s.pool.Query(context.Background(), `SELECT reason, count(*) FROM charge_audit GROUP BY reason`)
 	require.NoError(s.t, err)
 	defer rows.Close()
 	out := map[string]int{}
@@ -241,7 +241,7 @@ func TestWorkerCrashAfterSubmittingCommit(t *testing.T) {
 	require.Eventually(t, func() bool { return s.state(id) == "unknown" }, 90*time.Second, 50*time.Millisecond)
 	require.Empty(t, s.ledgerEntries(), "no provider call was ever sent")
 	var events []string
-	rows, err := s.pool.Query(context.Background(), `SELECT reason FROM charge_events WHERE charge_id = $1 ORDER BY id`, id)
+	rows, err := s.pool.Query(context.Background(), `SELECT reason FROM charge_audit WHERE charge_id = $1 ORDER BY id`, id)
 	require.NoError(t, err)
 	for rows.Next() {
 		var reason string

@@ -156,7 +156,7 @@ func startStripeSystem(t *testing.T) (*system, []string) {
 // A thousand charges through the Stripe adapter and real processes, against
 // the fake's Stripe API with its de-duplication off and faults on every
 // path: applied then timed out, dropped before applying, applied then 500,
-// and a search index lagging 3 s — longer than a careless settle window —
+// and a search index lagging 3 s — longer than a careless apply window —
 // which the adapter trusts only for what it finds (it proves not-found with
 // the consistent list). No charge is applied twice, none fails falsely, every
 // one ends terminal; the split of what the reconciler proved is printed.

@@ -20,10 +20,10 @@ import (
 // or runAll from the API's and the worker's flags).
 func bindReconciler(fs *flag.FlagSet, o *app.Options) {
 	d, rc := reconciler.Defaults(), &o.Reconciler
-	fs.DurationVar(&rc.Provider.MaxApplyDelay, "max-apply-delay", d.Provider.MaxApplyDelay, "the longest the provider may take to apply a request or show it to lookups (widens the settle window)")
+	fs.DurationVar(&rc.Provider.MaxApplyDelay, "max-apply-delay", d.Provider.MaxApplyDelay, "the longest the provider may take to apply a request or show it to lookups (widens the apply window)")
 	fs.Float64Var(&rc.Provider.LookupRate, "lookup-rate", d.Provider.LookupRate, "lookups per second at the provider, per reconciler process")
 	fs.DurationVar(&rc.StaleMargin, "stale-margin", d.StaleMargin, "how long past the call timeout a charge may sit in submitting before the reconciler takes it")
-	fs.DurationVar(&rc.SettleMargin, "settle-margin", d.SettleMargin, "padding of the settle window")
+	fs.DurationVar(&rc.ApplyMargin, "apply-margin", d.ApplyMargin, "padding of the apply window")
 	fs.IntVar(&rc.MaxAttempts, "max-attempts", d.MaxAttempts, "provider calls per charge before a proven not-found asks for review instead of another attempt")
 	fs.DurationVar(&rc.MaxUnknownAge, "max-unknown-age", d.MaxUnknownAge, "how long a charge may stay unknown while lookups fail before it needs review")
 	fs.DurationVar(&rc.StrandedAfter, "stranded-after", d.StrandedAfter, "how long a pending charge whose job River gave up on waits before it gets a new one")
@@ -87,7 +87,7 @@ func bindCapabilities(fs *flag.FlagSet, o *app.Options) {
 	fs.DurationVar(&caps.KeyWindow, "key-window", psp.DefaultKeyWindow, "how long the provider de-duplicates an idempotency key")
 	fs.DurationVar(&o.Reconciler.Provider.KeyWindowMargin, "key-window-margin", reconciler.Defaults().Provider.KeyWindowMargin, "how long before the key window ends to stop trusting not-found or re-sending")
 	caps.Consistency = psp.Strong
-	fs.Var(strongLookup{&caps.Consistency}, "strong-lookup", "the provider's lookup is strongly consistent, so a not-found after the settle window proves no charge exists")
+	fs.Var(strongLookup{&caps.Consistency}, "strong-lookup", "the provider's lookup is strongly consistent, so a not-found after the apply window proves no charge exists")
 	fs.DurationVar(&caps.LagBound, "lookup-lag-bound", 0, "with --strong-lookup=false: the longest the lookup may lag behind the provider (0: unbounded, so a not-found never proves anything)")
 }
 

@@ -74,14 +74,14 @@ func TestThousandChargesWithUnknownOutcomes(t *testing.T) {
 	require.Len(t, s.ledgerEntries(), 1000)
 }
 
-// A lookup lag longer than a careless settle window: the provider applied
-// the charge but hides it from lookups for 3 s. The settle window is derived
+// A lookup lag longer than a careless apply window: the provider applied
+// the charge but hides it from lookups for 3 s. The apply window is derived
 // from the configuration (call timeout + --max-apply-delay + margin), so a
 // reconciler told about the lag waits it out and finds the charge. A second
 // system, misconfigured with no apply delay, takes the early not-found as
 // proof and charges twice: the checker sees it, which shows the window is
 // what keeps the first system correct.
-func TestSettleWindowOutlastsLookupLag(t *testing.T) {
+func TestApplyWindowOutlastsLookupLag(t *testing.T) {
 	t.Parallel()
 	faults := fakepsp.Schedule{Seed: 3, Dedupe: new(false), Rules: []fakepsp.Rule{
 		{On: fakepsp.OnCharge, Fault: fakepsp.FaultApplyThenTimeout, P: 1, MS: 1500},
@@ -113,7 +113,7 @@ func TestSettleWindowOutlastsLookupLag(t *testing.T) {
 			}
 		}
 		return false
-	}, 2*time.Minute, 100*time.Millisecond, "a settle window shorter than the lag double-charges, and the checker says so")
+	}, 2*time.Minute, 100*time.Millisecond, "a apply window shorter than the lag double-charges, and the checker says so")
 }
 
 // Lookups unavailable for a while: charges wait in unknown — no re-send, no

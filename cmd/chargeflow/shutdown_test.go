@@ -156,7 +156,7 @@ func TestWorkerStopsMidCall(t *testing.T) {
 	if state == "submitting" {
 		var last string
 		require.NoError(t, s.pool.QueryRow(context.Background(),
-			`SELECT to_state FROM charge_events WHERE charge_id = $1 ORDER BY id DESC LIMIT 1`, id).Scan(&last))
+			`SELECT to_state FROM charge_audit WHERE charge_id = $1 ORDER BY id DESC LIMIT 1`, id).Scan(&last))
 		require.Equal(t, "submitting", last, "nothing was written after the cut call")
 	}
 
@@ -174,7 +174,7 @@ func TestWorkerStopsMidCall(t *testing.T) {
 // which override them.
 func (s *system) startReconcilerWith(flags ...string) *process {
 	s.t.Helper()
-	args := append([]string{"reconciler", "--max-conns", "3", "--settle-margin", "500ms", "--interval", "100ms",
+	args := append([]string{"reconciler", "--max-conns", "3", "--apply-margin", "500ms", "--interval", "100ms",
 		"--lookup-rate", "2000", "--lookup-backoff-base", "100ms", "--lookup-backoff-cap", "500ms", "--lease-ttl", "10s"}, flags...)
 	p := start(s.t, []string{"DATABASE_URL=" + s.dbURL, "PSP_URL=" + s.pspURL}, args...)
 	p.waitLog(`"msg":"reconciler started"`)

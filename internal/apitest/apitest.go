@@ -373,7 +373,7 @@ func (b *Bundle) Stored(t testing.TB) Stored {
 	var s Stored
 	err := b.Pool.QueryRow(context.Background(), `SELECT
 		(SELECT count(*) FROM charges), (SELECT count(*) FROM idempotency_keys),
-		(SELECT count(*) FROM charge_events), (SELECT count(*) FROM river_job)`).
+		(SELECT count(*) FROM charge_audit), (SELECT count(*) FROM river_job)`).
 		Scan(&s.Charges, &s.IdempotencyKeys, &s.Events, &s.Jobs)
 	require.NoError(t, err)
 	return s

@@ -1,6 +1,6 @@
 // Package app wires chargeflow together: it opens the connection pools and
 // builds the River clients, the application's services (accept, resolve,
-// notify, census), the merchant API with the operator plane mounted on it
+// notification, census), the merchant API with the operator plane mounted on it
 // (and River's job UI for the operator's page), the outbox worker and the
 // reconciler from one Options struct with one set of defaults. The command (every
 // role), the benchmarks and the tests start the system through it, so the
@@ -44,7 +44,7 @@ import (
 	"github.com/chargeflow/chargeflow/crashpoint"
 	"github.com/chargeflow/chargeflow/delivery"
 	"github.com/chargeflow/chargeflow/migrations"
-	"github.com/chargeflow/chargeflow/notify"
+	"github.com/chargeflow/chargeflow/notification"
 	"github.com/chargeflow/chargeflow/opsplane"
 	"github.com/chargeflow/chargeflow/outbox"
 	"github.com/chargeflow/chargeflow/psp"
@@ -91,7 +91,7 @@ type Options struct {
 	// /v1/provider_webhooks/{fake|stripe}; empty turns them off.
 	ProviderWebhookSecret string
 
-	// Jobs configures the submit queue (max attempts, notify cooldown).
+	// Jobs configures the submit queue (max attempts, wake-up cooldown).
 	Jobs submit.Config
 
 	// API configures the merchant API, Ops the operator plane mounted on
@@ -177,8 +177,8 @@ type Worker struct {
 	// retention.DefaultEventRetention (30 days).
 	EventRetention time.Duration
 	// FetchCooldown and FetchPollInterval tune how fast River picks new
-	// jobs up: a notification wakes it at once, at most once per cooldown;
-	// without one it polls.
+	// jobs up: a wake-up (River's insert notification) fetches at once, at
+	// most once per cooldown; without one it polls.
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
 }
@@ -461,7 +461,7 @@ type ServerConfig struct {
 }
 
 // NewServer builds the services — accept, resolve, census and, when the
-// API receives the provider's notifications, notify — each from its Config
+// API receives the provider's notifications, notification — each from its Config
 // with its own defaults, then the merchant API on them, and mounts the
 // operator plane on it. It is the one place they are wired, for the
 // command and the tests alike.
@@ -492,7 +492,7 @@ func NewServer(sc ServerConfig) (*api.Server, error) {
 	cfg.Logger, cfg.CrashPoints = sc.Logger, sc.CrashPoints
 	cfg.TracerProvider, cfg.MeterProvider = sc.TracerProvider, sc.MeterProvider
 	if cfg.ProviderNotifications != nil {
-		cfg.Notify, err = notify.New(notify.Config{DB: sc.DB, Provider: cmp.Or(cfg.Provider, api.Defaults().Provider)})
+		cfg.Notifications, err = notification.New(notification.Config{DB: sc.DB, Provider: cmp.Or(cfg.Provider, api.Defaults().Provider)})
 		if err != nil {
 			return nil, err
 		}

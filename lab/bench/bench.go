@@ -165,13 +165,13 @@ func newRunner(ctx context.Context, sys *System, opts Options) (*runner, error) 
 
 // analyzeTables refreshes the planner's statistics of the tables a charge
 // touches.
-const analyzeTables = `ANALYZE charges, idempotency_keys, charge_events, river_job, tenants`
+const analyzeTables = `ANALYZE charges, idempotency_keys, charge_audit, river_job, tenants`
 
 // seedCharges is how many charges seed writes before anything is measured.
 const seedCharges = 500
 
 // seed writes a few charges and analyzes the tables. Postgres plans a
-// session's foreign-key checks (idempotency_keys → charges, charge_events →
+// session's foreign-key checks (idempotency_keys → charges, charge_audit →
 // charges) the first time they run and keeps the plan until the table's
 // statistics change: planned against an empty, never-analyzed charges
 // table, the check is a sequential scan, and every accept then costs time

@@ -160,7 +160,7 @@ func TestRawAcceptMakesTheAPIsWrites(t *testing.T) {
 	t.Cleanup(pool.Close)
 	rows := func() []int {
 		var charges, events, jobs, records int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM charges), (SELECT count(*) FROM charge_events),
+		require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM charges), (SELECT count(*) FROM charge_audit),
 			(SELECT count(*) FROM river_job WHERE kind = 'charge.submit' AND state = 'available'), (SELECT count(*) FROM idempotency_keys)`).
 			Scan(&charges, &events, &jobs, &records))
 		return []int{charges, events, jobs, records}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chargeflow/chargeflow/event"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
 	"github.com/chargeflow/chargeflow/submit"
@@ -53,7 +54,7 @@ func (r *recorder) take() []recorded {
 }
 
 // bigTables are the tables that grow with the charges.
-var bigTables = map[string]bool{"charges": true, "charge_events": true, "idempotency_keys": true, "events": true,
+var bigTables = map[string]bool{"charges": true, "charge_audit": true, "idempotency_keys": true, "events": true,
 	"river_job": true, "webhook_deliveries": true, "webhook_attempts": true}
 
 // TestQueryPlansStayFlat runs every listing and sweep query, as the code
@@ -116,12 +117,12 @@ func TestQueryPlansStayFlat(t *testing.T) {
 			StartingAfter: map[string]string{"": "", mid: "re_7zzzzzzzzzzzzzzzzzzzzzzzzz"}[cursor]})
 		eventCursor := map[string]string{"": "", mid: midEvent}[cursor]
 		checks = append(checks, check{"events, " + page, func(db intent.DB) error {
-			_, _, err := webhook.List(ctx, db, webhook.ListParams{TenantID: tenant, Limit: 10, StartingAfter: eventCursor})
+			_, _, err := event.List(ctx, db, event.ListParams{TenantID: tenant, Limit: 10, StartingAfter: eventCursor})
 			return err
 		}})
-		for _, typ := range webhook.Types {
+		for _, typ := range event.Types {
 			checks = append(checks, check{"events ?type=" + typ + ", " + page, func(db intent.DB) error {
-				_, _, err := webhook.List(ctx, db, webhook.ListParams{TenantID: tenant, Type: typ, Limit: 10, StartingAfter: eventCursor})
+				_, _, err := event.List(ctx, db, event.ListParams{TenantID: tenant, Type: typ, Limit: 10, StartingAfter: eventCursor})
 				return err
 			}})
 		}
@@ -129,8 +130,8 @@ func TestQueryPlansStayFlat(t *testing.T) {
 	checks = append(checks,
 		check{"get", func(db intent.DB) error { _, err := intent.Get(ctx, db, tenant, newest); return err }},
 		check{"find (operators)", func(db intent.DB) error { _, err := intent.Find(ctx, db, newest); return err }},
-		check{"audit trail", func(db intent.DB) error { _, err := intent.Events(ctx, db, tenant, newest); return err }},
-		check{"event", func(db intent.DB) error { _, err := webhook.Get(ctx, db, tenant, eventID); return err }},
+		check{"audit trail", func(db intent.DB) error { _, err := intent.AuditTrail(ctx, db, tenant, newest); return err }},
+		check{"event", func(db intent.DB) error { _, err := event.Get(ctx, db, tenant, eventID); return err }},
 		check{"delivery log", func(db intent.DB) error { _, err := webhook.Log(ctx, db, tenant, eventID); return err }},
 		check{"reconciler lease", func(db intent.DB) error {
 			_, err := intent.Lease(ctx, db, intent.LeaseParams{Owner: "plans", Provider: "fakepsp", TTL: time.Minute, Limit: 10,
@@ -158,14 +159,14 @@ func TestQueryPlansStayFlat(t *testing.T) {
 		// makes every one of them past it: the batch walks and deletes a
 		// full thousand, as on a backlog.
 		check{"event retention batch", func(db intent.DB) error {
-			b, err := webhook.DeleteExpiredEvents(ctx, db, tenant, "", time.Now(), 1000)
+			b, err := event.DeleteExpiredEvents(ctx, db, tenant, "", time.Now(), 1000)
 			if err == nil && b.Events != 1000 {
 				err = fmt.Errorf("deleted %d events, not a full batch", b.Events)
 			}
 			return err
 		}},
 		check{"event retention batch, resumed", func(db intent.DB) error {
-			_, err := webhook.DeleteExpiredEvents(ctx, db, tenant, midEvent, time.Now(), 1000)
+			_, err := event.DeleteExpiredEvents(ctx, db, tenant, midEvent, time.Now(), 1000)
 			return err
 		}},
 	)

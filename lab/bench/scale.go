@@ -14,13 +14,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/chargeflow/chargeflow/event"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/internal/ids"
 	"github.com/chargeflow/chargeflow/lab/internal/childproc"
 	"github.com/chargeflow/chargeflow/retention"
 	"github.com/chargeflow/chargeflow/submit"
-	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // ScaleOptions configure a scale run (docs/benchmarks.md, "At scale").
@@ -90,7 +90,7 @@ type DiskUse struct {
 }
 
 // scaleTables are the tables that grow with the charges.
-var scaleTables = []string{"charges", "charge_events", "idempotency_keys", "events"}
+var scaleTables = []string{"charges", "charge_audit", "idempotency_keys", "events"}
 
 // Scale seeds a database of o.Empty charges and one of o.Size, and runs
 // every operation a merchant, an operator or the system triggers on each,
@@ -314,7 +314,7 @@ func measureOps(ctx context.Context, db *pgxpool.Pool, tenants []string, n, samp
 			return err
 		}},
 		{"list events, first page", func(s sample) error {
-			_, _, err := webhook.List(ctx, db, webhook.ListParams{TenantID: s.TenantID, Limit: 10})
+			_, _, err := event.List(ctx, db, event.ListParams{TenantID: s.TenantID, Limit: 10})
 			return err
 		}},
 		{"reconciler lease (rolled back)", func(sample) error {

@@ -126,7 +126,7 @@ func Seed(ctx context.Context, db *pgxpool.Pool, n int, shape SeedShape, progres
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	if _, err := db.Exec(ctx, `VACUUM ANALYZE charges, charge_events, idempotency_keys, events, river_job`); err != nil {
+	if _, err := db.Exec(ctx, `VACUUM ANALYZE charges, charge_audit, idempotency_keys, events, river_job`); err != nil {
 		return nil, fmt.Errorf("seed: %w", err)
 	}
 	fmt.Fprintf(progress, "seeded and analyzed %d charges in %s\n", n, time.Since(began).Round(time.Second))
@@ -181,7 +181,7 @@ func seedRange(ctx context.Context, conn *pgx.Conn, tenants []string, lo, hi, n,
 		SELECT tenant_id, id, 'pending', 500 + seq % 20000, 'USD', 'pm_card_visa', 'Order ' || seq,
 			jsonb_build_object('order_id', 'ord_' || seq), 'fakepsp', 'cf_' || id, created_at, created_at
 		FROM seed_chunk ORDER BY seq`,
-		`INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
+		`INSERT INTO charge_audit (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
 		SELECT tenant_id, id, NULL, 'pending', 'api', 'accepted', 0, created_at FROM seed_chunk ORDER BY seq`,
 		`INSERT INTO idempotency_keys (tenant_id, key_hash, fingerprint, charge_id, status_code, response_body, created_at, expires_at)
 		SELECT tenant_id, sha256(convert_to('key-' || id, 'UTF8')), sha256(convert_to('fp-' || id, 'UTF8')), id, 201,
@@ -200,7 +200,7 @@ func seedRange(ctx context.Context, conn *pgx.Conn, tenants []string, lo, hi, n,
 			last_attempt_at = CASE WHEN s.fate = 'submitting' THEN now() - interval '1 minute' ELSE s.created_at + interval '20 ms' END,
 			updated_at = s.created_at + interval '20 ms'
 		FROM seed_chunk s WHERE c.tenant_id = s.tenant_id AND c.id = s.id AND s.fate <> 'pending'`,
-		`INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
+		`INSERT INTO charge_audit (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
 		SELECT tenant_id, id, 'pending', 'submitting', 'worker', 'sending', 1, created_at + interval '20 ms'
 		FROM seed_chunk WHERE fate <> 'pending' ORDER BY seq`,
 		`UPDATE charges c SET state = CASE WHEN s.fate = 'needs_review' THEN 'unknown' ELSE s.fate END,
@@ -210,14 +210,14 @@ func seedRange(ctx context.Context, conn *pgx.Conn, tenants []string, lo, hi, n,
 			next_check_at = CASE WHEN s.fate IN ('unknown', 'needs_review') THEN now() + interval '1 hour' END,
 			updated_at = s.created_at + interval '300 ms'
 		FROM seed_chunk s WHERE c.tenant_id = s.tenant_id AND c.id = s.id AND s.fate IN ('succeeded', 'failed', 'unknown', 'needs_review')`,
-		`INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
+		`INSERT INTO charge_audit (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
 		SELECT tenant_id, id, 'submitting', CASE WHEN fate = 'needs_review' THEN 'unknown' ELSE fate END, 'worker',
 			CASE fate WHEN 'succeeded' THEN 'provider_charged' WHEN 'failed' THEN 'provider_declined' ELSE 'timeout' END,
 			1, created_at + interval '300 ms'
 		FROM seed_chunk WHERE fate IN ('succeeded', 'failed', 'unknown', 'needs_review') ORDER BY seq`,
 		`UPDATE charges c SET state = 'needs_review', review_reason = 'max_unknown_age', updated_at = now()
 		FROM seed_chunk s WHERE c.tenant_id = s.tenant_id AND c.id = s.id AND s.fate = 'needs_review'`,
-		`INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
+		`INSERT INTO charge_audit (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
 		SELECT tenant_id, id, 'unknown', 'needs_review', 'reconciler', 'max_unknown_age', 1, now()
 		FROM seed_chunk WHERE fate = 'needs_review' ORDER BY seq`,
 	}
@@ -234,7 +234,7 @@ func seedRange(ctx context.Context, conn *pgx.Conn, tenants []string, lo, hi, n,
 		SELECT s.tenant_id, s.id, 'pending', p.amount / 2 + 1, 'USD', NULL, NULL, '{}', 'fakepsp', 'cf_' || s.id,
 			s.created_at, s.created_at, 'refund', p.id, 'requested_by_customer'
 		FROM seed_chunk s JOIN seed_parent p ON p.seq = s.seq ORDER BY s.seq`,
-		`INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
+		`INSERT INTO charge_audit (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
 		SELECT tenant_id, id, NULL, 'pending', 'api', 'accepted', 0, created_at FROM seed_chunk ORDER BY seq`,
 		`INSERT INTO idempotency_keys (tenant_id, key_hash, fingerprint, charge_id, status_code, response_body, created_at, expires_at)
 		SELECT tenant_id, sha256(convert_to('key-' || id, 'UTF8')), sha256(convert_to('fp-' || id, 'UTF8')), id, 201,
@@ -247,7 +247,7 @@ func seedRange(ctx context.Context, conn *pgx.Conn, tenants []string, lo, hi, n,
 		FROM seed_chunk s WHERE c.tenant_id = s.tenant_id AND c.id = s.id`,
 		`UPDATE charges c SET state = 'succeeded', provider_charge_id = 're_' || substr(s.id, 4), updated_at = s.created_at + interval '300 ms'
 		FROM seed_chunk s WHERE c.tenant_id = s.tenant_id AND c.id = s.id`,
-		`INSERT INTO charge_events (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
+		`INSERT INTO charge_audit (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, created_at)
 		SELECT tenant_id, id, m.from_state, m.to_state, 'worker', m.reason, 1, created_at + m.after
 		FROM seed_chunk, (VALUES ('pending', 'submitting', 'sending', interval '20 ms'),
 			('submitting', 'succeeded', 'provider_refunded', interval '300 ms')) m (from_state, to_state, reason, after)

@@ -466,7 +466,7 @@ func merge(ds []drained) drained {
 // backlog. It returns the running worker's stop function.
 func (r *runner) drain(ctx context.Context, client *apiClient, concurrency int) (drained, func() error, error) {
 	var d drained
-	if _, err := r.admin.Exec(ctx, `TRUNCATE webhook_attempts, webhook_deliveries, events, charge_events, idempotency_keys, charges, river_job`); err != nil {
+	if _, err := r.admin.Exec(ctx, `TRUNCATE webhook_attempts, webhook_deliveries, events, charge_audit, idempotency_keys, charges, river_job`); err != nil {
 		return d, nil, fmt.Errorf("empty the charge tables: %w", err)
 	}
 	// The seed's charges join the backlog; the new statistics keep the
@@ -572,7 +572,7 @@ func (r *runner) batches(ctx context.Context) (Batches, error) {
 		count(DISTINCT xmin::text) FILTER (WHERE to_state = 'submitting'),
 		count(*) FILTER (WHERE from_state = 'submitting'),
 		count(DISTINCT xmin::text) FILTER (WHERE from_state = 'submitting')
-		FROM charge_events WHERE tenant_id = $1`, r.sys.TenantID).Scan(&claimed, &claims, &settled, &settles)
+		FROM charge_audit WHERE tenant_id = $1`, r.sys.TenantID).Scan(&claimed, &claims, &settled, &settles)
 	if err != nil {
 		return Batches{}, fmt.Errorf("count the worker's statements: %w", err)
 	}

@@ -313,7 +313,7 @@ func Catalogue() []Scenario {
 		},
 		{
 			Name:     "delayed-apply",
-			Summary:  "the provider applies charges after the client gave up; the settle window outlasts the delay",
+			Summary:  "the provider applies charges after the client gave up; the apply window outlasts the delay",
 			Faults:   `{"seed": 17, "rules": [{"on": "charge", "fault": "delayed_apply", "p": 0.4, "ms": 1500}]}`,
 			Run:      standard(30, 300),
 			MustFire: []string{"fault:delayed_apply"},
@@ -516,10 +516,10 @@ func retryLongAfter(ctx context.Context, s *system) error {
 // unknown, checks nothing was re-sent or failed meanwhile, then heals.
 func lookupOutage(ctx context.Context, s *system) error {
 	s.traffic(ctx, "outage", s.charges(30, 300), nil)
-	time.Sleep(s.t.settleWindow() + 2*time.Second)
+	time.Sleep(s.t.applyWindow() + 2*time.Second)
 	var reattempted, failedAfterUnknown int
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE reason = 'proven_not_found'),
-		count(*) FILTER (WHERE from_state = 'unknown' AND to_state = 'failed') FROM charge_events`).Scan(&reattempted, &failedAfterUnknown); err != nil {
+		count(*) FILTER (WHERE from_state = 'unknown' AND to_state = 'failed') FROM charge_audit`).Scan(&reattempted, &failedAfterUnknown); err != nil {
 		return err
 	}
 	if reattempted > 0 || failedAfterUnknown > 0 {
@@ -528,8 +528,8 @@ func lookupOutage(ctx context.Context, s *system) error {
 	return nil
 }
 
-func (t timings) settleWindow() time.Duration {
-	return t.callTimeout + t.maxApplyDelay + t.settleMargin
+func (t timings) applyWindow() time.Duration {
+	return t.callTimeout + t.maxApplyDelay + t.applyMargin
 }
 
 // postgresRestart sends traffic while PostgreSQL crashes and comes back.

@@ -177,7 +177,7 @@ const InvariantWebhooks = "webhooks_told"
 var settlingStates = []string{"succeeded", "failed", "needs_review"}
 
 // CheckWebhooks judges what reached r against the database: the audit
-// trail (charge_events) says which moves happened, the events table which
+// trail (charge_audit) says which moves happened, the events table which
 // events were written.
 func CheckWebhooks(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
@@ -186,7 +186,7 @@ func CheckWebhooks(ctx context.Context, db interface {
 	// Every settling move of the audit trail, and its object's kind.
 	moves := map[move]int{}
 	kinds := map[string]string{}
-	rows, err := db.Query(ctx, `SELECT e.charge_id, c.kind, e.to_state, count(*) FROM charge_events e
+	rows, err := db.Query(ctx, `SELECT e.charge_id, c.kind, e.to_state, count(*) FROM charge_audit e
 		JOIN charges c ON (c.tenant_id, c.id) = (e.tenant_id, e.charge_id)
 		WHERE e.to_state = ANY ($1) GROUP BY 1, 2, 3`, settlingStates)
 	if err != nil {

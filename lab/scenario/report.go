@@ -176,7 +176,7 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 	}
 
 	// Reconciler events carry strictly increasing lease tokens per charge.
-	rows, err := s.pool.Query(ctx, `SELECT charge_id, lease_token FROM charge_events
+	rows, err := s.pool.Query(ctx, `SELECT charge_id, lease_token FROM charge_audit
 		WHERE actor LIKE 'reconciler:%' ORDER BY charge_id, id`)
 	if err != nil {
 		return err
@@ -255,7 +255,7 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 	var reasons = map[string]*int{"lookup_found_succeeded": &rep.Found, "lookup_found_declined": &rep.Found, "proven_not_found": &rep.Reattempted}
 	for reason, into := range reasons {
 		var n int
-		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM charge_events WHERE reason = $1`, reason).Scan(&n); err != nil {
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM charge_audit WHERE reason = $1`, reason).Scan(&n); err != nil {
 			return err
 		}
 		*into += n
@@ -292,7 +292,7 @@ func (s *system) refundsFired(ctx context.Context, fired map[string]int) error {
 	var found, reattempted int
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE e.reason LIKE 'lookup_found_%'),
 		count(*) FILTER (WHERE e.reason = 'proven_not_found')
-		FROM charge_events e JOIN charges c ON c.id = e.charge_id WHERE c.kind = 'refund'`).Scan(&found, &reattempted); err != nil {
+		FROM charge_audit e JOIN charges c ON c.id = e.charge_id WHERE c.kind = 'refund'`).Scan(&found, &reattempted); err != nil {
 		return err
 	}
 	fired["refunds:found"], fired["refunds:re-attempted"] = found, reattempted

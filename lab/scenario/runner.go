@@ -85,7 +85,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 type timings struct {
 	callTimeout    time.Duration // worker and reconciler --call-timeout
 	staleMargin    time.Duration
-	settleMargin   time.Duration
+	applyMargin    time.Duration
 	maxApplyDelay  time.Duration
 	rescueAfter    time.Duration
 	backoffCap     time.Duration // reconciler lookup backoff cap
@@ -103,7 +103,7 @@ func (r *Runner) timings() timings {
 	return timings{
 		callTimeout:    time.Second,
 		staleMargin:    time.Second,
-		settleMargin:   500 * time.Millisecond,
+		applyMargin:    500 * time.Millisecond,
 		maxApplyDelay:  2 * time.Second,
 		rescueAfter:    7 * time.Second,
 		backoffCap:     time.Second,
@@ -123,14 +123,13 @@ func (r *Runner) timings() timings {
 // worker waits for River's rescuer (its rescue-after, plus the rescuer's 30 s
 // interval and a leader election of up to 15 s); a charge left submitting
 // waits call timeout + stale margin for the reconciler; an unknown one waits
-// at most a lookup backoff and the settle window, then one more attempt
+// at most a lookup backoff and the apply window, then one more attempt
 // (a call) and one more lookup round; plus ticks and a margin for a loaded
 // machine.
 func (t timings) convergenceBound() time.Duration {
-	settle := t.callTimeout + t.maxApplyDelay + t.settleMargin
 	return t.rescueAfter + 30*time.Second + 15*time.Second +
 		t.callTimeout + t.staleMargin + t.retryCap +
-		2*(t.backoffCap+settle+t.callTimeout+t.interval) + 30*time.Second
+		2*(t.backoffCap+t.applyWindow()+t.callTimeout+t.interval) + 30*time.Second
 }
 
 // Run runs one scenario and reports. A violation is in the report, not an
@@ -443,7 +442,7 @@ func (s *system) boot(ctx context.Context) error {
 	for i := range cmp.Or(s.sc.Reconcilers, 1) {
 		args := []string{"reconciler", "--id", fmt.Sprintf("reconciler-%d", i),
 			"--call-timeout", t.callTimeout.String(), "--stale-margin", t.staleMargin.String(),
-			"--settle-margin", t.settleMargin.String(), "--max-apply-delay", t.maxApplyDelay.String(),
+			"--apply-margin", t.applyMargin.String(), "--max-apply-delay", t.maxApplyDelay.String(),
 			"--interval", t.interval.String(), "--lease-ttl", t.leaseTTL.String(), "--lookup-rate", "2000",
 			"--lookup-backoff-base", "100ms", "--lookup-backoff-cap", t.backoffCap.String(),
 			"--max-unknown-age", t.maxUnknownAge.String(), "--max-attempts", "20",

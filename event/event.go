@@ -1,11 +1,12 @@
-// Package webhook tells merchants what happened to their charges and
-// refunds. Postgres writes an event in the same transaction as every move
-// that settles one — to succeeded, failed or needs_review — keeping the
-// row as the move left it (migrations/functions/events_on_moves.sql), and
-// one in the transaction that disables a webhook endpoint
+// Package event reads what merchants are told happened: their events.
+// Postgres writes an event in the same transaction as every move that
+// settles a charge or refund — to succeeded, failed or needs_review —
+// keeping the row as the move left it (migrations/functions/events_on_moves.sql),
+// and one in the transaction that disables a webhook endpoint
 // (events_on_endpoint_disabled.sql); this package reads them, for
-// GET /v1/events and for deliveries (docs/webhooks.md).
-package webhook
+// GET /v1/events and for webhook deliveries, and deletes them past their
+// retention (docs/webhooks.md).
+package event
 
 import (
 	"context"
@@ -18,17 +19,18 @@ import (
 
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/pg"
+	"github.com/chargeflow/chargeflow/resource"
 )
 
 // ErrNotFound means the tenant has no such event.
-var ErrNotFound = errors.New("webhook: no such event")
+var ErrNotFound = errors.New("event: no such event")
 
 // TypeEndpointDisabled is the event of an endpoint disabled after a
-// delivery failed every attempt; its object is the endpoint, without its
+// delivery failed every attempt; it is about the endpoint, without its
 // secret.
 const TypeEndpointDisabled = "webhook_endpoint.disabled"
 
-// The event types: an object's kind and the state a move left it in.
+// The event types: a resource's kind and the state a move left it in.
 var Types = []string{
 	"charge.succeeded", "charge.failed", "charge.needs_review",
 	"refund.succeeded", "refund.failed", "refund.needs_review",
@@ -52,12 +54,20 @@ type Event struct {
 	TenantID string
 	ID       string
 	Type     string
-	// Object is the charge or refund; zero when Endpoint is set.
-	Object intent.Charge
-	// Endpoint is the endpoint of a TypeEndpointDisabled event, its
-	// Secret empty; nil for the others.
-	Endpoint  *Endpoint
+	// Charge is the charge or refund; zero when Endpoint is set.
+	Charge intent.Charge
+	// Endpoint is the endpoint of a TypeEndpointDisabled event, rendered
+	// without its secret; nil for the others.
+	Endpoint  *resource.Endpoint
 	CreatedAt time.Time
+}
+
+// Resource renders the event as the API shows it and webhooks carry it.
+func (e Event) Resource() resource.Event {
+	if e.Endpoint != nil {
+		return resource.EndpointEventOf(e.ID, e.Type, e.CreatedAt, *e.Endpoint)
+	}
+	return resource.EventOf(e.ID, e.Type, e.CreatedAt, e.Charge)
 }
 
 const eventColumns = `tenant_id, id, type, snapshot, created_at`
@@ -76,38 +86,34 @@ func scanEvent(row pgx.Row) (Event, error) {
 		e.Endpoint = &endpoint
 		return e, nil
 	}
-	object, err := intent.FromSnapshot(snapshot)
+	charge, err := intent.FromSnapshot(snapshot)
 	if err != nil {
 		return Event{}, fmt.Errorf("event %s: %w", e.ID, err)
 	}
-	e.Object = object
+	e.Charge = charge
 	return e, nil
 }
 
-// endpointFromSnapshot reads a row of webhook_endpoints that Postgres
+// endpointFromSnapshot renders a row of webhook_endpoints that Postgres
 // encoded with to_jsonb, its secret removed
 // (migrations/functions/events_on_endpoint_disabled.sql).
-func endpointFromSnapshot(snapshot []byte) (Endpoint, error) {
+func endpointFromSnapshot(snapshot []byte) (resource.Endpoint, error) {
 	var r struct {
-		TenantID       string     `json:"tenant_id"`
 		ID             string     `json:"id"`
 		URL            string     `json:"url"`
 		Events         []string   `json:"events"`
-		Failures       int        `json:"failures"`
-		LastSuccessAt  *time.Time `json:"last_success_at"`
 		DisabledAt     *time.Time `json:"disabled_at"`
 		DisabledReason *string    `json:"disabled_reason"`
 		CreatedAt      time.Time  `json:"created_at"`
 	}
 	if err := json.Unmarshal(snapshot, &r); err != nil {
-		return Endpoint{}, fmt.Errorf("decode endpoint snapshot: %w", err)
+		return resource.Endpoint{}, fmt.Errorf("decode endpoint snapshot: %w", err)
 	}
-	e := Endpoint{TenantID: r.TenantID, ID: r.ID, URL: r.URL, Events: r.Events, Failures: r.Failures,
-		LastSuccessAt: r.LastSuccessAt, DisabledAt: r.DisabledAt, CreatedAt: r.CreatedAt}
+	var reason string
 	if r.DisabledReason != nil {
-		e.DisabledReason = *r.DisabledReason
+		reason = *r.DisabledReason
 	}
-	return e, nil
+	return resource.EndpointOf(r.ID, r.URL, r.Events, r.DisabledAt, reason, r.CreatedAt), nil
 }
 
 // Get reads one event of a tenant; another tenant's id is ErrNotFound.
@@ -136,7 +142,7 @@ type ListParams struct {
 // List returns a page of events and whether more follow it.
 func List(ctx context.Context, db pg.Handle, p ListParams) ([]Event, bool, error) {
 	if p.TenantID == "" {
-		return nil, false, errors.New("webhook: list the events of which tenant?")
+		return nil, false, errors.New("event: list the events of which tenant?")
 	}
 	// One statement per filter combination: a "($n = '' OR type = $n)"
 	// form has a generic plan that reads every event of the tenant.

@@ -1,23 +1,19 @@
-package webhook_test
+package event_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chargeflow/chargeflow/event"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
 	"github.com/chargeflow/chargeflow/internal/ids"
-	"github.com/chargeflow/chargeflow/submit"
-	"github.com/chargeflow/chargeflow/webhook"
 )
 
 // Every move that settles a row writes one event in its own transaction,
@@ -33,9 +29,9 @@ func TestEventsAreWrittenWithTheirMoves(t *testing.T) {
 			CountAttempt: to == intent.StateSubmitting, ProviderChargeID: "py_1", FailureCode: "card_declined", ReviewReason: "lookup_unavailable", CheckAfter: 1})
 		require.NoError(t, err)
 	}
-	list := func() []webhook.Event {
+	list := func() []event.Event {
 		t.Helper()
-		events, _, err := webhook.List(ctx, pool, webhook.ListParams{TenantID: tenant, Limit: 100})
+		events, _, err := event.List(ctx, pool, event.ListParams{TenantID: tenant, Limit: 100})
 		require.NoError(t, err)
 		return events
 	}
@@ -61,12 +57,12 @@ func TestEventsAreWrittenWithTheirMoves(t *testing.T) {
 	require.True(t, ids.Valid("evt", e.ID), e.ID)
 	require.Equal(t, "charge.succeeded", e.Type)
 	require.Equal(t, []any{c.ID, intent.StateSucceeded, int64(1500), "py_1", intent.KindCharge},
-		[]any{e.Object.ID, e.Object.State, e.Object.Amount, e.Object.ProviderChargeID, e.Object.Kind})
-	got, err := webhook.Get(ctx, pool, tenant, e.ID)
+		[]any{e.Charge.ID, e.Charge.State, e.Charge.Amount, e.Charge.ProviderChargeID, e.Charge.Kind})
+	got, err := event.Get(ctx, pool, tenant, e.ID)
 	require.NoError(t, err)
 	require.Equal(t, e, got)
-	_, err = webhook.Get(ctx, pool, dbtest.Tenant(t, pool, "other"), e.ID)
-	require.ErrorIs(t, err, webhook.ErrNotFound, "another tenant's event")
+	_, err = event.Get(ctx, pool, dbtest.Tenant(t, pool, "other"), e.ID)
+	require.ErrorIs(t, err, event.ErrNotFound, "another tenant's event")
 
 	// Every settling state, for charges and refunds; needs_review as often
 	// as it happens.
@@ -86,7 +82,7 @@ func TestEventsAreWrittenWithTheirMoves(t *testing.T) {
 
 	var types []string
 	for _, e := range list() {
-		types = append(types, e.Type+" "+e.Object.ID)
+		types = append(types, e.Type+" "+e.Charge.ID)
 	}
 	slices.Reverse(types) // oldest first
 	require.Equal(t, []string{
@@ -94,15 +90,15 @@ func TestEventsAreWrittenWithTheirMoves(t *testing.T) {
 		"charge.needs_review " + reviewed.ID, "charge.needs_review " + reviewed.ID, "refund.succeeded " + refund.ID,
 	}, types, "newest first, one per settling move")
 
-	refunds, _, err := webhook.List(ctx, pool, webhook.ListParams{TenantID: tenant, Type: "refund.succeeded", Limit: 10})
+	refunds, _, err := event.List(ctx, pool, event.ListParams{TenantID: tenant, Type: "refund.succeeded", Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, refunds, 1)
-	require.Equal(t, []any{intent.KindRefund, c.ID, int64(500)}, []any{refunds[0].Object.Kind, refunds[0].Object.ParentID, refunds[0].Object.Amount})
+	require.Equal(t, []any{intent.KindRefund, c.ID, int64(500)}, []any{refunds[0].Charge.Kind, refunds[0].Charge.ParentID, refunds[0].Charge.Amount})
 
-	page, more, err := webhook.List(ctx, pool, webhook.ListParams{TenantID: tenant, Limit: 2})
+	page, more, err := event.List(ctx, pool, event.ListParams{TenantID: tenant, Limit: 2})
 	require.NoError(t, err)
 	require.True(t, more)
-	rest, more, err := webhook.List(ctx, pool, webhook.ListParams{TenantID: tenant, Limit: 10, StartingAfter: page[1].ID})
+	rest, more, err := event.List(ctx, pool, event.ListParams{TenantID: tenant, Limit: 10, StartingAfter: page[1].ID})
 	require.NoError(t, err)
 	require.False(t, more)
 	require.Len(t, rest, 3)
@@ -148,12 +144,12 @@ func TestEventsOfABatchedMove(t *testing.T) {
 
 	got := map[string]string{}
 	for _, e := range mustList(ctx, t, pool, tenant) {
-		require.NotContains(t, got, e.Object.ID, "one event per settled charge")
-		got[e.Object.ID] = e.Type
-		c, err := intent.Get(ctx, pool, tenant, e.Object.ID)
+		require.NotContains(t, got, e.Charge.ID, "one event per settled charge")
+		got[e.Charge.ID] = e.Type
+		c, err := intent.Get(ctx, pool, tenant, e.Charge.ID)
 		require.NoError(t, err)
 		require.Equal(t, []any{c.State, c.Amount, c.ProviderChargeID, c.FailureCode},
-			[]any{e.Object.State, e.Object.Amount, e.Object.ProviderChargeID, e.Object.FailureCode}, "the snapshot is its own row's")
+			[]any{e.Charge.State, e.Charge.Amount, e.Charge.ProviderChargeID, e.Charge.FailureCode}, "the snapshot is its own row's")
 	}
 	require.Equal(t, want, got)
 
@@ -163,61 +159,10 @@ func TestEventsOfABatchedMove(t *testing.T) {
 	require.Equal(t, []int{2, 2}, []int{deliveries, jobs}, "the two charge.succeeded events, to the one subscribed endpoint")
 }
 
-// TestDeliverJobsMatchRiverInsert holds the webhook.deliver rows the events
-// triggers write in SQL (events_on_moves for a charge's move,
-// decide_deliveries for an endpoint's disabling) to the rows River's client
-// writes for the same jobs (InsertTx into webhook.Queue with
-// webhook.MaxAttempts and chargeflow's middleware, as submit's
-// TestRowMatchesRiverInsert does for charge.submit): if a River upgrade
-// changes what its insert writes, this fails before a worker misreads a job.
-func TestDeliverJobsMatchRiverInsert(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := dbtest.Pool(t)
-	tenant := dbtest.Tenant(t, pool, "deliver jobs")
-	dbtest.WebhookEndpoint(t, pool, tenant, "https://merchant.example/all", []string{"*"})
-	failing := dbtest.WebhookEndpoint(t, pool, tenant, "https://merchant.example/failing", []string{"charge.succeeded"})
-
-	c := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenant})
-	for _, m := range []intent.Move{
-		{From: intent.StatePending, To: intent.StateSubmitting, CountAttempt: true},
-		{From: intent.StateSubmitting, To: intent.StateSucceeded, ProviderChargeID: "py_1"},
-	} {
-		m.TenantID, m.ChargeID, m.Actor, m.Reason = tenant, c.ID, "test", "test"
-		_, err := intent.MoveCharge(ctx, pool, m)
-		require.NoError(t, err)
-	}
-	event := mustList(ctx, t, pool, tenant)[0]
-	require.NoError(t, webhook.Record(ctx, pool, webhook.DeliverArgs{TenantID: tenant, EventID: event.ID, EndpointID: failing.ID},
-		webhook.Outcome{Attempt: 1, Final: true, Error: webhook.AttemptConnectionFailed}))
-
-	written := dbtest.RiverJobs(t, pool)
-	require.Len(t, written, 3, "the charge's event to both endpoints, the disabling's to the other")
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Middleware: submit.Middleware()})
-	require.NoError(t, err)
-	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		for _, job := range written {
-			var args webhook.DeliverArgs
-			require.NoError(t, json.Unmarshal([]byte(job.Args), &args))
-			if _, err := client.InsertTx(ctx, tx, args, &river.InsertOpts{Queue: webhook.Queue, MaxAttempts: webhook.MaxAttempts}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}))
-
-	inserted := dbtest.RiverJobs(t, pool)[len(written):]
-	require.Equal(t, inserted, written, "the triggers' jobs differ from River's own")
-	for _, job := range written {
-		require.Equal(t, []any{webhook.KindDeliver, webhook.Queue, "available", webhook.MaxAttempts},
-			[]any{job.Kind, job.Queue, job.State, job.MaxAttempts})
-	}
-}
-
 // mustList is the tenant's events, newest first.
-func mustList(ctx context.Context, t *testing.T, pool intent.DB, tenant string) []webhook.Event {
+func mustList(ctx context.Context, t *testing.T, pool intent.DB, tenant string) []event.Event {
 	t.Helper()
-	events, _, err := webhook.List(ctx, pool, webhook.ListParams{TenantID: tenant, Limit: 100})
+	events, _, err := event.List(ctx, pool, event.ListParams{TenantID: tenant, Limit: 100})
 	require.NoError(t, err)
 	return events
 }

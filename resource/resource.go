@@ -1,11 +1,11 @@
-// Package object renders what the API shows: a charge, a refund, a webhook
-// endpoint, an event.
+// Package resource renders what the API shows of a row — a charge, a refund,
+// a webhook endpoint, an event: the resources of docs/api.md.
 // The API's responses, the events Postgres keeps and the webhook deliveries
 // all go through these renderers, so a merchant sees one shape of each
-// object wherever it comes from (docs/webhooks.md). Field order is the
+// resource wherever it comes from (docs/webhooks.md). Field order is the
 // JSON's, and stored 201 bodies are replayed as they were written, so
 // fields are only ever added at the end.
-package object
+package resource
 
 import (
 	"time"
@@ -13,7 +13,7 @@ import (
 	"github.com/chargeflow/chargeflow/intent"
 )
 
-// Charge is the API's charge object. Its field order is the order of the
+// Charge is the API's charge resource. Its field order is the order of the
 // JSON, and stored 201 bodies are replayed as they were written, so fields
 // are only ever added at the end.
 type Charge struct {
@@ -59,7 +59,7 @@ func ChargeOf(c intent.Charge) Charge {
 	}
 }
 
-// Refund is the API's refund object. As with a charge, its field order
+// Refund is the API's refund resource. As with a charge, its field order
 // is the JSON's and fields are only ever added at the end.
 type Refund struct {
 	ID               string            `json:"id"`
@@ -99,7 +99,7 @@ func nonEmpty(s string) *string {
 	return &s
 }
 
-// Event is the API's event object, as GET /v1/events shows it and a
+// Event is the API's event resource, as GET /v1/events shows it and a
 // webhook delivery sends it: the type, and the charge or refund as the
 // move that caused the event left it. (The audit trail of
 // GET /v1/charges/{id}/events is another thing: every move, for people.)
@@ -110,7 +110,7 @@ type Event struct {
 	Data      any       `json:"data"`
 }
 
-// EventOf renders an event of type typ about object.
+// EventOf renders an event of type typ about a charge or refund.
 func EventOf(id, typ string, createdAt time.Time, about intent.Charge) Event {
 	var data any = ChargeOf(about)
 	if about.Kind == intent.KindRefund {
@@ -126,7 +126,7 @@ func EndpointEventOf(id, typ string, createdAt time.Time, about Endpoint) Event 
 	return Event{ID: id, Type: typ, CreatedAt: createdAt.UTC(), Data: about}
 }
 
-// Endpoint is the API's webhook endpoint object. Secret is shown in the
+// Endpoint is the API's webhook endpoint resource. Secret is shown in the
 // answer to its creation only; fields are only ever added at the end.
 type Endpoint struct {
 	ID             string    `json:"id"`

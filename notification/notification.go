@@ -1,4 +1,4 @@
-// Package notify applies the provider's verified notifications of what it
+// Package notification applies the provider's verified notifications of what it
 // applied (docs/notifications.md, "Receiving"). A verified notification is
 // evidence exactly like a lookup's answer: it may settle a submitting or
 // unknown charge or refund, through the same rule (settle.Moves: our money
@@ -8,7 +8,7 @@
 //
 // It knows nothing of HTTP: the API verifies and reads a notification
 // (psp.ParseNotification or the provider's own), calls Apply, and answers.
-package notify
+package notification
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 // Actor signs the moves a provider's notification makes.
 const Actor = "provider_notification"
 
-// Config is everything a Notifier needs.
+// Config is everything an Applier needs.
 type Config struct {
 	// DB is where rows are read and moved.
 	DB *pgxpool.Pool
@@ -34,21 +34,21 @@ type Config struct {
 	Provider string
 }
 
-// Notifier applies verified notifications.
-type Notifier struct{ cfg Config }
+// Applier applies verified notifications.
+type Applier struct{ cfg Config }
 
 // New checks cfg.
-func New(cfg Config) (*Notifier, error) {
+func New(cfg Config) (*Applier, error) {
 	if cfg.DB == nil || cfg.Provider == "" {
-		return nil, errors.New("notify: DB and Provider are required")
+		return nil, errors.New("notification: DB and Provider are required")
 	}
-	return &Notifier{cfg: cfg}, nil
+	return &Applier{cfg: cfg}, nil
 }
 
 // Apply settles the row a verified notification is about, when it may,
 // and says what it did: "settled", "no_op" (with why, when the provider
 // contradicts a settled row), or "ignored:" and why.
-func (s *Notifier) Apply(ctx context.Context, n psp.Notification) (string, error) {
+func (s *Applier) Apply(ctx context.Context, n psp.Notification) (string, error) {
 	if !n.Actionable() {
 		return "ignored:" + n.Reason, nil
 	}

@@ -1,9 +1,0 @@
--- The audit trail is append-only: no row of it is ever changed or removed.
-CREATE OR REPLACE FUNCTION charge_events_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION 'charge_events is append-only' USING ERRCODE = 'CF003';
-END
-$$;
-
-CREATE OR REPLACE TRIGGER charge_events_append_only BEFORE UPDATE OR DELETE ON charge_events
-    FOR EACH ROW EXECUTE FUNCTION charge_events_append_only();
