@@ -15,6 +15,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/chargeflow/chargeflow/accept"
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/apitest"
@@ -185,7 +186,7 @@ func TestAcceptsShareACommit(t *testing.T) {
 
 		var rm metricdata.ResourceMetrics
 		require.NoError(t, reader.Collect(context.Background(), &rm))
-		h := histogramOf(t, rm, api.MetricAcceptBatch)
+		h := histogramOf(t, rm, accept.MetricAcceptBatch)
 		// A retry of the duplicate key that arrives after the first answer
 		// was kept is answered from memory, before any statement.
 		fromMemory := replaysBySource(t, reader)[api.ReplaySourceMemory]

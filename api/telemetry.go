@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/chargeflow/chargeflow/accept"
 	"github.com/chargeflow/chargeflow/intent"
 )
 
@@ -44,10 +43,6 @@ const (
 	// count estimated from the planner's statistics, "false" on an exact
 	// one.
 	MetricCharges = "chargeflow.charges"
-
-	// MetricAcceptBatch is the number of charges each accept statement
-	// wrote together, which package accept records.
-	MetricAcceptBatch = accept.MetricAcceptBatch
 )
 
 // The values of the replays metric's source attribute.

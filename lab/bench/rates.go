@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/chargeflow/chargeflow/api"
+	"github.com/chargeflow/chargeflow/accept"
 )
 
 // RatesOptions configures Rates.
@@ -37,7 +37,7 @@ type RateProbe struct {
 	// not be read.
 	CPU *RateCPU `json:"cpu_per_charge_us,omitempty"`
 	// AcceptBatch is the charges an accept statement carried on average,
-	// from the API's own histogram (api.MetricAcceptBatch); 0 where the API
+	// from the API's own histogram (accept.MetricAcceptBatch); 0 where the API
 	// has no metrics endpoint to read.
 	AcceptBatch float64 `json:"accept_batch,omitempty"`
 }
@@ -146,7 +146,7 @@ func (r *runner) probeRate(ctx context.Context, client *apiClient, perSecond flo
 // histogram is a histogram's sum and count.
 type histogram struct{ sum, count float64 }
 
-// acceptBatches reads the API's accept batch histogram (api.MetricAcceptBatch)
+// acceptBatches reads the API's accept batch histogram (accept.MetricAcceptBatch)
 // from its /metrics, zero before its first batch; false where there is no
 // endpoint to read (an API in this process).
 func (r *runner) acceptBatches(ctx context.Context) (histogram, bool) {
@@ -158,7 +158,7 @@ func (r *runner) acceptBatches(ctx context.Context) (histogram, bool) {
 		return histogram{}, false
 	}
 	var h histogram
-	for _, m := range families[prometheusName(api.MetricAcceptBatch)].GetMetric() {
+	for _, m := range families[prometheusName(accept.MetricAcceptBatch)].GetMetric() {
 		h.sum += m.GetHistogram().GetSampleSum()
 		h.count += float64(m.GetHistogram().GetSampleCount())
 	}
