@@ -30,7 +30,7 @@ db:
 
 ## run: the whole system on this machine, with a demo tenant and a ready curl
 run: db
-	$(GO) build -tags lab -o bin/chargeflow ./cmd/chargeflow
+	$(GO) build -tags lab -buildvcs=auto -o bin/chargeflow ./cmd/chargeflow
 	exec bin/chargeflow all
 
 ## test: formatting, vet and build of the product and the lab builds, every test with -race and
@@ -54,18 +54,18 @@ test: db
 	scripts/ensure-postgres_test.sh
 	scripts/ha-postgres_test.sh
 	scripts/ensure-stripe-mock_test.sh
-	$(GO) build -tags lab -o bin/chargeflow ./cmd/chargeflow
+	$(GO) build -tags lab -buildvcs=auto -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow scenario run all --short --parallel 2
 	bin/chargeflow scenario run all --short --parallel 2 --psp stripe
 
 ## bench: measure the performance targets as ratios against baselines on a
 ## fresh database (docs/benchmarks.md); BENCHFLAGS adds flags, e.g. --json
 bench: db
-	$(GO) build -tags lab -o bin/chargeflow ./cmd/chargeflow
+	$(GO) build -tags lab -buildvcs=auto -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow bench $(BENCHFLAGS)
 
 ## scenarios: the full catalogue, with the 10,000-charge soaks (one with two APIs and a failover)
 scenarios: db
-	$(GO) build -tags lab -o bin/chargeflow ./cmd/chargeflow
+	$(GO) build -tags lab -buildvcs=auto -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow scenario run all --parallel 2
 	bin/chargeflow scenario run all --parallel 2 --psp stripe

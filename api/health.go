@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/chargeflow/chargeflow/internal/buildinfo"
 )
 
 //go:embed openapi.yaml
@@ -19,9 +21,11 @@ func serveOpenAPI(c echo.Context) error {
 	return c.Blob(http.StatusOK, "application/yaml", openAPIDocument)
 }
 
-// healthz says the process is alive. It touches nothing else.
+// healthz says the process is alive, and which build it runs. It touches
+// nothing else.
 func (s *Server) healthz(c echo.Context) error {
-	return s.WriteJSON(c, http.StatusOK, map[string]string{"status": "ok"})
+	build := buildinfo.Read()
+	return s.WriteJSON(c, http.StatusOK, map[string]string{"status": "ok", "version": build.Version, "commit": build.Commit})
 }
 
 // readyz says whether this process can serve: it is not shutting down, the

@@ -41,6 +41,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/chargeflow/chargeflow/internal/buildinfo"
 	"github.com/chargeflow/chargeflow/internal/logsink"
 )
 
@@ -106,6 +107,7 @@ func commands() []command {
 		{"reconciler", "run the reconciler: resolve unknown outcomes with proof (any number of them)", runReconciler},
 		{"charge", "a client of the API: charge create|refund|list|get|events (tenant key; create and refund through chargeflow/client), charge reconcile|resolve (operator token)", runCharge},
 		{"healthcheck", "healthcheck --url URL: GET it, exit 0 on a 2xx (the container image's HEALTHCHECK)", runHealthcheck},
+		{"version", "print the build's version and commit (also --version)", runVersion},
 	}, labCommands()...)
 }
 
@@ -119,6 +121,9 @@ const labBuild = "build it with -tags lab: `make run` builds bin/chargeflow so, 
 // run is the whole program; tests call it with their own environment.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	e := env{getenv: getenv, stdout: stdout, stderr: stderr}
+	if len(args) > 0 && args[0] == "--version" {
+		return runVersion(ctx, e, args[1:])
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stderr)
 		if len(args) == 0 {
@@ -136,6 +141,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	usage(stderr)
 	return fmt.Errorf("unknown command %q", args[0])
+}
+
+// runVersion prints the build (internal/buildinfo): what GET /healthz and
+// the chargeflow_build_info metric say too.
+func runVersion(_ context.Context, e env, args []string) error {
+	if err := parseToolFlags(newFlagSet("version", e), e, args); err != nil {
+		return err
+	}
+	b := buildinfo.Read()
+	_, err := fmt.Fprintf(e.stdout, "chargeflow %s (commit %s, %s)\n", b.Version, b.Commit, b.GoVersion)
+	return err
 }
 
 func usage(w io.Writer) {

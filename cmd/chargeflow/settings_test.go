@@ -29,7 +29,7 @@ var settingsInvocations = [][]string{
 	{"tenant", "create"}, {"operator", "create"},
 	{"charge", "create"}, {"charge", "refund", "ch_x"}, {"charge", "list"}, {"charge", "get", "ch_x"},
 	{"charge", "events", "ch_x"}, {"charge", "reconcile", "ch_x"}, {"charge", "resolve", "ch_x"},
-	{"scenario", "run", "x"}, {"bench"}, {"healthcheck"},
+	{"scenario", "run", "x"}, {"bench"}, {"healthcheck"}, {"version"},
 }
 
 // inspectFlags returns the flag set `chargeflow args…` parses, and which of

@@ -22,6 +22,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/chargeflow/chargeflow/internal/buildinfo"
 )
 
 // telemetry is how one process observes itself: the tracer and meter
@@ -117,9 +119,16 @@ func otlpTracesEndpoint(e env) (string, error) {
 // runtime and process collectors beside it, and the handler that serves it.
 func newMetrics(res *resource.Resource) (*sdkmetric.MeterProvider, http.Handler, error) {
 	registry := prometheus.NewRegistry()
+	build := buildinfo.Read()
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chargeflow_build_info",
+		Help: "Always 1: the build this process runs, by version, commit and Go version.",
+	}, []string{"version", "commit", "goversion"})
+	buildInfo.WithLabelValues(build.Version, build.Commit, build.GoVersion).Set(1)
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo,
 	} {
 		if err := registry.Register(c); err != nil {
 			return nil, nil, fmt.Errorf("register prometheus collector: %w", err)
