@@ -46,8 +46,9 @@ func New(cfg Config) (*Applier, error) {
 }
 
 // Apply settles the row a verified notification is about, when it may,
-// and says what it did: "settled", "no_op" (with why, when the provider
-// contradicts a settled row), or "ignored:" and why.
+// and says what it did: "settled", "needs_review:amount_mismatch" (its
+// money or reference is not the row's: a person looks), "no_op" (with
+// why, when the provider contradicts a settled row), or "ignored:" and why.
 func (s *Applier) Apply(ctx context.Context, n psp.Notification) (string, error) {
 	if !n.Actionable() {
 		return "ignored:" + n.Reason, nil
@@ -81,7 +82,7 @@ func (s *Applier) Apply(ctx context.Context, n psp.Notification) (string, error)
 		// attempt gets the provider's saved answer under the same key.
 		return "no_op", nil
 	}
-	moves, _ := settle.Moves(intent.Move{TenantID: row.TenantID, ChargeID: row.ID, From: row.State, Actor: Actor},
+	moves, outcome := settle.Moves(intent.Move{TenantID: row.TenantID, ChargeID: row.ID, From: row.State, Actor: Actor},
 		row, answer, settle.Notification)
 	err = pgx.BeginFunc(ctx, s.cfg.DB, func(tx pgx.Tx) error {
 		for _, m := range moves {
@@ -97,6 +98,9 @@ func (s *Applier) Apply(ctx context.Context, n psp.Notification) (string, error)
 	}
 	if err != nil {
 		return "", err
+	}
+	if outcome == settle.Mismatch {
+		return "needs_review:amount_mismatch", nil
 	}
 	return "settled", nil
 }

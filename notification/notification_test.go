@@ -344,8 +344,8 @@ func TestNotificationMovesNothingElse(t *testing.T) {
 // settlement of it: settle.Moves sends a submitting row through unknown to
 // needs_review (two moves in one transaction), an unknown one straight to
 // needs_review, whatever the notification's status, and Apply reports
-// "settled" (docs/notifications.md). A second delivery then finds the row
-// in review and moves nothing.
+// "needs_review:amount_mismatch" (docs/notifications.md). A second
+// delivery then finds the row in review and moves nothing.
 func TestNotificationContradictingTheRowGoesToReview(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -383,7 +383,7 @@ func TestNotificationContradictingTheRowGoesToReview(t *testing.T) {
 			c := e.charge(t, tc.from...)
 			n := tc.notify(t, c)
 			before := e.stored(t, c)
-			e.apply(t, e.applier, n, "settled")
+			e.apply(t, e.applier, n, "needs_review:amount_mismatch")
 			row, moves := e.newMoves(t, c, before)
 			require.Equal(t, intent.StateNeedsReview, row.State)
 			require.Empty(t, row.ProviderChargeID, "a contradicting answer names no provider charge of ours")
@@ -416,7 +416,7 @@ func TestNotificationContradictingTheRowGoesToReview(t *testing.T) {
 		r, parentID := e.refund(t, 500, intent.StateSubmitting)
 		n := e.refunded(t, r, parentID, 400)
 		before := e.stored(t, r)
-		e.apply(t, e.applier, n, "settled")
+		e.apply(t, e.applier, n, "needs_review:amount_mismatch")
 		row, moves := e.newMoves(t, r, before)
 		require.Equal(t, intent.StateNeedsReview, row.State)
 		require.Len(t, moves, 2)
