@@ -48,7 +48,7 @@ func (a *Acceptor) acceptBatch(ctx context.Context, as []intent.Acceptance) ([]a
 	}
 	got, err := intent.AcceptMany(ctx, a.cfg.DB, as)
 	if err != nil {
-		a.cfg.Logger.WarnContext(ctx, "accept batch failed; accepting its charges one by one", "charges", len(as), "err", err.Error())
+		a.cfg.Logger.InfoContext(ctx, "accept batch failed; accepting its charges one by one", "charges", len(as), "err", err.Error())
 		for i := range out {
 			out[i].err = errAcceptAlone
 		}

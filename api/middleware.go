@@ -1,7 +1,9 @@
 package api
 
 import (
+	"cmp"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,7 +24,9 @@ const (
 	logOperatorKey = "chargeflow.log.operator_id"
 )
 
-// logRequests writes one structured line per request. It logs ids, route,
+// logRequests writes one structured line per request, "METHOD /route
+// STATUS" (the route's template, never the path a client sent), at DEBUG
+// for the probes and /metrics and at INFO otherwise. It logs ids, route,
 // status and timing only: never headers, bodies, keys or payment details.
 func (s *Server) logRequests(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
@@ -70,10 +74,17 @@ func (s *Server) logRequests(next echo.HandlerFunc) echo.HandlerFunc {
 				level = slog.LevelError
 			}
 		}
-		s.cfg.Logger.LogAttrs(c.Request().Context(), level, "request", attrs...)
+		if level == slog.LevelInfo && quietRoutes[c.Path()] {
+			level = slog.LevelDebug
+		}
+		msg := methodLabel(c.Request().Method) + " " + cmp.Or(c.Path(), "unmatched") + " " + strconv.Itoa(status)
+		s.cfg.Logger.LogAttrs(c.Request().Context(), level, msg, attrs...)
 		return nil
 	}
 }
+
+// quietRoutes are asked every few seconds by machines; their lines are DEBUG.
+var quietRoutes = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
 
 // topLevel cuts a field path to its first member: "metadata.order" → "metadata".
 func topLevel(path string) string {

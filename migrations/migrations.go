@@ -40,6 +40,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/chargeflow/chargeflow/internal/logx"
 )
 
 //go:embed sql/*.sql functions/*.sql
@@ -160,7 +162,8 @@ func Hash() (string, error) {
 // Apply brings the database up to date: River's migrations, a migration
 // history from before the baseline recorded as the baseline (upgrade.go),
 // the versioned migrations not yet applied, then the function files that
-// changed. It logs each file it applies.
+// changed. It logs one line at INFO, what it applied or that nothing was
+// due, and each file it applies at DEBUG.
 func Apply(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
 	all, err := All()
 	if err != nil {
@@ -184,7 +187,9 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockKey)
 	}()
 
-	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger})
+	// River logs each of its migrations at INFO; ours below says the same
+	// at DEBUG.
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: slog.New(logx.Quieter(logger.Handler()))})
 	if err != nil {
 		return fmt.Errorf("river migrator: %w", err)
 	}
@@ -193,7 +198,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
 		return fmt.Errorf("apply river migrations: %w", err)
 	}
 	for _, v := range res.Versions {
-		logger.InfoContext(ctx, "applied river migration", "version", v.Version, "name", v.Name)
+		logger.DebugContext(ctx, "applied river migration", "version", v.Version, "name", v.Name)
 	}
 
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS chargeflow_migrations (
@@ -217,7 +222,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	ran := false
+	ran, migrated, refreshed := false, 0, 0
 	for _, m := range all {
 		if name, ok := applied[m.Version]; ok {
 			if name != m.Name {
@@ -228,8 +233,8 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
 		if err := applyOne(ctx, conn.Conn(), m); err != nil {
 			return err
 		}
-		ran = true
-		logger.InfoContext(ctx, "applied migration", "version", m.Version, "name", m.Name)
+		ran, migrated = true, migrated+1
+		logger.DebugContext(ctx, "applied migration", "version", m.Version, "name", m.Name)
 	}
 
 	recorded, err := appliedFunctions(ctx, conn.Conn())
@@ -243,8 +248,14 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
 		if err := applyFunction(ctx, conn.Conn(), f); err != nil {
 			return err
 		}
-		logger.InfoContext(ctx, "applied function", "name", f.Name)
+		refreshed++
+		logger.DebugContext(ctx, "applied function", "name", f.Name)
 	}
+	if len(res.Versions) == 0 && migrated == 0 && refreshed == 0 {
+		logger.InfoContext(ctx, "database is up to date")
+		return nil
+	}
+	logger.InfoContext(ctx, "database migrated", "river_migrations", len(res.Versions), "migrations", migrated, "functions", refreshed)
 	return nil
 }
 

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -129,7 +130,7 @@ const actor = "worker"
 func (w *Worker) Work(ctx context.Context, job *river.Job[submit.ChargeArgs]) error {
 	ctx, span := w.telemetry.startRun(ctx, job)
 	defer span.End()
-	log := w.cfg.Logger.With("charge_id", job.Args.ChargeID, "tenant_id", job.Args.TenantID, "job_id", job.ID, "job_attempt", job.Attempt)
+	log := w.cfg.Logger.With(rowIDKey(job.Args.ChargeID), job.Args.ChargeID, "tenant_id", job.Args.TenantID, "job_id", job.ID, "job_attempt", job.Attempt)
 	if sc := span.SpanContext(); sc.HasTraceID() {
 		log = log.With("trace_id", sc.TraceID().String())
 	}
@@ -177,7 +178,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[submit.ChargeArgs], lo
 		})
 	case errors.As(err, &conflict):
 		// Someone already moved it on: this run is a duplicate or late.
-		log.InfoContext(ctx, "charge is not pending; nothing to do", "state", string(conflict.Current))
+		log.DebugContext(ctx, "nothing to send: a duplicate or late run found the "+rowNoun(args.ChargeID)+" already moved on", "state", string(conflict.Current))
 		w.telemetry.settled(ctx, conflict.Current, "not_pending")
 		return nil
 	case errors.Is(err, intent.ErrNotFound):
@@ -209,7 +210,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[submit.ChargeArgs], lo
 		// A provider id the answer named makes the reconciler's lookup a
 		// strong one (psp.LookupRequest.ProviderID).
 		move.ProviderChargeID = psp.ProviderIDOf(callErr)
-		log.WarnContext(ctx, "provider outcome unknown", "err", callErr.Error())
+		log.WarnContext(ctx, "the provider's answer was lost; the reconciler will look the "+rowNoun(charge.ID)+" up", "err", callErr.Error())
 		return w.finish(ctx, job, log, move)
 	}
 }
@@ -228,10 +229,10 @@ func (w *Worker) notApplied(ctx context.Context, job *river.Job[submit.ChargeArg
 			return w.lostRace(ctx, log, err)
 		}
 		w.telemetry.settled(ctx, back.To, back.Reason)
-		log.InfoContext(ctx, "provider did not apply the charge; retrying with backoff", "err", callErr.Error())
+		log.InfoContext(ctx, "the provider did not take the "+rowNoun(charge.ID)+"; sending it again after a backoff", "err", callErr.Error())
 		return fmt.Errorf("provider did not apply the charge: %w", callErr)
 	}
-	log.WarnContext(ctx, "provider never accepted the charge; failing it", "err", callErr.Error())
+	log.WarnContext(ctx, "the provider never took the "+rowNoun(charge.ID)+" in every attempt; it failed, uncharged", "err", callErr.Error())
 	err := w.inTx(ctx, job, log, func(tx pgx.Tx) error {
 		if _, err := intent.MoveCharge(ctx, tx, back); err != nil {
 			return err
@@ -292,7 +293,7 @@ func (w *Worker) finish(ctx context.Context, job *river.Job[submit.ChargeArgs], 
 // logMoved logs and counts the moves a run made.
 func (w *Worker) logMoved(ctx context.Context, log *slog.Logger, moves []intent.Move) {
 	last := moves[len(moves)-1]
-	log.InfoContext(ctx, "charge moved", "from", string(moves[0].From), "to", string(last.To), "reason", last.Reason)
+	log.InfoContext(ctx, rowNoun(last.ChargeID)+" "+string(last.To), "from", string(moves[0].From), "reason", last.Reason)
 	w.telemetry.settled(ctx, last.To, last.Reason)
 }
 
@@ -338,8 +339,19 @@ func (w *Worker) inTx(ctx context.Context, _ *river.Job[submit.ChargeArgs], _ *s
 func (w *Worker) lostRace(ctx context.Context, log *slog.Logger, err error) error {
 	var conflict *intent.ConflictError
 	if errors.As(err, &conflict) {
-		log.InfoContext(ctx, "charge was moved by someone else; dropping this run's result", "state", string(conflict.Current))
+		log.DebugContext(ctx, "the reconciler or a notification settled it first; this run's answer is not needed", "state", string(conflict.Current))
 		return nil
 	}
 	return err
 }
+
+// rowNoun names a row by its id: a refund or a charge.
+func rowNoun(id string) string {
+	if strings.HasPrefix(id, intent.RefundIDPrefix) {
+		return "refund"
+	}
+	return "charge"
+}
+
+// rowIDKey is the log attribute a row's id goes under.
+func rowIDKey(id string) string { return rowNoun(id) + "_id" }

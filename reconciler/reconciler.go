@@ -505,7 +505,7 @@ func (r *Reconciler) staleAfter() time.Duration {
 func (r *Reconciler) reconcile(ctx context.Context, l intent.Leased) (Result, error) {
 	ctx, span := r.telemetry.startReconcile(ctx, l.Charge)
 	defer span.End()
-	log := r.cfg.Logger.With("charge_id", l.ID, "tenant_id", l.TenantID, "lease_token", l.LeaseToken)
+	log := r.cfg.Logger.With(string(cmp.Or(l.Kind, intent.KindCharge))+"_id", l.ID, "tenant_id", l.TenantID, "lease_token", l.LeaseToken)
 	if sc := span.SpanContext(); sc.HasTraceID() {
 		log = log.With("trace_id", sc.TraceID().String())
 	}
@@ -543,7 +543,17 @@ func (r *Reconciler) decideAndWrite(ctx context.Context, log *slog.Logger, l int
 	}
 
 	d := r.decide(l, found, lookupErr)
-	log.InfoContext(ctx, "reconcile decision", "decision", d.reason, "to", string(d.move.To))
+	noun := string(cmp.Or(c.Kind, intent.KindCharge))
+	switch {
+	case d.requeue:
+		log.InfoContext(ctx, "the provider proved it never took the "+noun+"; sending it again with the same key", "decision", d.reason)
+	case d.move.To == intent.StateNeedsReview:
+		log.WarnContext(ctx, "nothing could prove what became of the "+noun+"; it needs a person (needs_review)", "decision", d.reason)
+	case d.move.To != "":
+		log.InfoContext(ctx, noun+" "+string(d.move.To)+", as the provider's records show", "decision", d.reason)
+	default:
+		log.DebugContext(ctx, "looked the "+noun+" up; nothing proven yet, checking again later", "decision", d.reason)
+	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("chargeflow.reconcile.decision", d.reason))
 	if d.requeue {
 		return r.write(ctx, log, d.counts, func(tx pgx.Tx) error {
@@ -646,10 +656,10 @@ func (r *Reconciler) write(ctx context.Context, log *slog.Logger, counts Result,
 	err := pgx.BeginFunc(ctx, r.cfg.DB, fn)
 	switch {
 	case errors.Is(err, intent.ErrFenced):
-		log.WarnContext(ctx, "fenced write refused: the lease expired and another reconciler took the charge", "err", err.Error())
+		log.InfoContext(ctx, "fenced write refused: the lease expired and another reconciler took the charge", "err", err.Error())
 		return Result{Fenced: 1}, nil
 	case errors.Is(err, intent.ErrConflict):
-		log.InfoContext(ctx, "charge moved by someone else; dropping this result", "err", err.Error())
+		log.DebugContext(ctx, "the worker or a notification settled it first; this lookup is not needed", "err", err.Error())
 		return Result{Conflicts: 1}, nil
 	case err != nil:
 		return Result{}, err

@@ -17,6 +17,7 @@ import (
 	"github.com/chargeflow/chargeflow/crashpoint"
 	"github.com/chargeflow/chargeflow/delivery"
 	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/internal/textlog"
 	"github.com/chargeflow/chargeflow/psp"
 	pspstripe "github.com/chargeflow/chargeflow/psp/stripe"
 	"github.com/chargeflow/chargeflow/webhook"
@@ -29,6 +30,7 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/chargeflow?sslmod
 type common struct {
 	databaseURL string
 	logLevel    string
+	logFormat   string
 }
 
 // bind registers the common flags.
@@ -37,9 +39,11 @@ func (c *common) bind(fs *flag.FlagSet) {
 	c.bindLogLevel(fs)
 }
 
-// bindLogLevel registers --log-level alone, for the fake provider.
+// bindLogLevel registers --log-level and --log-format alone, for the fake
+// provider.
 func (c *common) bindLogLevel(fs *flag.FlagSet) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "auto", "text (a line a person reads), json (a line a machine reads), or auto: text when stderr is a terminal, json otherwise")
 }
 
 // newFlagSet makes a subcommand's flag set that reports to stderr.
@@ -49,13 +53,27 @@ func newFlagSet(name string, e env) *flag.FlagSet {
 	return fs
 }
 
-// logger builds the JSON logger every process writes to stderr.
+// logger builds the logger every process writes to stderr: text for a
+// person at a terminal, JSON for a machine (--log-format).
 func (c *common) logger(e env) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return nil, fmt.Errorf("log level %q: %w", c.logLevel, err)
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.logLevel)
 	}
-	return slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level})), nil
+	format := cmp.Or(c.logFormat, "auto")
+	if format == "auto" {
+		format = "json"
+		if e.stderrTerminal {
+			format = "text"
+		}
+	}
+	switch format {
+	case "text":
+		return slog.New(textlog.New(e.stderr, level)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level})), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text, json or auto", c.logFormat)
 }
 
 // roleSetup is what every long-running command has once its flags are

@@ -59,7 +59,7 @@ func main() {
 	sink := logsink.New(os.Stderr)
 	defer sink.Close()
 	var stderr io.Writer = sink
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, stderr); err != nil {
+	if err := runWith(ctx, os.Args[1:], env{getenv: os.Getenv, stdout: os.Stdout, stderr: stderr, stderrTerminal: isTerminal(os.Stderr)}); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, "chargeflow:", err)
 		}
@@ -86,6 +86,15 @@ type env struct {
 	// ends with errInspected. The reference table's test reads the flags
 	// this way.
 	inspect func(fs *flag.FlagSet, fromEnv func(name string) bool)
+	// stderrTerminal says stderr is a terminal, where logs default to text.
+	stderrTerminal bool
+}
+
+// isTerminal reports whether f is a character device: a terminal, not a
+// file or a pipe.
+func isTerminal(f *os.File) bool {
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
 
 // command is one subcommand.
@@ -120,12 +129,16 @@ const labBuild = "build it with -tags lab: `make run` builds bin/chargeflow so, 
 
 // run is the whole program; tests call it with their own environment.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	e := env{getenv: getenv, stdout: stdout, stderr: stderr}
+	return runWith(ctx, args, env{getenv: getenv, stdout: stdout, stderr: stderr})
+}
+
+// runWith is run in the environment e.
+func runWith(ctx context.Context, args []string, e env) error {
 	if len(args) > 0 && args[0] == "--version" {
 		return runVersion(ctx, e, args[1:])
 	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(stderr)
+		usage(e.stderr)
 		if len(args) == 0 {
 			return errors.New("no command given")
 		}
@@ -139,7 +152,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if slices.Contains(labCommandNames, args[0]) {
 		return fmt.Errorf("%q is a command of the laboratory, which this build does not have; %s", args[0], labBuild)
 	}
-	usage(stderr)
+	usage(e.stderr)
 	return fmt.Errorf("unknown command %q", args[0])
 }
 

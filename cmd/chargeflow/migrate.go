@@ -30,11 +30,7 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	if err := migrations.Apply(ctx, pool, logger); err != nil {
-		return err
-	}
-	logger.Info("database is up to date")
-	return nil
+	return migrations.Apply(ctx, pool, logger)
 }
 
 // runTenant manages tenants: `tenant create --name NAME`.

@@ -43,6 +43,7 @@ import (
 	"github.com/chargeflow/chargeflow/census"
 	"github.com/chargeflow/chargeflow/crashpoint"
 	"github.com/chargeflow/chargeflow/delivery"
+	"github.com/chargeflow/chargeflow/internal/logx"
 	"github.com/chargeflow/chargeflow/migrations"
 	"github.com/chargeflow/chargeflow/notification"
 	"github.com/chargeflow/chargeflow/opsplane"
@@ -361,7 +362,7 @@ func NewInserter(pool *pgxpool.Pool, o Options) (*submit.Queue, error) {
 // newInsertClient makes a River client that runs no jobs: it inserts them,
 // and serves River's job UI.
 func newInsertClient(pool *pgxpool.Pool, o Options) (*river.Client[pgx.Tx], error) {
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: o.Logger, Middleware: submit.Middleware()})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: riverLogger(o.Logger), Middleware: submit.Middleware()})
 	if err != nil {
 		return nil, fmt.Errorf("river insert client: %w", err)
 	}
@@ -629,7 +630,7 @@ func NewWorker(pool *pgxpool.Pool, o Options) (*river.Client[pgx.Tx], error) {
 		return nil, err
 	}
 	return river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger: o.Logger,
+		Logger: riverLogger(o.Logger),
 		Queues: map[string]river.QueueConfig{
 			river.QueueDefault: {MaxWorkers: o.Worker.Concurrency},
 			webhook.Queue:      {MaxWorkers: o.Webhooks.Concurrency},
@@ -643,6 +644,15 @@ func NewWorker(pool *pgxpool.Pool, o Options) (*river.Client[pgx.Tx], error) {
 		FetchPollInterval:    o.Worker.FetchPollInterval,
 		Middleware:           submit.Middleware(),
 	})
+}
+
+// riverLogger is logger for River's own lines: its client's start, stop
+// and producer statistics are DEBUG, its warnings and errors as they are.
+func riverLogger(logger *slog.Logger) *slog.Logger {
+	if logger == nil {
+		return nil
+	}
+	return slog.New(logx.Quieter(logger.Handler()))
 }
 
 // ReconcilerPool opens the reconciler's pool.
