@@ -38,10 +38,15 @@ run: db
 ## and stripe-mock validates the Stripe adapter's requests),
 ## short fuzz runs, the bootstrap scripts' own tests, and the crash-scenario catalogue with short
 ## timings (a 2,000-charge soak and a failover of PostgreSQL under pg_auto_failover included)
+## promtool checks the alert rules and Prometheus's configuration under deploy/ and runs the rules' unit tests
 test: db
 	@scripts/ensure-docker-compose
 	@scripts/ensure-chromium
 	@scripts/ensure-stripe-mock >/dev/null
+	@scripts/ensure-promtool
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool check config deploy/prometheus/prometheus.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
 	@unformatted=$$(gofmt -l .); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -54,6 +59,7 @@ test: db
 	scripts/ensure-postgres_test.sh
 	scripts/ha-postgres_test.sh
 	scripts/ensure-stripe-mock_test.sh
+	scripts/ensure-promtool_test.sh
 	$(GO) build -tags lab -buildvcs=auto -o bin/chargeflow ./cmd/chargeflow
 	bin/chargeflow scenario run all --short --parallel 2
 	bin/chargeflow scenario run all --short --parallel 2 --psp stripe

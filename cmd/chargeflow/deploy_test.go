@@ -7,6 +7,7 @@ import (
 	"context"
 	"flag"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -42,6 +43,8 @@ type composeService struct {
 	StopGracePeriod string `yaml:"stop_grace_period"`
 	MemLimit        string `yaml:"mem_limit"`
 	CPUs            string `yaml:"cpus"`
+	Volumes         []any  `yaml:"volumes"`
+	Ports           []any  `yaml:"ports"`
 }
 
 // goRuntimeEnv are variables the Go runtime reads, not the binary's code.
@@ -219,7 +222,7 @@ func TestDockerCompose(t *testing.T) {
 	for name := range services {
 		names = append(names, name)
 	}
-	for _, want := range []string{"postgres", "migrate", "api", "worker", "reconciler", "fakepsp", "jaeger"} {
+	for _, want := range []string{"postgres", "migrate", "api", "worker", "reconciler", "fakepsp", "jaeger", "prometheus", "grafana"} {
 		require.Contains(t, names, want, "docker-compose.yml has no %s service", want)
 	}
 
@@ -310,6 +313,203 @@ func TestDockerCompose(t *testing.T) {
 		require.Equal(t, "http://jaeger:4318/v1/traces", endpoint, "%s: its traces go to Jaeger", name)
 	}
 	require.Equal(t, "true", services["jaeger"].env()["COLLECTOR_OTLP_ENABLED"], "jaeger: OTLP must be on")
+
+	checkComposeMonitoring(t, root, services)
+}
+
+// composeMount is a volume of a service: a bind mount when source is a path
+// on the host, a named volume otherwise.
+type composeMount struct {
+	source, target string
+	bind, readOnly bool
+}
+
+// composeMounts reads a service's volumes in either syntax, as `docker-compose
+// config` prints them (bind sources are absolute by then).
+func composeMounts(t *testing.T, name string, s composeService) []composeMount {
+	t.Helper()
+	var out []composeMount
+	for _, v := range s.Volumes {
+		switch v := v.(type) {
+		case string:
+			parts := strings.Split(v, ":")
+			require.GreaterOrEqual(t, len(parts), 2, "%s: volume %q", name, v)
+			m := composeMount{source: parts[0], target: parts[1], bind: strings.HasPrefix(parts[0], "/")}
+			if len(parts) > 2 {
+				m.readOnly = slices.Contains(strings.Split(parts[2], ","), "ro")
+			}
+			out = append(out, m)
+		case map[string]any:
+			source, _ := v["source"].(string)
+			target, _ := v["target"].(string)
+			readOnly, _ := v["read_only"].(bool)
+			out = append(out, composeMount{source: source, target: target, bind: v["type"] == "bind", readOnly: readOnly})
+		default:
+			t.Fatalf("%s: volume %#v", name, v)
+		}
+	}
+	return out
+}
+
+// hostPath is the file on the host that a path inside the container is,
+// through the service's bind mounts.
+func hostPath(mounts []composeMount, inContainer string) (string, bool) {
+	for _, m := range mounts {
+		if !m.bind {
+			continue
+		}
+		if inContainer == m.target {
+			return m.source, true
+		}
+		if rest, ok := strings.CutPrefix(inContainer, m.target+"/"); ok {
+			return filepath.Join(m.source, rest), true
+		}
+	}
+	return "", false
+}
+
+// listenPort is the port of the --addr or --metrics-addr a chargeflow
+// command listens on.
+func listenPort(command []string) string {
+	for i, arg := range command {
+		for _, flagName := range []string{"--addr", "--metrics-addr"} {
+			value, ok := strings.CutPrefix(arg, flagName+"=")
+			if !ok && arg == flagName && i+1 < len(command) {
+				value, ok = command[i+1], true
+			}
+			if ok {
+				_, port, _ := strings.Cut(value, ":")
+				return port
+			}
+		}
+	}
+	return ""
+}
+
+// checkComposeMonitoring checks what docker-compose.yml says of monitoring
+// (docs/deployment.md, "Prometheus and Grafana"): pinned images; ports on
+// loopback; Prometheus and Grafana provisioned from deploy/ by read-only
+// bind mounts of files in the repository, every one of which is mounted;
+// Prometheus scraping every role where it serves /metrics; Grafana's data
+// source, dashboards and anonymous viewers.
+func checkComposeMonitoring(t *testing.T, root string, services map[string]composeService) {
+	t.Helper()
+	mounted := map[string]bool{} // host paths bind-mounted into some service
+	for name, s := range services {
+		if s.Build == nil {
+			_, tag, ok := strings.Cut(s.Image, ":")
+			require.True(t, ok && tag != "" && tag != "latest", "%s: image %q is not pinned to a version", name, s.Image)
+		}
+		for _, p := range s.Ports {
+			switch p := p.(type) {
+			case string:
+				require.True(t, strings.HasPrefix(p, "127.0.0.1:"), "%s: port %q is published beyond 127.0.0.1", name, p)
+			case map[string]any:
+				require.Equal(t, "127.0.0.1", p["host_ip"], "%s: port %v is published beyond 127.0.0.1", name, p)
+			default:
+				t.Fatalf("%s: port %#v", name, p)
+			}
+		}
+		for _, m := range composeMounts(t, name, s) {
+			if !m.bind {
+				continue
+			}
+			rel, err := filepath.Rel(root, m.source)
+			require.NoError(t, err)
+			require.False(t, rel == ".." || strings.HasPrefix(rel, "../"), "%s: mounts %s, from outside the repository", name, m.source)
+			_, err = os.Stat(m.source)
+			require.NoError(t, err, "%s: mounts %s, which the repository does not have (Docker would create an empty directory)", name, rel)
+			require.True(t, m.readOnly, "%s: mounts %s read-write", name, rel)
+			mounted[m.source] = true
+		}
+	}
+
+	prometheus, grafana := services["prometheus"], services["grafana"]
+	require.Regexp(t, `^prom/prometheus:v[0-9]+\.[0-9]+\.[0-9]+$`, prometheus.Image)
+	require.Regexp(t, `^grafana/grafana:[0-9]+\.[0-9]+\.[0-9]+$`, grafana.Image)
+
+	// Every file of deploy/ but the rules' unit tests is in a container.
+	err := filepath.WalkDir(filepath.Join(root, "deploy"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(path, "_test.yml") {
+			return err
+		}
+		for p := path; p != root; p = filepath.Dir(p) {
+			if mounted[p] {
+				return nil
+			}
+		}
+		rel, _ := filepath.Rel(root, path)
+		t.Errorf("docker-compose.yml mounts %s into no service", rel)
+		return nil
+	})
+	require.NoError(t, err)
+
+	// Prometheus reads the repository's configuration and every rule file
+	// it names, relative to it.
+	promMounts := composeMounts(t, "prometheus", prometheus)
+	var configFile string
+	for _, arg := range stringList(t, "prometheus command", prometheus.Command) {
+		if v, ok := strings.CutPrefix(arg, "--config.file="); ok {
+			configFile = v
+		}
+	}
+	require.NotEmpty(t, configFile, "prometheus: no --config.file in its command")
+	host, ok := hostPath(promMounts, configFile)
+	require.True(t, ok, "prometheus: its --config.file %s is not mounted", configFile)
+	require.Equal(t, filepath.Join(root, "deploy", "prometheus", "prometheus.yml"), host)
+	config := readPrometheusConfig(t, root)
+	require.NotEmpty(t, config.RuleFiles)
+	for _, f := range config.RuleFiles {
+		host, ok := hostPath(promMounts, filepath.Join(filepath.Dir(configFile), f))
+		require.True(t, ok, "prometheus: the rule file %s is not mounted", f)
+		require.FileExists(t, host)
+	}
+
+	// It scrapes each role at the port the role's command listens on, and
+	// every role that serves /metrics is scraped.
+	scraped := map[string]bool{}
+	for job, targets := range config.scrapeTargets() {
+		require.NotEmpty(t, targets, "prometheus.yml: job %s has no target", job)
+		for _, target := range targets {
+			host, port, ok := strings.Cut(target, ":")
+			require.True(t, ok, "prometheus.yml: job %s: target %q", job, target)
+			s, ok := services[host]
+			require.True(t, ok, "prometheus.yml: job %s scrapes %s, which is no service", job, host)
+			require.Equal(t, listenPort(stringList(t, host+" command", s.Command)), port, "prometheus.yml: job %s scrapes %s, which its command does not listen on", job, target)
+			scraped[host] = true
+		}
+	}
+	for _, sc := range config.ScrapeConfigs {
+		require.Contains(t, []string{"", "/metrics"}, sc.MetricsPath, "prometheus.yml: job %s", sc.JobName)
+	}
+	for _, role := range []string{"api", "worker", "reconciler"} {
+		require.True(t, scraped[role], "prometheus.yml scrapes no %s", role)
+	}
+
+	// Grafana: provisioned from the repository, its data source the
+	// Prometheus service, open to anonymous viewers and no more.
+	grafanaMounts := composeMounts(t, "grafana", grafana)
+	provisioning, ok := hostPath(grafanaMounts, "/etc/grafana/provisioning/datasources")
+	require.True(t, ok, "grafana: /etc/grafana/provisioning/datasources is not mounted")
+	require.Equal(t, filepath.Join(root, "deploy", "grafana", "provisioning", "datasources"), provisioning)
+	sources := readYAML[grafanaDatasources](t, filepath.Join(provisioning, "prometheus.yml"))
+	require.Len(t, sources.Datasources, 1)
+	require.Equal(t, "http://prometheus:9090", sources.Datasources[0].URL, "grafana: its data source is the prometheus service")
+	dashboards, ok := hostPath(grafanaMounts, "/etc/grafana/provisioning/dashboards")
+	require.True(t, ok, "grafana: /etc/grafana/provisioning/dashboards is not mounted")
+	providers := readYAML[grafanaDashboardProviders](t, filepath.Join(dashboards, "chargeflow.yml"))
+	require.Len(t, providers.Providers, 1)
+	dir, ok := hostPath(grafanaMounts, providers.Providers[0].Options.Path)
+	require.True(t, ok, "grafana: the dashboards' path %s is not mounted", providers.Providers[0].Options.Path)
+	require.FileExists(t, filepath.Join(dir, filepath.Base(dashboardFile)))
+	env := grafana.env()
+	require.Equal(t, "true", env["GF_AUTH_ANONYMOUS_ENABLED"], "grafana: anonymous access for local use")
+	require.Equal(t, "Viewer", env["GF_AUTH_ANONYMOUS_ORG_ROLE"], "grafana: anonymous users only view")
+	if home := env["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]; home != "" {
+		host, ok := hostPath(grafanaMounts, home)
+		require.True(t, ok, "grafana: the home dashboard %s is not mounted", home)
+		require.FileExists(t, host)
+	}
 }
 
 // TestDeployEnvCheck shows that the check above catches a misspelt variable,
