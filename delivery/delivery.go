@@ -2,8 +2,8 @@
 // merchant's webhook endpoint: the webhook.deliver job the events trigger
 // writes with the move that caused the event (docs/webhooks.md).
 //
-// A delivery is one POST of the event object (the API's own rendering,
-// package object) signed by the Standard Webhooks scheme, with the event's
+// A delivery is one POST of the event (the API's own rendering, package
+// resource) signed by the Standard Webhooks scheme, with the event's
 // id as webhook-id on every retry, so a receiver that got it twice can tell.
 // A 2xx delivers it; anything else — another status, a timeout, a refused
 // connection, a redirect — is an attempt that failed, logged, and retried
@@ -77,7 +77,7 @@ type Config struct {
 type Worker struct {
 	river.WorkerDefaults[webhook.DeliverArgs]
 	cfg    Config
-	client *http.Client
+	sender *Sender
 }
 
 // NewWorker checks cfg and fills its defaults.
@@ -95,21 +95,38 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	dialer := &net.Dialer{Timeout: cfg.Timeout, Control: webhook.Policy{AllowPrivate: cfg.AllowPrivate, Ports: cfg.Ports}.Control()}
+	sender := NewSender(webhook.Policy{AllowPrivate: cfg.AllowPrivate, Ports: cfg.Ports}, cfg.Timeout, cfg.Now)
+	return &Worker{cfg: cfg, sender: sender}, nil
+}
+
+// Sender makes one attempt of a webhook: the signed POST, its timeout, the
+// address rule at dial time, what counts as delivered (a 2xx, never a
+// redirect) and the fixed code of a failure. The worker sends every
+// delivery with one; `chargeflow listen` forwards with one, so a webhook
+// forwarded to a laptop is made exactly as a delivered one.
+type Sender struct {
+	client *http.Client
+	now    func() time.Time
+}
+
+// NewSender makes a Sender whose connections policy allows, each attempt
+// bounded by timeout, its signatures stamped by now.
+func NewSender(policy webhook.Policy, timeout time.Duration, now func() time.Time) *Sender {
+	dialer := &net.Dialer{Timeout: timeout, Control: policy.Control()}
 	client := &http.Client{
-		Timeout: cfg.Timeout,
+		Timeout: timeout,
 		Transport: &http.Transport{
 			DialContext:           dialer.DialContext,
 			Proxy:                 nil, // a proxy would dial for us, past the dialer's Control
-			TLSHandshakeTimeout:   cfg.Timeout,
-			ResponseHeaderTimeout: cfg.Timeout,
+			TLSHandshakeTimeout:   timeout,
+			ResponseHeaderTimeout: timeout,
 			MaxIdleConnsPerHost:   4,
 		},
 		// A redirect is an answer, not a 2xx: a receiver moves by updating
 		// its endpoint, never by sending us elsewhere.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return &Worker{cfg: cfg, client: client}, nil
+	return &Sender{client: client, now: now}
 }
 
 // Timeout bounds one run: the delivery, plus the log's transaction.
@@ -177,31 +194,37 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[webhook.DeliverArgs]) 
 // post sends the event to the endpoint once. A failure's Go error is
 // returned beside the outcome, for the log only.
 func (w *Worker) post(ctx context.Context, d webhook.Delivery) (webhook.Outcome, error) {
+	body, err := json.Marshal(d.Event.Resource())
+	if err != nil {
+		return webhook.Outcome{Error: webhook.AttemptInternal}, fmt.Errorf("encode event: %w", err)
+	}
+	return w.sender.Send(ctx, d.Endpoint.URL, d.Endpoint.Secret, d.Event.ID, body)
+}
+
+// Send POSTs body, the event eventID as the API renders it, to url once,
+// signed with secret by the Standard Webhooks scheme, eventID as its
+// webhook-id. A failure's Go error is returned beside the outcome, for a
+// log only: its text may quote the URL, which is the merchant's.
+func (s *Sender) Send(ctx context.Context, url, secret, eventID string, body []byte) (webhook.Outcome, error) {
 	start := time.Now()
 	o := webhook.Outcome{}
-	e := d.Event
-	body, err := json.Marshal(e.Resource())
-	if err != nil {
-		o.Error = webhook.AttemptInternal
-		return o, fmt.Errorf("encode event: %w", err)
-	}
-	timestamp := w.cfg.Now().Unix()
-	signature, err := webhook.Sign(d.Endpoint.Secret, e.ID, timestamp, body)
+	timestamp := s.now().Unix()
+	signature, err := webhook.Sign(secret, eventID, timestamp, body)
 	if err != nil {
 		o.Error = webhook.AttemptInternal
 		return o, errors.New("sign event: the endpoint's secret is malformed")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.Endpoint.URL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		o.Error = webhook.AttemptInternal
 		return o, errors.New("make request: the endpoint's url is malformed")
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "chargeflow-webhooks/1")
-	req.Header.Set("webhook-id", e.ID)
+	req.Header.Set("webhook-id", eventID)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(timestamp, 10))
 	req.Header.Set("webhook-signature", signature)
-	resp, err := w.client.Do(req)
+	resp, err := s.client.Do(req)
 	o.Duration = time.Since(start)
 	if err != nil {
 		o.Error, err = describe(err)
