@@ -51,6 +51,8 @@ var (
 	ErrNameTaken = errors.New("operator: name already taken")
 	// ErrInvalid means a name or role that cannot be stored.
 	ErrInvalid = errors.New("operator: invalid name or role")
+	// ErrNotFound means no active operator has the name.
+	ErrNotFound = errors.New("operator: no such active operator")
 )
 
 // Operator is one person with a token.
@@ -137,4 +139,48 @@ func ResetToken(ctx context.Context, db pg.Handle, name string) (o Operator, tok
 		return Operator{}, "", false, fmt.Errorf("reset token of %q: %w", name, err)
 	}
 	return o, token, true, nil
+}
+
+// Listed is an operator as an administrator lists it.
+type Listed struct {
+	Operator
+	CreatedAt time.Time
+	// RevokedAt is when it was revoked; nil for an active operator.
+	RevokedAt *time.Time
+}
+
+// List returns every operator, active or revoked, oldest first.
+func List(ctx context.Context, db pg.Handle) ([]Listed, error) {
+	rows, err := db.Query(ctx, `SELECT id, name, role, created_at, revoked_at FROM operators ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("list operators: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Listed, error) {
+		var l Listed
+		err := row.Scan(&l.ID, &l.Name, &l.Role, &l.CreatedAt, &l.RevokedAt)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list operators: %w", err)
+	}
+	return out, nil
+}
+
+// Revoke ends the active operator called name: its token stops working and
+// its page sessions end everywhere at once, since both are checked against
+// revoked_at. ErrNotFound when no active operator has the name.
+func Revoke(ctx context.Context, db pg.Handle, name string) (Operator, error) {
+	var o Operator
+	err := db.QueryRow(ctx, `UPDATE operators SET revoked_at = now() WHERE name = $1 AND revoked_at IS NULL
+		RETURNING id, name, role`, name).Scan(&o.ID, &o.Name, &o.Role)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Operator{}, fmt.Errorf("operator %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return Operator{}, fmt.Errorf("revoke operator: %w", err)
+	}
+	if _, err := db.Exec(ctx, `DELETE FROM operator_sessions WHERE operator_id = $1`, o.ID); err != nil {
+		return Operator{}, fmt.Errorf("revoke operator: %w", err)
+	}
+	return o, nil
 }

@@ -85,8 +85,8 @@ func New(cfg Config) (*Plane, error) {
 func (p *Plane) Routes(e *echo.Echo, s *api.Server) {
 	p.api = s
 
-	// The JSON API: operator tokens only; every action is audited in the
-	// charge's events (ops.go).
+	// The JSON API: operator tokens only; every action is in the charge's
+	// audit trail (ops.go).
 	ops := e.Group("/ops/v1", s.LimitAuthFailures, p.authenticateOperator)
 	ops.GET("/charges", p.opsListCharges)
 	ops.GET("/charges/:id", p.opsGetCharge)
@@ -98,6 +98,9 @@ func (p *Plane) Routes(e *echo.Echo, s *api.Server) {
 	// token, and every action is the JSON API's own resolveCharge or
 	// reconcileCharge.
 	page := e.Group("/ops", pageHeaders(pageCSP), p.pageErrors, p.sameOrigin)
+	// A browser pointed at the API's root is a person: send them to the
+	// page. Clients call /v1 and never ask for /.
+	e.GET("/", redirectTo("/ops/"), pageHeaders(pageCSP))
 	page.GET("", redirectTo("/ops/"))
 	page.GET("/ops.css", p.pageStyle)
 	page.GET("/sign-in", p.pageSignInForm)

@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/chargeflow/chargeflow/admin"
 	"github.com/chargeflow/chargeflow/internal/app"
-	"github.com/chargeflow/chargeflow/internal/pg"
 	"github.com/chargeflow/chargeflow/lab/fakepsp"
 	"github.com/chargeflow/chargeflow/migrations"
 	"github.com/chargeflow/chargeflow/operator"
@@ -103,11 +103,12 @@ func runAll(ctx context.Context, e env, args []string) error {
 	if err := migrations.Apply(ctx, a.Pool, r.base.With("role", "migrate")); err != nil {
 		return err
 	}
-	apiKey, demoID, err := demoKey(ctx, a.Pool)
+	admins := admin.New(a.Pool)
+	apiKey, demoID, err := demoKey(ctx, admins, a.Pool)
 	if err != nil {
 		return err
 	}
-	opsToken, err := demoOperatorToken(ctx, a.Pool)
+	opsToken, err := demoOperatorToken(ctx, admins)
 	if err != nil {
 		return err
 	}
@@ -138,18 +139,22 @@ func runAll(ctx context.Context, e env, args []string) error {
 	return g.Wait()
 }
 
-// demoKey makes sure the demo tenant exists and gives it a fresh API key
-// (keys are stored hashed, so an old one cannot be shown again).
-func demoKey(ctx context.Context, db tenant.DB) (apiKey, tenantID string, err error) {
+// demoActor signs the demo's admin actions in the admin audit.
+const demoActor = "chargeflow all"
+
+// demoKey makes sure the demo tenant exists and gives it a fresh API key.
+// Keys are stored hashed, so an old one cannot be shown again: the keys an
+// earlier run printed are revoked instead of piling up.
+func demoKey(ctx context.Context, s *admin.Service, db tenant.DB) (apiKey, tenantID string, err error) {
 	demo, found, err := tenant.ByName(ctx, db, demoTenant)
 	if err != nil {
 		return "", "", err
 	}
 	if !found {
-		demo, apiKey, err = tenant.Create(ctx, db, demoTenant)
+		demo, apiKey, err = s.CreateTenant(ctx, demoActor, demoTenant)
 		return apiKey, demo.ID, err
 	}
-	apiKey, err = tenant.NewKey(ctx, db, demo.ID)
+	apiKey, _, _, err = s.RotateKey(ctx, demoActor, demo.ID, 0)
 	return apiKey, demo.ID, err
 }
 
@@ -158,53 +163,70 @@ func demoKey(ctx context.Context, db tenant.DB) (apiKey, tenantID string, err er
 const demoOperator = "demo-admin"
 
 // demoOperatorToken makes sure the demo operator exists and gives it a
-// fresh token (tokens are stored hashed, so an old one cannot be shown).
-func demoOperatorToken(ctx context.Context, db pg.Handle) (string, error) {
-	_, token, found, err := operator.ResetToken(ctx, db, demoOperator)
+// fresh token; the one an earlier run printed stops working.
+func demoOperatorToken(ctx context.Context, s *admin.Service) (string, error) {
+	_, token, found, err := s.ResetOperatorToken(ctx, demoActor, demoOperator)
 	if err != nil || found {
 		return token, err
 	}
-	_, token, err = operator.Create(ctx, db, demoOperator, operator.RoleAdmin)
+	_, token, err = s.CreateOperator(ctx, demoActor, demoOperator, operator.RoleAdmin)
 	return token, err
 }
 
-// printQuickstart shows the demo tenant's fresh key and a curl to try. It
-// goes to stdout, on purpose and only here: logs never carry API keys.
+// printQuickstart shows the demo's fresh key and token and commands to
+// paste. It goes to stdout, on purpose and only here: logs never carry
+// keys or tokens.
 func printQuickstart(e env, baseURL, pspURL, tenantID, apiKey, opsToken string) {
 	var nonce [6]byte
 	_, _ = rand.Read(nonce[:])
 	key := "demo-order-" + hex.EncodeToString(nonce[:])
-	fmt.Fprintf(e.stdout, `
-chargeflow is running at %[1]s (demo tenant %[2]s), with the fake provider at %[5]s
+	fmt.Fprint(e.stdout, quickstart(baseURL, pspURL, tenantID, apiKey, opsToken, key))
+}
 
-Create a charge (run it twice: the second answer is the stored replay):
+// quickstart is the banner: what runs where, then shell commands that work
+// as pasted, each answer feeding the next through shell variables.
+func quickstart(baseURL, pspURL, tenantID, apiKey, opsToken, idempotencyKey string) string {
+	return fmt.Sprintf(`
+chargeflow is running
+  API             %[1]s   (in a browser: %[1]s/ops/, the operator page)
+  fake provider   %[5]s   (what really moved money: %[5]s/_admin/ledger)
+  demo tenant     %[2]s
 
-  curl -sS -i %[1]s/v1/charges \
-    -H 'Authorization: Bearer %[3]s' \
-    -H 'Idempotency-Key: %[4]s' \
-    -H 'Content-Type: application/json' \
-    -d '{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": "Order 1"}'
+Paste these into a shell. The key and token are shown only here, never logged; each run
+replaces the ones the last run printed.
 
-Then follow it (pending, then succeeded within a second) and its audit trail:
+  export CHARGEFLOW_API_URL=%[1]s
+  export CHARGEFLOW_API_KEY=%[3]s
+  export CHARGEFLOW_OPERATOR_TOKEN=%[6]s
 
-  curl -sS %[1]s/v1/charges -H 'Authorization: Bearer %[3]s'
-  curl -sS %[1]s/v1/charges/<id>/events -H 'Authorization: Bearer %[3]s'
+Create a charge. The Idempotency-Key (16 to 255 characters) names this request: send it
+again and you get the same answer, never a second charge.
 
-Refund part of it once it succeeded (a new key; the amount defaults to what is left):
+  CHARGE_ID=$(curl -sS "$CHARGEFLOW_API_URL/v1/charges" \
+    -H "Authorization: Bearer $CHARGEFLOW_API_KEY" \
+    -H "Idempotency-Key: %[4]s" \
+    -H "Content-Type: application/json" \
+    -d '{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa", "description": "Order 1"}' \
+    | sed -n 's/^{"id":"\([^"]*\)".*/\1/p'); echo "$CHARGE_ID"
 
-  curl -sS -i %[1]s/v1/refunds \
-    -H 'Authorization: Bearer %[3]s' \
-    -H 'Idempotency-Key: %[4]s-refund' \
-    -H 'Content-Type: application/json' \
-    -d '{"charge": "<id>", "amount": 400, "reason": "requested_by_customer"}'
+Wait for it to succeed (about a second), then read it and its audit trail:
 
-The provider's ledger (what really moved money): curl -sS %[5]s/_admin/ledger
-As an operator (the demo admin's token; every tenant's charges, timelines, resolve):
+  for i in $(seq 50); do curl -sS "$CHARGEFLOW_API_URL/v1/charges/$CHARGE_ID" -H "Authorization: Bearer $CHARGEFLOW_API_KEY" | grep -q '"status":"succeeded"' && break; sleep 0.2; done
+  curl -sS "$CHARGEFLOW_API_URL/v1/charges/$CHARGE_ID" -H "Authorization: Bearer $CHARGEFLOW_API_KEY"
+  curl -sS "$CHARGEFLOW_API_URL/v1/charges/$CHARGE_ID/events" -H "Authorization: Bearer $CHARGEFLOW_API_KEY"
 
-  open %[1]s/ops/ and sign in with %[6]s
-  curl -sS '%[1]s/ops/v1/charges?status=needs_review' -H 'Authorization: Bearer %[6]s'
+Refund part of it (a new key):
 
+  curl -sS "$CHARGEFLOW_API_URL/v1/refunds" \
+    -H "Authorization: Bearer $CHARGEFLOW_API_KEY" \
+    -H "Idempotency-Key: %[4]s-refund" \
+    -H "Content-Type: application/json" \
+    -d "{\"charge\": \"$CHARGE_ID\", \"amount\": 400, \"reason\": \"requested_by_customer\"}"
+
+The same with the CLI, which reads those variables: bin/chargeflow charge create --amount 1000 --wait
+As an operator: sign in at %[1]s/ops/ with the token, or
+  curl -sS "$CHARGEFLOW_API_URL/ops/v1/charges?status=needs_review" -H "Authorization: Bearer $CHARGEFLOW_OPERATOR_TOKEN"
 Other test cards: pm_card_chargeDeclined, pm_card_chargeDeclinedInsufficientFunds, pm_card_chargeDeclinedExpiredCard
 
-`, baseURL, tenantID, apiKey, key, pspURL, opsToken)
+`, baseURL, tenantID, apiKey, idempotencyKey, pspURL, opsToken)
 }

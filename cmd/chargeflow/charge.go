@@ -1,225 +1,304 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/chargeflow/chargeflow/client"
 )
 
-// runCharge is a client of the API: the same endpoints, the same
+// The charge commands are a client of the API: the same endpoints, the same
 // authentication and the same audit trail as any client, so there is one
-// implementation of every action. Reads are a merchant's (a tenant's API
-// key); reconcile and resolve are an operator's (an operator token, against
-// /ops/v1; the operator named in the audit trail is the token's).
-//
-//	chargeflow charge create --amount N --currency C --payment-method PM [--key K] [--wait]
-//	chargeflow charge refund ID [--amount N] [--reason R] [--key K]
-//	chargeflow charge list [--status S] [--limit N] [--starting-after ID]
-//	chargeflow charge get ID
-//	chargeflow charge events ID
-//	chargeflow charge reconcile ID
-//	chargeflow charge resolve ID --status succeeded|failed|pending --evidence TEXT
-//	                             [--provider-charge-id PY] [--failure-code CODE]
-func runCharge(ctx context.Context, e env, args []string) error {
-	usage := errors.New("usage: chargeflow charge create|refund|list|get|events|reconcile|resolve [ID] [flags] " +
-		"(API at --api-url; reads with --api-key or CHARGEFLOW_API_KEY, reconcile and resolve with --operator-token or CHARGEFLOW_OPERATOR_TOKEN)")
-	if len(args) == 0 {
-		return usage
+// implementation of every action. Reads, creates and refunds are a
+// merchant's (a tenant's API key); reconcile and resolve are an operator's
+// (an operator token, against /ops/v1; the operator named in the audit
+// trail is the token's). Each prints what the API answered: a table on a
+// terminal, the API's own JSON with --output json (or when stdout is not a
+// terminal); a refusal is one line on stderr and an exit code
+// (docs/operations.md, "Exit codes").
+func chargeCommands() []command {
+	return []command{
+		{name: "create", summary: "create a charge through chargeflow/client: one idempotency key (printed) kept across every retry", run: runChargeCreate},
+		{name: "refund", args: "CHARGE_ID", summary: "refund a charge, or part of it, through chargeflow/client", run: runChargeRefund},
+		{name: "list", summary: "one page of the tenant's charges, newest first", run: runChargeList},
+		{name: "get", args: "ID", summary: "a charge", run: runChargeGet},
+		{name: "events", args: "ID", summary: "a charge's audit trail: every move and operator action, oldest first", run: runChargeEvents},
+		{name: "reconcile", args: "ID", summary: "make an unknown charge's lookup due now (an admin's token)", run: runChargeReconcile},
+		{name: "resolve", args: "ID", summary: "resolve a needs_review charge, held to the provider's records (an admin's token)", run: runChargeResolve},
 	}
-	action, args := args[0], args[1:]
-	var apiURL, credential string
-	fs := newFlagSet("charge "+action, e)
-	fs.StringVar(&apiURL, "api-url", "http://127.0.0.1:8080", "the API's base URL")
-	operatorAction := action == "reconcile" || action == "resolve"
-	// Registered without a default, so that -h cannot print a credential.
-	if operatorAction {
-		fs.StringVar(&credential, "operator-token", "", "an admin operator's token (set it from the environment: a flag shows in ps)")
-	} else {
-		fs.StringVar(&credential, "api-key", "", "the tenant's API key (set it from the environment: a flag shows in ps)")
-	}
-
-	var method, path string
-	var body []byte
-	switch action {
-	case "create", "refund":
-		return createWithClient(ctx, e, fs, action, args, &apiURL, &credential)
-	case "list":
-		var status, startingAfter string
-		var limit int
-		fs.StringVar(&status, "status", "", "only charges in this state (pending, submitting, unknown, succeeded, failed, needs_review)")
-		fs.IntVar(&limit, "limit", 0, "page size, 1 to 100")
-		fs.StringVar(&startingAfter, "starting-after", "", "the last id of the previous page")
-		if err := parseToolFlags(fs, e, args, chargeSettings...); err != nil {
-			return err
-		}
-		q := url.Values{}
-		if status != "" {
-			q.Set("status", status)
-		}
-		if limit > 0 {
-			q.Set("limit", strconv.Itoa(limit))
-		}
-		if startingAfter != "" {
-			q.Set("starting_after", startingAfter)
-		}
-		method, path = http.MethodGet, "/v1/charges"
-		if len(q) > 0 {
-			path += "?" + q.Encode()
-		}
-	case "get", "events", "reconcile", "resolve":
-		var r struct{ status, evidence, providerChargeID, failureCode string }
-		if action == "resolve" {
-			fs.StringVar(&r.status, "status", "", "succeeded, failed or pending (a new attempt with the same provider key)")
-			fs.StringVar(&r.evidence, "evidence", "", "what you checked and where (recorded in the charge's events)")
-			fs.StringVar(&r.providerChargeID, "provider-charge-id", "", "the provider's charge id (with --status succeeded)")
-			fs.StringVar(&r.failureCode, "failure-code", "", "the failure code (with --status failed)")
-		}
-		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-			return fmt.Errorf("charge %s: the charge id comes first: chargeflow charge %s ch_… [flags]", action, action)
-		}
-		id := args[0]
-		if err := parseToolFlags(fs, e, args[1:], chargeSettings...); err != nil {
-			return err
-		}
-		method, path = http.MethodGet, "/v1/charges/"+url.PathEscape(id)
-		switch action {
-		case "events":
-			path += "/events"
-		case "reconcile":
-			method, path = http.MethodPost, "/ops/v1/charges/"+url.PathEscape(id)+"/reconcile"
-		case "resolve":
-			method, path = http.MethodPost, "/ops/v1/charges/"+url.PathEscape(id)+"/resolve"
-			fields := map[string]string{"status": r.status, "evidence": r.evidence}
-			if r.providerChargeID != "" {
-				fields["provider_charge_id"] = r.providerChargeID
-			}
-			if r.failureCode != "" {
-				fields["failure_code"] = r.failureCode
-			}
-			var err error
-			if body, err = json.Marshal(fields); err != nil {
-				return err
-			}
-		}
-	default:
-		return usage
-	}
-	switch {
-	case credential == "" && operatorAction:
-		return fmt.Errorf("charge %s: no operator token: pass --operator-token or set CHARGEFLOW_OPERATOR_TOKEN (chargeflow operator create)", action)
-	case credential == "":
-		return errors.New("charge: no API key: pass --api-key or set CHARGEFLOW_API_KEY")
-	}
-	return callAPI(ctx, e, method, strings.TrimRight(apiURL, "/")+path, credential, body)
 }
 
-// chargeSettings are the flags of `chargeflow charge` that come from the
+// chargeSettings are the flags of the charge commands that come from the
 // environment too (CHARGEFLOW_API_URL, CHARGEFLOW_API_KEY,
 // CHARGEFLOW_OPERATOR_TOKEN); the others say what one call does.
 var chargeSettings = []string{"api-url", "api-key", "operator-token"}
 
-// callAPI makes one call and prints the answer, indented. A problem answer
-// goes to stderr and becomes the command's error.
-func callAPI(ctx context.Context, e env, method, target, credential string, body []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, target, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+credential)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("call the API: %w", err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("read the API's answer: %w", err)
-	}
-	var pretty bytes.Buffer
-	if json.Indent(&pretty, data, "", "  ") != nil {
-		pretty.Reset()
-		pretty.Write(data)
-	}
-	if resp.StatusCode >= 300 {
-		fmt.Fprintln(e.stderr, strings.TrimSpace(pretty.String()))
-		return fmt.Errorf("the API answered %s", resp.Status)
-	}
-	_, err = fmt.Fprintln(e.stdout, strings.TrimSpace(pretty.String()))
-	return err
+// apiFlags are the flags every charge command has: where the API is, the
+// credential and the output format.
+type apiFlags struct {
+	apiURL     string
+	credential string
+	operator   bool
+	output     outputFlag
 }
 
-// createWithClient creates a charge or a refund through chargeflow/client:
-// the key made once (or given with --key) and kept across every retry
-// until a definitive answer, as a merchant's code should (docs/client.md).
-// The key is printed to stderr so that a run without an answer can be
-// retried with it.
-func createWithClient(ctx context.Context, e env, fs *flag.FlagSet, action string, args []string, apiURL, credential *string) error {
-	var key, currency, paymentMethod, reason, chargeID string
-	var amount int64
-	var wait bool
-	fs.StringVar(&key, "key", "", "the idempotency key (default: a new one, printed; reuse it to retry)")
-	fs.Int64Var(&amount, "amount", 0, "in the currency's minor unit (a refund's default: what is left)")
-	if action == "create" {
-		fs.StringVar(&currency, "currency", "USD", "ISO 4217 code")
-		fs.StringVar(&paymentMethod, "payment-method", "pm_card_visa", "a payment method token")
-		fs.BoolVar(&wait, "wait", false, "wait for the charge's outcome (succeeded, failed or needs_review)")
+// bind registers them; an operator command takes an operator token, the
+// others a tenant's API key.
+func (a *apiFlags) bind(fs *flag.FlagSet, operator bool) {
+	a.operator = operator
+	fs.StringVar(&a.apiURL, "api-url", "http://127.0.0.1:8080", "the API's base URL")
+	// Registered without a default, so that -h cannot print a credential.
+	if operator {
+		fs.StringVar(&a.credential, "operator-token", "", "an admin operator's token (set it from the environment: a flag shows in ps)")
 	} else {
-		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-			return errors.New("charge refund: the charge id comes first: chargeflow charge refund ch_… [flags]")
-		}
-		chargeID, args = args[0], args[1:]
-		fs.StringVar(&reason, "reason", "", "requested_by_customer, duplicate or fraudulent")
+		fs.StringVar(&a.credential, "api-key", "", "the tenant's API key (set it from the environment: a flag shows in ps)")
 	}
+	a.output.bind(fs)
+}
+
+// parse parses a charge command's flags and checks its credential and its
+// positional arguments, which it returns.
+func (a *apiFlags) parse(fs *flag.FlagSet, e env, args []string, names ...string) ([]string, error) {
 	if err := parseToolFlags(fs, e, args, chargeSettings...); err != nil {
-		return err
+		return nil, err
 	}
-	if *credential == "" {
-		return errors.New("charge: no API key: pass --api-key or set CHARGEFLOW_API_KEY")
+	pos, err := positional(fs, names...)
+	if err != nil {
+		return nil, err
 	}
-	c, err := client.New(*apiURL, *credential)
+	if a.credential == "" {
+		if a.operator {
+			return nil, usageErrorf("%s: no operator token: set CHARGEFLOW_OPERATOR_TOKEN (chargeflow operator create)", strings.TrimPrefix(fs.Name(), "chargeflow "))
+		}
+		return nil, usageErrorf("%s: no API key: set CHARGEFLOW_API_KEY (chargeflow tenant create)", strings.TrimPrefix(fs.Name(), "chargeflow "))
+	}
+	return pos, nil
+}
+
+// call makes one request to the API and prints its answer as a resource
+// of kind; a problem becomes the command's error, with its exit code.
+func (a *apiFlags) call(ctx context.Context, e env, kind resourceKind, method, path string, body any) error {
+	data, problem, err := apiRequest(ctx, a.apiURL, a.credential, method, path, body)
+	if problem != nil {
+		// A program reading JSON gets the problem document too, on stderr.
+		if asJSON, _ := a.output.json(e); asJSON {
+			fmt.Fprintln(e.stderr, strings.TrimSpace(string(problem)))
+		}
+	}
 	if err != nil {
 		return err
 	}
-	key = cmp.Or(key, client.NewIdempotencyKey())
-	fmt.Fprintf(e.stderr, "idempotency key: %s\n", key)
-	var result any
-	if action == "create" {
-		charge, err := c.CreateCharge(ctx, client.ChargeParams{Amount: amount, Currency: currency, PaymentMethod: paymentMethod, IdempotencyKey: key})
-		if err == nil && wait {
-			charge, err = c.WaitForOutcome(ctx, charge.ID)
-		}
-		result = charge
-		if err != nil {
-			return fmt.Errorf("charge create: %w", err)
-		}
-	} else {
-		refund, err := c.CreateRefund(ctx, client.RefundParams{Charge: chargeID, Amount: amount, Reason: client.RefundReason(reason), IdempotencyKey: key})
-		result = refund
-		if err != nil {
-			return fmt.Errorf("charge refund: %w", err)
-		}
+	return printResource(e, a.output, kind, data)
+}
+
+func runChargeCreate(ctx context.Context, e env, args []string) error {
+	var a apiFlags
+	var p client.ChargeParams
+	var wait bool
+	metadata := metadataFlag{}
+	fs := newFlagSet("charge create", e)
+	a.bind(fs, false)
+	fs.Int64Var(&p.Amount, "amount", 0, "in the currency's minor unit (1000 is 10.00 USD); required")
+	fs.StringVar(&p.Currency, "currency", "USD", "ISO 4217 code")
+	fs.StringVar(&p.PaymentMethod, "payment-method", "pm_card_visa", "a payment method token (never a card number)")
+	fs.StringVar(&p.Description, "description", "", "what the charge is for, shown to the merchant only")
+	fs.Var(metadata, "metadata", "a key=value to keep with the charge; repeat it for more")
+	fs.StringVar(&p.IdempotencyKey, "key", "", "the idempotency key, 16 to 255 characters (default: a new one, printed; reuse it to retry)")
+	fs.BoolVar(&wait, "wait", false, "wait for the charge's outcome (succeeded, failed or needs_review)")
+	if _, err := a.parse(fs, e, args); err != nil {
+		return err
 	}
-	out, err := json.MarshalIndent(result, "", "  ")
+	if p.Amount <= 0 {
+		return usageErrorf("charge create: --amount is required, in the currency's minor unit")
+	}
+	p.Metadata = metadata
+	c, err := client.New(a.apiURL, a.credential)
+	if err != nil {
+		return usageErrorf("charge create: %v", err)
+	}
+	p.IdempotencyKey = cmp.Or(p.IdempotencyKey, client.NewIdempotencyKey())
+	fmt.Fprintf(e.stderr, "idempotency key: %s\n", p.IdempotencyKey)
+	charge, err := c.CreateCharge(ctx, p)
+	if err == nil && wait {
+		charge, err = c.WaitForOutcome(ctx, charge.ID)
+	}
+	if err != nil {
+		return clientError("charge create", err)
+	}
+	// What get would print: the charge as the API shows it now.
+	return a.call(ctx, e, kindCharge, http.MethodGet, "/v1/charges/"+url.PathEscape(charge.ID), nil)
+}
+
+func runChargeRefund(ctx context.Context, e env, args []string) error {
+	var a apiFlags
+	var p client.RefundParams
+	var reason string
+	var wait bool
+	fs := newFlagSet("charge refund", e)
+	a.bind(fs, false)
+	fs.Int64Var(&p.Amount, "amount", 0, "in the currency's minor unit (default: what is left of the charge)")
+	fs.StringVar(&reason, "reason", "", "requested_by_customer, duplicate or fraudulent")
+	fs.StringVar(&p.IdempotencyKey, "key", "", "the idempotency key, 16 to 255 characters (default: a new one, printed; reuse it to retry)")
+	fs.BoolVar(&wait, "wait", false, "wait for the refund's outcome (succeeded, failed or needs_review)")
+	pos, err := a.parse(fs, e, args, "CHARGE_ID")
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintln(e.stdout, string(out))
-	return err
+	p.Charge, p.Reason = pos[0], client.RefundReason(reason)
+	c, err := client.New(a.apiURL, a.credential)
+	if err != nil {
+		return usageErrorf("charge refund: %v", err)
+	}
+	p.IdempotencyKey = cmp.Or(p.IdempotencyKey, client.NewIdempotencyKey())
+	fmt.Fprintf(e.stderr, "idempotency key: %s\n", p.IdempotencyKey)
+	refund, err := c.CreateRefund(ctx, p)
+	if err == nil && wait {
+		refund, err = c.WaitForRefund(ctx, refund.ID)
+	}
+	if err != nil {
+		return clientError("charge refund", err)
+	}
+	return a.call(ctx, e, kindRefund, http.MethodGet, "/v1/refunds/"+url.PathEscape(refund.ID), nil)
+}
+
+func runChargeList(ctx context.Context, e env, args []string) error {
+	var a apiFlags
+	var status, startingAfter string
+	var limit int
+	fs := newFlagSet("charge list", e)
+	a.bind(fs, false)
+	fs.StringVar(&status, "status", "", "only charges in this state (pending, submitting, unknown, succeeded, failed, needs_review)")
+	fs.IntVar(&limit, "limit", 0, "page size, 1 to 100 (default 10)")
+	fs.StringVar(&startingAfter, "starting-after", "", "the last id of the previous page")
+	if _, err := a.parse(fs, e, args); err != nil {
+		return err
+	}
+	q := url.Values{}
+	if status != "" {
+		q.Set("status", status)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if startingAfter != "" {
+		q.Set("starting_after", startingAfter)
+	}
+	path := "/v1/charges"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	return a.call(ctx, e, kindChargeList, http.MethodGet, path, nil)
+}
+
+func runChargeGet(ctx context.Context, e env, args []string) error {
+	return readCharge(ctx, e, args, "charge get", kindCharge, "")
+}
+
+func runChargeEvents(ctx context.Context, e env, args []string) error {
+	return readCharge(ctx, e, args, "charge events", kindAuditTrail, "/events")
+}
+
+// readCharge is get and events: a GET of a charge, or of what is under it.
+func readCharge(ctx context.Context, e env, args []string, name string, kind resourceKind, under string) error {
+	var a apiFlags
+	fs := newFlagSet(name, e)
+	a.bind(fs, false)
+	pos, err := a.parse(fs, e, args, "ID")
+	if err != nil {
+		return err
+	}
+	return a.call(ctx, e, kind, http.MethodGet, "/v1/charges/"+url.PathEscape(pos[0])+under, nil)
+}
+
+func runChargeReconcile(ctx context.Context, e env, args []string) error {
+	var a apiFlags
+	fs := newFlagSet("charge reconcile", e)
+	a.bind(fs, true)
+	pos, err := a.parse(fs, e, args, "ID")
+	if err != nil {
+		return err
+	}
+	return a.call(ctx, e, kindCharge, http.MethodPost, "/ops/v1/charges/"+url.PathEscape(pos[0])+"/reconcile", nil)
+}
+
+func runChargeResolve(ctx context.Context, e env, args []string) error {
+	var a apiFlags
+	var status, evidence, providerChargeID, failureCode string
+	fs := newFlagSet("charge resolve", e)
+	a.bind(fs, true)
+	fs.StringVar(&status, "status", "", "succeeded, failed or pending (a new attempt with the same provider key); required")
+	fs.StringVar(&evidence, "evidence", "", "what you checked and where (recorded in the charge's audit trail); required")
+	fs.StringVar(&providerChargeID, "provider-charge-id", "", "the provider's charge id (with --status succeeded)")
+	fs.StringVar(&failureCode, "failure-code", "", "the failure code (with --status failed)")
+	pos, err := a.parse(fs, e, args, "ID")
+	if err != nil {
+		return err
+	}
+	body := map[string]string{"status": status, "evidence": evidence}
+	if providerChargeID != "" {
+		body["provider_charge_id"] = providerChargeID
+	}
+	if failureCode != "" {
+		body["failure_code"] = failureCode
+	}
+	return a.call(ctx, e, kindCharge, http.MethodPost, "/ops/v1/charges/"+url.PathEscape(pos[0])+"/resolve", body)
+}
+
+// metadataFlag is --metadata key=value, repeated.
+type metadataFlag map[string]string
+
+func (m metadataFlag) String() string {
+	pairs := make([]string, 0, len(m))
+	for k, v := range m {
+		pairs = append(pairs, k+"="+v)
+	}
+	return strings.Join(pairs, ",")
+}
+
+func (m metadataFlag) Set(value string) error {
+	k, v, ok := strings.Cut(value, "=")
+	if !ok || k == "" {
+		return errors.New("want key=value")
+	}
+	m[k] = v
+	return nil
+}
+
+// clientError gives an error of chargeflow/client its exit code: a problem
+// by its status, an unknown outcome or an unreachable API as unavailable.
+func clientError(name string, err error) error {
+	var p *client.Error
+	if errors.As(err, &p) {
+		return withExit(statusExit(p.Status), fmt.Errorf("%s: %w", name, err))
+	}
+	return withExit(exitUnavailable, fmt.Errorf("%s: %w", name, err))
+}
+
+// statusExit is the exit code of an API answer's status.
+func statusExit(status int) int {
+	switch {
+	case status < 400:
+		return exitOK
+	case status == http.StatusNotFound:
+		return exitNotFound
+	case status == http.StatusTooManyRequests || status >= 500:
+		return exitUnavailable
+	}
+	return exitRefused
+}
+
+// encodeBody is a request body as JSON, or nil.
+func encodeBody(body any) ([]byte, error) {
+	if body == nil {
+		return nil, nil
+	}
+	return json.Marshal(body)
 }

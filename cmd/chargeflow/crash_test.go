@@ -11,7 +11,6 @@ import (
 	"net/http/cookiejar"
 	neturl "net/url"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -162,20 +161,16 @@ func TestMigrateConcurrently(t *testing.T) {
 	runInProcess(t, map[string]string{"DATABASE_URL": dbURL}, "migrate")
 }
 
-// `chargeflow all` prints a curl that works as printed.
+// `chargeflow all` prints a charge that works as printed, and an operator
+// token that signs in.
 func TestAllPrintsWorkingCurl(t *testing.T) {
 	t.Parallel()
 	dbURL := dbtest.URL(t)
 
 	all := start(t, []string{"DATABASE_URL=" + dbURL}, "all", "--addr", "127.0.0.1:0", "--psp-addr", "127.0.0.1:0", "--max-conns", "6", "--concurrency", "4",
 		"--ledger", filepath.Join(t.TempDir(), "ledger.jsonl"))
-	require.Eventually(t, func() bool { return strings.Contains(all.stdout.String(), "Then follow it") }, 30*time.Second, 10*time.Millisecond)
-	printed := all.stdout.String()
-
-	curl := regexp.MustCompile(`curl -sS -i (\S+) \\\s+-H 'Authorization: Bearer (\S+)' \\\s+-H 'Idempotency-Key: (\S+)' \\\s+-H 'Content-Type: application/json' \\\s+-d '([^']+)'`)
-	m := curl.FindStringSubmatch(printed)
-	require.NotNil(t, m, "no curl in:\n%s", printed)
-	url, apiKey, key, body := m[1], m[2], m[3], m[4]
+	b := waitBanner(t, all)
+	url, apiKey, key, body := b.apiURL+"/v1/charges", b.apiKey, b.idempotencyKey, b.chargeBody
 
 	first := postCharge(strings.TrimSuffix(url, "/v1/charges"), apiKey, key, body)
 	require.NoError(t, first.err)
@@ -205,8 +200,7 @@ func TestAllPrintsWorkingCurl(t *testing.T) {
 
 	// The operator's page signs in with the printed token, and serves
 	// River's job UI behind it.
-	page := regexp.MustCompile(`open (\S+)/ops/ and sign in with (\S+)`).FindStringSubmatch(printed)
-	require.NotNil(t, page, "no operator page in:\n%s", printed)
+	page := []string{"", b.apiURL, b.operatorToken}
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
 	browser := &http.Client{Jar: jar}

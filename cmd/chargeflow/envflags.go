@@ -52,6 +52,7 @@ var secretFlags = map[string]bool{
 	"webhook-secret":     true,
 	"api-key":            true,
 	"operator-token":     true,
+	"secret":             true, // listen's signing secret
 }
 
 // envNames are the variables that set flag name, the CHARGEFLOW_ one first.
@@ -94,7 +95,7 @@ func parseWithEnv(fs *flag.FlagSet, e env, args []string, fromEnv func(string) b
 		e.inspect(fs, fromEnv)
 		return errInspected
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, e, args, fromEnv); err != nil {
 		return err
 	}
 	given := map[string]bool{}
@@ -128,9 +129,9 @@ func parseWithEnv(fs *flag.FlagSet, e env, args []string, fromEnv func(string) b
 		}
 	})
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return withExit(exitUsage, err)
 	}
-	return checkFlags(fs, fromEnv)
+	return withExit(exitUsage, checkFlags(fs, fromEnv))
 }
 
 // envOnly are the variables the binary reads that are no flag's: test

@@ -23,10 +23,13 @@ import (
 // them; labCommandNames names them for the product build.
 func labCommands() []command {
 	return []command{
-		{"fakepsp", "run the bundled fake payment provider (durable ledger, fault injection)", runFakePSP},
-		{"scenario", "scenario list | scenario run NAME|all: replay crash scenarios against real processes and check the invariants", runScenario},
-		{"bench", "measure the performance targets as ratios against baselines on a fresh database (docs/benchmarks.md)", runBench},
-		{"all", "every role in one process against the local Postgres, with the bundled fake provider, a demo tenant and a ready curl", runAll},
+		{name: "fakepsp", summary: "run the bundled fake payment provider (durable ledger, fault injection)", run: runFakePSP},
+		{name: "scenario", summary: "replay crash scenarios against real processes and check the invariants (docs/scenarios.md)", subs: []command{
+			{name: "list", summary: "list the scenarios", run: runScenarioList},
+			{name: "run", args: "NAME[,NAME…]|all", summary: "run scenarios, each against its own database and processes, and check every invariant", run: runScenarioRun},
+		}},
+		{name: "bench", summary: "measure the performance targets as ratios against baselines on a fresh database (docs/benchmarks.md)", run: runBench},
+		{name: "all", summary: "every role in one process against the local Postgres, with the bundled fake provider, a demo tenant and ready commands", run: runAll},
 	}
 }
 

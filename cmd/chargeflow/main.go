@@ -31,14 +31,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"slices"
-	"strings"
 	"syscall"
 
 	"github.com/chargeflow/chargeflow/internal/buildinfo"
@@ -59,12 +56,20 @@ func main() {
 	sink := logsink.New(os.Stderr)
 	defer sink.Close()
 	var stderr io.Writer = sink
-	if err := runWith(ctx, os.Args[1:], env{getenv: os.Getenv, stdout: os.Stdout, stderr: stderr, stderrTerminal: isTerminal(os.Stderr)}); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stderr, "chargeflow:", err)
-		}
+	e := env{getenv: os.Getenv, stdout: os.Stdout, stderr: stderr,
+		stdoutTerminal: isTerminal(os.Stdout), stderrTerminal: isTerminal(os.Stderr)}
+	// A shell asking for completions (complete -C chargeflow chargeflow):
+	// bash sets COMP_LINE and passes the command's name, the word and the
+	// one before it.
+	if line := os.Getenv("COMP_LINE"); line != "" && len(os.Args) == 4 {
+		printCompletions(e, line, os.Getenv("COMP_POINT"))
+		return
+	}
+	err := runWith(ctx, os.Args[1:], e)
+	if code := exitCode(err); code != exitOK {
+		fmt.Fprintln(stderr, "chargeflow:", err)
 		flushLogs(stderr)
-		os.Exit(2)
+		os.Exit(code)
 	}
 }
 
@@ -86,8 +91,10 @@ type env struct {
 	// ends with errInspected. The reference table's test reads the flags
 	// this way.
 	inspect func(fs *flag.FlagSet, fromEnv func(name string) bool)
-	// stderrTerminal says stderr is a terminal, where logs default to text.
-	stderrTerminal bool
+	// stdoutTerminal says stdout is a terminal, where the tools print
+	// tables rather than JSON; stderrTerminal says stderr is one, where logs
+	// default to text.
+	stdoutTerminal, stderrTerminal bool
 }
 
 // isTerminal reports whether f is a character device: a terminal, not a
@@ -97,26 +104,22 @@ func isTerminal(f *os.File) bool {
 	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
 
-// command is one subcommand.
-type command struct {
-	name    string
-	summary string
-	run     func(ctx context.Context, e env, args []string) error
-}
-
 // commands are the product's commands, then the laboratory's (labCommands:
 // none in the product build).
 func commands() []command {
 	return append([]command{
-		{"migrate", "apply every migration, River's included (safe to run twice, or from two processes at once)", runMigrate},
-		{"tenant", "tenant create --name NAME: create a tenant and an API key, print them as JSON", runTenant},
-		{"operator", "operator create --name NAME --role admin|viewer: create an operator and a token for /ops/, print them as JSON", runOperator},
-		{"api", "serve the HTTP API", runAPI},
-		{"worker", "run the outbox worker: carry pending charges to the provider", runWorker},
-		{"reconciler", "run the reconciler: resolve unknown outcomes with proof (any number of them)", runReconciler},
-		{"charge", "a client of the API: charge create|refund|list|get|events (tenant key; create and refund through chargeflow/client), charge reconcile|resolve (operator token)", runCharge},
-		{"healthcheck", "healthcheck --url URL: GET it, exit 0 on a 2xx (the container image's HEALTHCHECK)", runHealthcheck},
-		{"version", "print the build's version and commit (also --version)", runVersion},
+		{name: "migrate", summary: "apply every migration, River's included (safe to run twice, or from two processes at once)", run: runMigrate},
+		{name: "api", summary: "serve the HTTP API", run: runAPI},
+		{name: "worker", summary: "run the outbox worker: carry pending charges to the provider", run: runWorker},
+		{name: "reconciler", summary: "run the reconciler: resolve unknown outcomes with proof (any number of them)", run: runReconciler},
+		{name: "charge", summary: "a client of the API: create, refund and read charges (a tenant's API key); reconcile and resolve them (an operator's token)", subs: chargeCommands()},
+		{name: "listen", summary: "forward the tenant's events to a URL on this machine, signed as webhooks are (as stripe listen does)", run: runListen},
+		{name: "tenant", summary: "tenants and their API keys (the database's credentials; every change is in the admin audit)", subs: tenantCommands()},
+		{name: "operator", summary: "operators and their tokens for /ops/ (the database's credentials; every change is in the admin audit)", subs: operatorCommands()},
+		{name: "audit", summary: "the admin audit: who created, rotated and revoked what, newest first", run: runAudit},
+		{name: "healthcheck", summary: "GET --url and exit 0 on a 2xx: the container image's HEALTHCHECK", run: runHealthcheck},
+		{name: "completion", args: "bash|zsh|fish", summary: "print the shell's completion script: eval \"$(chargeflow completion bash)\"", run: runCompletion},
+		{name: "version", summary: "print the build's version and commit (also --version)", run: runVersion},
 	}, labCommands()...)
 }
 
@@ -137,23 +140,7 @@ func runWith(ctx context.Context, args []string, e env) error {
 	if len(args) > 0 && args[0] == "--version" {
 		return runVersion(ctx, e, args[1:])
 	}
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(e.stderr)
-		if len(args) == 0 {
-			return errors.New("no command given")
-		}
-		return nil
-	}
-	for _, c := range commands() {
-		if c.name == args[0] {
-			return c.run(ctx, e, args[1:])
-		}
-	}
-	if slices.Contains(labCommandNames, args[0]) {
-		return fmt.Errorf("%q is a command of the laboratory, which this build does not have; %s", args[0], labBuild)
-	}
-	usage(e.stderr)
-	return fmt.Errorf("unknown command %q", args[0])
+	return dispatch(ctx, e, nil, commands(), args)
 }
 
 // runVersion prints the build (internal/buildinfo): what GET /healthz and
@@ -165,16 +152,4 @@ func runVersion(_ context.Context, e env, args []string) error {
 	b := buildinfo.Read()
 	_, err := fmt.Fprintf(e.stdout, "chargeflow %s (commit %s, %s)\n", b.Version, b.Commit, b.GoVersion)
 	return err
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: chargeflow COMMAND [flags]\n\ncommands:")
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
-	}
-	fmt.Fprintln(w, "\nenvironment: every flag of api, worker, reconciler, fakepsp, migrate and all is also CHARGEFLOW_<FLAG> (--call-timeout: CHARGEFLOW_CALL_TIMEOUT);\nDATABASE_URL, LOG_LEVEL, PSP_KIND, PSP_URL, STRIPE_API_KEY, PSP_WEBHOOK_SECRET, WEBHOOKS_ALLOW_PRIVATE still work (docs/operations.md)")
-	if len(labCommands()) == 0 {
-		fmt.Fprintf(w, "\nnot in this build: %s, the laboratory's commands; %s\n", strings.Join(labCommandNames, ", "), labBuild)
-	}
-	fmt.Fprintln(w, "run 'chargeflow COMMAND -h' for a command's flags")
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -127,4 +128,26 @@ func createTenant(t *testing.T, dbURL, name string) (tenantID, apiKey string) {
 	require.True(t, strings.HasPrefix(created.APIKey, "cfk_"), created.APIKey)
 	require.Equal(t, 1, strings.Count(out, "\n"), "one JSON object on one line")
 	return created.TenantID, created.APIKey
+}
+
+// getStatus GETs url on a fresh connection and returns the answer's status
+// and problem code.
+func getStatus(url, bearer string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	var p struct {
+		Code string `json:"code"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&p)
+	return resp.StatusCode, p.Code, nil
 }

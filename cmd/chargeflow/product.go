@@ -8,7 +8,6 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
 	"strings"
 
@@ -42,7 +41,7 @@ func refuseLabModes(e env, names ...string) error {
 	if len(set) > 1 {
 		verb = "are"
 	}
-	return fmt.Errorf("%s %s set, but this build has no laboratory modes (crash points, the negative control); %s",
+	return usageErrorf("%s %s set, but this build has no laboratory modes (crash points, the negative control); %s",
 		strings.Join(set, " and "), verb, labBuild)
 }
 

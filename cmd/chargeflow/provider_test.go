@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -62,11 +60,9 @@ func TestAllWithStripe(t *testing.T) {
 
 	all := start(t, []string{"DATABASE_URL=" + dbURL}, "all", "--psp", "stripe", "--addr", "127.0.0.1:0", "--psp-addr", "127.0.0.1:0",
 		"--max-conns", "6", "--concurrency", "4", "--ledger", filepath.Join(t.TempDir(), "ledger.jsonl"))
-	require.Eventually(t, func() bool { return strings.Contains(all.stdout.String(), "Then follow it") }, 30*time.Second, 10*time.Millisecond)
+	b := waitBanner(t, all)
 	require.Contains(t, all.stderr.String(), `"protocol":"stripe"`, "the fake speaks Stripe")
-	m := regexp.MustCompile(`curl -sS -i (\S+)/v1/charges \\\s+-H 'Authorization: Bearer (\S+)'`).FindStringSubmatch(all.stdout.String())
-	require.NotNil(t, m, "no curl in:\n%s", all.stdout.String())
-	apiURL, apiKey := m[1], m[2]
+	apiURL, apiKey := b.apiURL, b.apiKey
 
 	posted := postCharge(apiURL, apiKey, "stripe-quickstart-order-1", `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa"}`)
 	require.NoError(t, posted.err)

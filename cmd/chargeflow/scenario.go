@@ -18,26 +18,25 @@ import (
 	"github.com/chargeflow/chargeflow/lab/scenario"
 )
 
-// runScenario replays the crash scenarios of docs/scenarios.md against real
-// processes and checks the invariants.
-//
-//	chargeflow scenario list
-//	chargeflow scenario run NAME|all [--seed N] [--short] [--charges N] [--duration D] [--keep]
-func runScenario(ctx context.Context, e env, args []string) error {
-	if len(args) == 0 || (args[0] != "list" && args[0] != "run") {
-		return errors.New("usage: chargeflow scenario list | chargeflow scenario run NAME|all [flags]")
+// runScenarioList lists the crash scenarios of docs/scenarios.md.
+func runScenarioList(_ context.Context, e env, args []string) error {
+	fs := newFlagSet("scenario list", e)
+	if err := parseToolFlags(fs, e, args); err != nil {
+		return err
 	}
-	if args[0] == "list" {
-		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-		for _, sc := range scenario.Catalogue() {
-			fmt.Fprintf(tw, "%s\t%s\n", sc.Name, sc.Summary)
-		}
-		return tw.Flush()
+	if _, err := positional(fs); err != nil {
+		return err
 	}
-	if len(args) < 2 || strings.HasPrefix(args[1], "-") {
-		return errors.New("usage: chargeflow scenario run NAME|all [flags] (see chargeflow scenario list)")
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	for _, sc := range scenario.Catalogue() {
+		fmt.Fprintf(tw, "%s\t%s\n", sc.Name, sc.Summary)
 	}
-	name := args[1]
+	return tw.Flush()
+}
+
+// runScenarioRun replays crash scenarios against real processes and checks
+// the invariants.
+func runScenarioRun(ctx context.Context, e env, args []string) error {
 	var c common
 	var seed uint64
 	var short, keep bool
@@ -55,11 +54,16 @@ func runScenario(ctx context.Context, e env, args []string) error {
 	fs.StringVar(&dir, "dir", os.TempDir(), "where each run's folder (logs, private PostgreSQL) goes")
 	fs.StringVar(&script, "pg-script", "scripts/ensure-postgres", "the script that starts a private PostgreSQL (for the scenarios that crash it)")
 	fs.StringVar(&pspKind, "psp", "fake", "the provider protocol of the run: fake, or stripe (the fake serves Stripe's API, every process uses the Stripe adapter)")
-	if err := parseToolFlags(fs, e, args[2:], "database-url", "log-level"); err != nil {
+	if err := parseToolFlags(fs, e, args, "database-url", "log-level"); err != nil {
 		return err
 	}
+	names, err := positional(fs, "NAME")
+	if err != nil {
+		return err
+	}
+	name := names[0]
 	if pspKind != "fake" && pspKind != "stripe" {
-		return fmt.Errorf("scenario run: --psp %q: want fake or stripe", pspKind)
+		return usageErrorf("scenario run: --psp %q: want fake or stripe", pspKind)
 	}
 	if seed == 0 {
 		var b [8]byte
@@ -78,7 +82,7 @@ func runScenario(ctx context.Context, e env, args []string) error {
 		for _, n := range strings.Split(name, ",") {
 			sc, ok := scenario.Find(n)
 			if !ok {
-				return fmt.Errorf("no scenario %q (see chargeflow scenario list)", n)
+				return usageErrorf("no scenario %q (see chargeflow scenario list)", n)
 			}
 			selected = append(selected, sc)
 		}

@@ -36,28 +36,6 @@ func (p *process) exited() {
 	require.NoError(p.t, p.err, "a stop on SIGTERM exits 0:\n%s", p.stderr.String())
 }
 
-// getStatus GETs url on a fresh connection and returns the answer's status
-// and problem code.
-func getStatus(url, bearer string) (int, string, error) {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	var p struct {
-		Code string `json:"code"`
-	}
-	_ = json.NewDecoder(resp.Body).Decode(&p)
-	return resp.StatusCode, p.Code, nil
-}
-
 // On SIGTERM the API's /readyz answers 503 draining at once, while every
 // other request is still served; the request in flight (held inside its
 // transaction by a crash point's pause past the end of the drain, so the
@@ -202,7 +180,7 @@ func TestAllStopsGracefully(t *testing.T) {
 	all.waitLog(`"msg":"reconciler started"`)
 	var baseURL string
 	require.Eventually(t, func() bool {
-		m := regexp.MustCompile(`chargeflow is running at (\S+) `).FindStringSubmatch(all.stdout.String())
+		m := regexp.MustCompile(`export CHARGEFLOW_API_URL=(\S+)`).FindStringSubmatch(all.stdout.String())
 		if m != nil {
 			baseURL = m[1]
 		}
