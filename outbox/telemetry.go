@@ -45,6 +45,10 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (telemetry, 
 	if err != nil {
 		return telemetry{}, fmt.Errorf("outbox: metric %s: %w", MetricUnknownOutcomes, err)
 	}
+	// A worker dying mid-call is the reason an alert watches
+	// (rerun_found_submitting): exported at zero from the start, so the
+	// first one is an increase. The provider's reasons are an open set.
+	unknownOutcomes.Add(context.Background(), 0, metric.WithAttributes(attribute.String("reason", "rerun_found_submitting")))
 	return telemetry{tracer: tp.Tracer(instrumentationName), unknownOutcomes: unknownOutcomes}, nil
 }
 
