@@ -29,9 +29,17 @@ func TestVersionAgreesEverywhere(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 
+	// The commit the toolchain stamped, if it could: it reads a checkout
+	// whose .git is a folder (not a git worktree's .git file). A stamp is
+	// the checkout's HEAD; no stamp is "unknown".
 	wantCommit := "unknown"
-	if head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output(); err == nil {
-		wantCommit = strings.TrimSpace(string(head))
+	info, err := exec.Command("go", "version", "-m", binary).Output()
+	require.NoError(t, err)
+	if m := regexp.MustCompile(`(?m)^\s+build\s+vcs\.revision=(\S+)$`).FindSubmatch(info); m != nil {
+		wantCommit = string(m[1])
+		head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+		require.NoError(t, err)
+		require.Equal(t, strings.TrimSpace(string(head)), wantCommit, "the stamp is the checkout's commit")
 	}
 
 	status, printed := runBinary(t, binary, nil, "version")
