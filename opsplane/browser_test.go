@@ -68,7 +68,8 @@ func withJobsUI(t *testing.T) func(*setupOpts) {
 // does not sign in; an admin does, finds the charge in the queue, opens it,
 // has a forged form refused, resolves it with the provider's charge id and
 // sees it succeeded with the resolution, signed with the admin's name, in
-// its timeline; River's job UI runs under the same sign-in and the same
+// its timeline; on the administration page rotates a tenant's key, is shown
+// the new key once, and revokes another tenant's key; River's job UI runs under the same sign-in and the same
 // security headers; signing out ends it. No page breaks its
 // Content-Security-Policy.
 func TestOpsPageInBrowser(t *testing.T) {
@@ -255,6 +256,53 @@ func TestOpsPageInBrowser(t *testing.T) {
 	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(`main dl a[href="/ops/charges/`+id+`"]`))))
 	require.Contains(t, text("main dl"), "0.00 USD (4.00 USD reserved)", "the refund links to its charge, which shows its sums")
 
+	// The administration page, from the navigation: the tenants with their
+	// keys, the operators, the admin audit. The admin rotates tenant A's key
+	// with an hour's overlap and is shown the new key once; both keys work.
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(`header nav a[href="/ops/admin"]`))))
+	require.Equal(t, "/ops/admin", location())
+	tenants := text("#tenants")
+	for _, s := range []string{b.TenantA.ID, b.TenantB.ID, "tenant-a", "1 working key", b.keyIDs(t, b.TenantA.ID)[0]} {
+		require.Contains(t, tenants, s)
+	}
+	require.NotContains(t, text("main"), "cfk_", "no key's secret on the page")
+	require.Contains(t, text("#operators"), b.Viewer.Name)
+	require.Contains(t, text("#audit"), "Nothing recorded yet.")
+	rotate := "#rotate-" + b.TenantA.ID
+	do(chromedp.SetValue(chromedp.CSS(rotate+` select[name="overlap"]`), "1h"))
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(rotate+` button[type="submit"]`))))
+	newKey := text("#new-key")
+	require.True(t, strings.HasPrefix(newKey, "cfk_"), "the new key: %q", newKey)
+	require.Contains(t, text("#shown-once"), "will not be shown again")
+	require.Contains(t, text("#outcome"), "1 hour from now")
+	if path := os.Getenv(screenshotEnv + "_ADMIN_KEY"); path != "" {
+		saveScreenshot(t, tab, path)
+	}
+	b.requireKeyWorks(t, newKey, b.TenantA.ID, true)
+	b.requireKeyWorks(t, b.TenantA.Key, b.TenantA.ID, true)
+
+	// Back on the page the key is not shown again; the audit has the
+	// rotation, signed with the admin. Tenant B's key is revoked through
+	// its confirmation, opened without a script.
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(`main .crumbs a`))))
+	require.NotContains(t, text("main"), newKey)
+	audit := text("#audit")
+	require.Contains(t, audit, "operator:"+b.Admin.Name)
+	require.Contains(t, audit, "api_key.rotated")
+	keyB := "#key-" + b.keyIDs(t, b.TenantB.ID)[0]
+	require.Equal(t, 0, count(keyB+" details[open]"))
+	do(chromedp.Click(chromedp.CSS(keyB + " summary")))
+	require.Equal(t, 1, count(keyB+" details[open]"))
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(keyB+" button.danger"))))
+	require.Equal(t, "/ops/admin?done=key_revoked", location())
+	require.Contains(t, text("#outcome"), "Key revoked.")
+	b.requireKeyWorks(t, b.TenantB.Key, b.TenantB.ID, false)
+	if path := os.Getenv(screenshotEnv + "_ADMIN"); path != "" {
+		// With the confirmation of revoking the viewer open.
+		do(chromedp.Click(chromedp.CSS(`#operators summary`)))
+		saveScreenshot(t, tab, path)
+	}
+
 	// River's job UI runs under the same session: its script application
 	// loads and draws its navigation.
 	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(`header nav a[href="/ops/jobs/"]`))))
@@ -306,7 +354,10 @@ func (b *testBundle) lostCall(t *testing.T, tt testTenant, id string) {
 }
 
 // saveScreenshot saves the whole page as a PNG; a relative path is from
-// the repository's root.
+// the repository's root. README.md shows the charge page's
+// (CHARGEFLOW_SCREENSHOT); CHARGEFLOW_SCREENSHOT_REFUND,
+// CHARGEFLOW_SCREENSHOT_ADMIN and CHARGEFLOW_SCREENSHOT_ADMIN_KEY save the
+// refund's page, the administration page and the rotated key's answer.
 func saveScreenshot(t *testing.T, tab context.Context, path string) {
 	t.Helper()
 	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
@@ -315,7 +366,7 @@ func saveScreenshot(t *testing.T, tab context.Context, path string) {
 		path = filepath.Join("..", path)
 	}
 	require.NoError(t, os.WriteFile(path, png, 0o644))
-	t.Logf("saved a screenshot of the charge page to %s", path)
+	t.Logf("saved a screenshot of the page to %s", path)
 }
 
 // jsString quotes s for JavaScript.

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -20,17 +21,61 @@ import (
 	"github.com/chargeflow/chargeflow/internal/apitest"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
 	"github.com/chargeflow/chargeflow/internal/lockedbuf"
+	"github.com/chargeflow/chargeflow/operator"
+	"github.com/chargeflow/chargeflow/tenant"
 )
 
 // opsFuzz is what FuzzOperatorRoutes works on: a server, a signed-in
-// admin's session on the page, and a charge in review and one unknown, made
-// again whenever an accepted action moves them on.
+// admin's session on the page, a charge in review and one unknown, a
+// working key of tenant B and an operator to revoke, made again whenever an
+// accepted action moves them on.
 type opsFuzz struct {
 	b       *testBundle
 	cookie  *http.Cookie
 	csrf    string
 	review  string
 	unknown string
+	key     string
+	target  string
+	targets int
+}
+
+// fuzzTarget is the placeholder in a revoke form that names z.target.
+const fuzzTarget = "TARGET"
+
+// workingKey is the id of a key of tenant B that works now, minting one
+// when none does.
+func (z *opsFuzz) workingKey(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := tenant.Keys(ctx, z.b.Pool, z.b.TenantB.ID)
+	require.NoError(t, err)
+	for _, k := range keys {
+		if k.Active(time.Now()) {
+			return k.ID
+		}
+	}
+	_, err = tenant.NewKey(ctx, z.b.Pool, z.b.TenantB.ID)
+	require.NoError(t, err)
+	return z.workingKey(t)
+}
+
+// newTarget makes an operator for the revoke form to name.
+func (z *opsFuzz) newTarget(t testing.TB) {
+	t.Helper()
+	z.targets++
+	o, _, err := operator.Create(context.Background(), z.b.Pool, fmt.Sprintf("fuzz-target-%d", z.targets), operator.RoleViewer)
+	require.NoError(t, err)
+	z.target = o.Name
+}
+
+// active reports whether an operator called name is active.
+func (z *opsFuzz) active(t testing.TB, name string) bool {
+	t.Helper()
+	var active bool
+	require.NoError(t, z.b.Pool.QueryRow(context.Background(),
+		`SELECT EXISTS (SELECT 1 FROM operators WHERE name = $1 AND revoked_at IS NULL)`, name).Scan(&active))
+	return active
 }
 
 // opsFuzzCharge writes a charge of tenant A, through states, as the worker
@@ -86,16 +131,20 @@ func (z *opsFuzz) signIn(t testing.TB) {
 
 // FuzzOperatorRoutes drives the operator plane as FuzzCreateCharge drives
 // the merchant's: the /ops/v1 JSON routes (resolve, reconcile, the listing's
-// query) and the page's forms (sign-in, resolve, reconcile) and pages, over
+// query) and the page's forms (sign-in, resolve, reconcile, and the
+// administration page's rotate-key, revoke-key and revoke-operator) and
+// pages, over
 // HTTP against a real database, with a fuzzed body or query, Content-Type,
 // Content-Encoding and credential, and holds every answer to docs/api.md:
 //
 //   - no byte sequence is a 5xx;
 //   - a refusal (4xx) stores nothing: charges, idempotency records, events,
-//     River jobs and page sessions are counted before and after;
+//     River jobs, page sessions, the admin audit, every API key's end and
+//     every operator's revocation are compared before and after;
 //   - every refusal of /ops/v1 is problem+json with a code;
 //   - no answer or log line holds a card number, and no log line an
-//     operator token, a session id or an API key.
+//     operator token, a session id or an API key (a rotation's new key
+//     included, which only its answer shows).
 //
 // Signing out is left out: it would end the session the other inputs use.
 // `make test` runs it briefly (FUZZTIME_HTTP); its seeds run with every
@@ -112,6 +161,8 @@ func FuzzOperatorRoutes(f *testing.F) {
 	z.signIn(f)
 	z.review = z.charge(f, intent.StateSubmitting, intent.StateUnknown, intent.StateNeedsReview)
 	z.unknown = z.charge(f, intent.StateSubmitting, intent.StateUnknown)
+	z.key = z.workingKey(f)
+	z.newTarget(f)
 
 	const (
 		routeResolve = iota
@@ -122,6 +173,10 @@ func FuzzOperatorRoutes(f *testing.F) {
 		routePageReconcile
 		routePageHome
 		routePageCharge
+		routePageAdmin
+		routePageRotateKey
+		routePageRevokeKey
+		routePageRevokeOperator
 		routes
 	)
 	const evidence = "provider report for 2026-11-30 has no such charge"
@@ -165,6 +220,29 @@ func FuzzOperatorRoutes(f *testing.F) {
 		{routePageHome, "status=%00", "", "", 0},
 		{routePageHome, "tenant=%FF&limit=0", "", "", 0},
 		{routePageCharge, "", "", "", 0},
+		{routePageAdmin, "done=key_revoked", "", "", 0},
+		{routePageAdmin, "done=%00&done=%FF", "", "", 2},
+		{routePageRotateKey, "overlap=1h", "", "", 0},
+		{routePageRotateKey, "overlap=0s", "", "", 1},
+		{routePageRotateKey, "overlap=-1h", "", "", 0},
+		{routePageRotateKey, "overlap=721h", "", "", 0},
+		{routePageRotateKey, "overlap=1h%00", "", "", 0},
+		{routePageRotateKey, "overlap=1h&overlap=2h", "", "", 0},
+		{routePageRotateKey, "overlap=9223372036854775807ns", "", "", 0},
+		{routePageRotateKey, "overlap=1%C2%B5s", "", "", 0},
+		{routePageRotateKey, "overlap=1.5h", "", "", 0},
+		{routePageRotateKey, "overlap=1h", "", "", 2},
+		{routePageRotateKey, "overlap=1h", "", "gzip", 0},
+		{routePageRevokeKey, "", "", "", 0},
+		{routePageRevokeKey, "x=%00", "text/plain", "", 0},
+		{routePageRevokeKey, "", "", "", 2},
+		{routePageRevokeOperator, "name=" + fuzzTarget, "", "", 0},
+		{routePageRevokeOperator, "name=" + fuzzTarget, "", "", 2},
+		{routePageRevokeOperator, "name=alice", "", "", 0},
+		{routePageRevokeOperator, "name=%00", "", "", 0},
+		{routePageRevokeOperator, "name=%FF" + fuzzTarget, "", "", 0},
+		{routePageRevokeOperator, "name=" + fuzzTarget + "&name=" + fuzzTarget, "", "", 0},
+		{routePageRevokeOperator, "name=4111111111111111", "", "", 0},
 	} {
 		f.Add(seed.route, []byte(seed.body), seed.contentType, seed.encoding, seed.auth)
 	}
@@ -191,10 +269,19 @@ func FuzzOperatorRoutes(f *testing.F) {
 			method, path = http.MethodGet, "/ops/?"+queryOf(body)
 		case routePageCharge:
 			method, path = http.MethodGet, "/ops/charges/"+z.review+"?"+queryOf(body)
+		case routePageAdmin:
+			method, path = http.MethodGet, "/ops/admin?"+queryOf(body)
+		case routePageRotateKey:
+			method, path = http.MethodPost, "/ops/admin/tenants/"+z.b.TenantB.ID+"/rotate-key"
+		case routePageRevokeKey:
+			method, path = http.MethodPost, "/ops/admin/tenants/"+z.b.TenantB.ID+"/keys/"+z.key+"/revoke"
+		case routePageRevokeOperator:
+			method, path = http.MethodPost, "/ops/admin/operators/revoke"
+			body = bytes.ReplaceAll(body, []byte(fuzzTarget), []byte(url.QueryEscape(z.target)))
 		}
 		var reqBody io.Reader
 		if method == http.MethodPost {
-			if route == routePageResolve || route == routePageReconcile {
+			if route != routePageSignIn {
 				// The form carries the session's token, unless the
 				// credential byte says otherwise, so the fuzzed fields
 				// reach the resolve.
@@ -226,7 +313,7 @@ func FuzzOperatorRoutes(f *testing.F) {
 			req.AddCookie(z.cookie)
 		}
 
-		before, sessions := z.b.Stored(t), z.b.Sessions(t)
+		before, sessions, administered := z.b.Stored(t), z.b.Sessions(t), z.b.adminState(t)
 		resp, err := apitest.NoRedirects.Do(req)
 		require.NoError(t, err, "the server hung up instead of answering")
 		answer, err := io.ReadAll(resp.Body)
@@ -237,6 +324,7 @@ func FuzzOperatorRoutes(f *testing.F) {
 		if resp.StatusCode >= 400 {
 			require.Equal(t, before, z.b.Stored(t), "status %d stored something: %s", resp.StatusCode, answer)
 			require.Equal(t, sessions, z.b.Sessions(t), "status %d started or ended a session", resp.StatusCode)
+			require.Equal(t, administered, z.b.adminState(t), "status %d changed a key, an operator or the admin audit", resp.StatusCode)
 			if !page || resp.Header.Get("Content-Type") == "application/problem+json" {
 				require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"), "%s", answer)
 				var p struct{ Code string }
@@ -248,9 +336,16 @@ func FuzzOperatorRoutes(f *testing.F) {
 
 		logged := logs.Take()
 		apitest.RequireNoCardNumbers(t, "the logs", logged)
-		for _, secret := range []string{z.b.Admin.Token, z.b.Viewer.Token, z.b.TenantA.Key, z.b.TenantB.Key, z.cookie.Value} {
+		secrets := []string{z.b.Admin.Token, z.b.Viewer.Token, z.b.TenantA.Key, z.b.TenantB.Key, z.cookie.Value}
+		for _, m := range newKeyOnPage.FindAllSubmatch(answer, -1) {
+			require.Equal(t, routePageRotateKey, int(route), "only a rotation's answer shows a key")
+			secrets = append(secrets, string(m[1]))
+		}
+		for _, secret := range secrets {
 			require.NotContains(t, string(logged), secret)
 		}
+		require.NotContains(t, string(answer), z.b.TenantA.Key)
+		require.NotContains(t, string(answer), z.b.TenantB.Key)
 
 		// An accepted action moves the charges on; make new ones so the
 		// next inputs reach the same code.
@@ -259,6 +354,10 @@ func FuzzOperatorRoutes(f *testing.F) {
 		}
 		if z.state(t, z.unknown) != intent.StateUnknown {
 			z.unknown = z.charge(t, intent.StateSubmitting, intent.StateUnknown)
+		}
+		z.key = z.workingKey(t)
+		if !z.active(t, z.target) {
+			z.newTarget(t)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bojanz/currency"
@@ -29,9 +30,10 @@ import (
 // state, the review queue, a charge's timeline, and for admins the resolve
 // and reconcile forms — rendered on the server from embedded templates, with
 // no script and no build step. Signing in and the CSRF token are in
-// session.go. Every action goes through the JSON API's own
-// resolveCharge and reconcileCharge: the page is another way to ask, never
-// another implementation.
+// session.go, the administration page in admin.go. Every action goes
+// through the JSON API's own resolveCharge and reconcileCharge, or package
+// admin as the CLI's do: the page is another way to ask, never another
+// implementation.
 
 //go:embed page
 var pageFS embed.FS
@@ -67,8 +69,8 @@ func newPages() (*pages, error) {
 	sum := sha256.Sum256(css)
 	pp := &pages{templates: map[string]*template.Template{}, css: css,
 		styleURL: "/ops/ops.css?v=" + hex.EncodeToString(sum[:6])}
-	funcs := template.FuncMap{"money": money, "when": when}
-	for _, name := range []string{"sign-in", "home", "charge", "problem", "jobs-missing"} {
+	funcs := template.FuncMap{"money": money, "when": when, "span": span}
+	for _, name := range []string{"sign-in", "home", "charge", "admin", "admin-key", "problem", "jobs-missing"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(pageFS, "page/layout.html", "page/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("opsplane: page template %s: %w", name, err)
@@ -135,12 +137,20 @@ func (p *Plane) pageErrors(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		pr := p.noteProblem(c, err)
+		back := backLink{"/ops/", "Back to the charges"}
+		if strings.HasPrefix(c.Request().URL.Path, "/ops/admin") {
+			back = backLink{"/ops/admin", "Back to administration"}
+		}
 		return p.render(c, pr.Status, "problem", struct {
 			pageBase
 			Problem *api.Problem
-		}{p.pageBase(c, pr.Title), pr})
+			Back    backLink
+		}{p.pageBase(c, pr.Title), pr, back})
 	}
 }
+
+// backLink is where a problem's page sends the operator back to.
+type backLink struct{ Href, Label string }
 
 // noteProblem turns err into its problem and records it for the request
 // log and the problems metric, as handleError does for the JSON API.

@@ -1,10 +1,12 @@
 // Package opsplane is the operator plane (docs/operations.md,
 // "Operators"): the JSON API at /ops/v1 (ops.go), for programs with an
 // operator token, and the operator's web page at /ops/ (page.go, signing in
-// in session.go, templates in page/), for people with a browser. Both only
-// parse, call and render: every action is package resolve's — a forced
-// lookup, a resolution held to the provider's records — and the counts by
-// state are package census's. It is mounted on the merchant API's server
+// in session.go, the administration page in admin.go, templates in page/),
+// for people with a browser. Both only parse, call and render: every action
+// on a charge is package resolve's — a forced lookup, a resolution held to
+// the provider's records —, every action on tenants' keys and operators is
+// package admin's, with its admin audit record, and the counts by state are
+// package census's. It is mounted on the merchant API's server
 // (api.Server.Mount), so every route shares its middleware, its request log
 // and its one mapping of errors to problems.
 package opsplane
@@ -19,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
+	"github.com/chargeflow/chargeflow/admin"
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/census"
 	"github.com/chargeflow/chargeflow/resolve"
@@ -33,6 +36,9 @@ type Config struct {
 	Resolve *resolve.Resolver
 	// Census counts charges by state for the page. Required.
 	Census *census.Census
+	// Admin carries out the administration page's actions on tenants'
+	// keys and operators, each with its admin audit record. Required.
+	Admin *admin.Service
 	// SessionTTL is how long a sign-in to the operator's page lasts, from
 	// the sign-in: the operator then signs in again. Default 12 h.
 	SessionTTL time.Duration
@@ -63,8 +69,8 @@ type Plane struct {
 // New fills in defaults, refuses a configuration that makes no sense and
 // parses the page's templates.
 func New(cfg Config) (*Plane, error) {
-	if cfg.DB == nil || cfg.Resolve == nil || cfg.Census == nil {
-		return nil, errors.New("opsplane: DB, Resolve and Census are required")
+	if cfg.DB == nil || cfg.Resolve == nil || cfg.Census == nil || cfg.Admin == nil {
+		return nil, errors.New("opsplane: DB, Resolve, Census and Admin are required")
 	}
 	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, Defaults().SessionTTL)
 	if cfg.SessionTTL < 0 {
@@ -96,7 +102,7 @@ func (p *Plane) Routes(e *echo.Echo, s *api.Server) {
 	// The operator's page, for people (page.go): signed in once with an
 	// operator token, then a session cookie; every form carries a CSRF
 	// token, and every action is the JSON API's own resolveCharge or
-	// reconcileCharge.
+	// reconcileCharge, or package admin's (admin.go).
 	page := e.Group("/ops", pageHeaders(pageCSP), p.pageErrors, p.sameOrigin)
 	// A browser pointed at the API's root is a person: send them to the
 	// page. Clients call /v1 and never ask for /.
@@ -110,6 +116,10 @@ func (p *Plane) Routes(e *echo.Echo, s *api.Server) {
 	page.GET("/charges/:id", p.pageCharge, p.signedIn)
 	page.POST("/charges/:id/resolve", p.pageResolve, p.signedIn, p.checkCSRF, requireAdmin)
 	page.POST("/charges/:id/reconcile", p.pageReconcile, p.signedIn, p.checkCSRF, requireAdmin)
+	page.GET("/admin", p.pageAdmin, p.signedIn)
+	page.POST("/admin/tenants/:tenant/rotate-key", p.pageRotateKey, p.signedIn, p.checkCSRF, requireAdmin)
+	page.POST("/admin/tenants/:tenant/keys/:key/revoke", p.pageRevokeKey, p.signedIn, p.checkCSRF, requireAdmin)
+	page.POST("/admin/operators/revoke", p.pageRevokeOperator, p.signedIn, p.checkCSRF, requireAdmin)
 	page.GET("/jobs", redirectTo("/ops/jobs/"))
 	page.Any("/jobs/*", p.pageJobs, pageHeaders(jobsCSP), p.signedIn, viewersOnlyRead)
 }

@@ -1,7 +1,7 @@
 // Package app wires chargeflow together: it opens the connection pools and
 // builds the River clients, the application's services (accept, resolve,
-// notification, census), the merchant API with the operator plane mounted on it
-// (and River's job UI for the operator's page), the outbox worker and the
+// notification, census, admin), the merchant API with the operator plane
+// mounted on it (and River's job UI for the operator's page), the outbox worker and the
 // reconciler from one Options struct with one set of defaults. The command (every
 // role), the benchmarks and the tests start the system through it, so the
 // system is wired in exactly one place (docs/architecture.md, "Wiring").
@@ -39,6 +39,7 @@ import (
 	"riverqueue.com/riverui"
 
 	"github.com/chargeflow/chargeflow/accept"
+	"github.com/chargeflow/chargeflow/admin"
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/census"
 	"github.com/chargeflow/chargeflow/crashpoint"
@@ -461,11 +462,11 @@ type ServerConfig struct {
 	Census  census.Config
 }
 
-// NewServer builds the services — accept, resolve, census and, when the
-// API receives the provider's notifications, notification — each from its Config
-// with its own defaults, then the merchant API on them, and mounts the
-// operator plane on it. It is the one place they are wired, for the
-// command and the tests alike.
+// NewServer builds the services — accept, resolve, census, admin (for the
+// operator page's administration) and, when the API receives the provider's
+// notifications, notification — each from its Config with its own defaults,
+// then the merchant API on them, and mounts the operator plane on it. It is
+// the one place they are wired, for the command and the tests alike.
 func NewServer(sc ServerConfig) (*api.Server, error) {
 	acc := sc.Accept
 	acc.DB, acc.Logger, acc.CrashPoints, acc.MeterProvider = sc.DB, sc.Logger, sc.CrashPoints, sc.MeterProvider
@@ -503,7 +504,7 @@ func NewServer(sc ServerConfig) (*api.Server, error) {
 		return nil, err
 	}
 	ops := sc.Ops
-	ops.DB, ops.Resolve, ops.Census = sc.DB, resolver, counter
+	ops.DB, ops.Resolve, ops.Census, ops.Admin = sc.DB, resolver, counter, admin.New(sc.DB)
 	plane, err := opsplane.New(ops)
 	if err != nil {
 		return nil, err
