@@ -231,9 +231,9 @@ func RotateKey(ctx context.Context, db DB, tenantID string, overlap time.Duratio
 	if overlap < 0 {
 		return "", "", nil, errors.New("tenant: a key's overlap cannot be negative")
 	}
-	rows, err := db.Query(ctx, `UPDATE api_keys SET revoked_at = now() + $2::interval
-		WHERE tenant_id = $1 AND (revoked_at IS NULL OR revoked_at > now() + $2::interval)
-		RETURNING id`, tenantID, overlap.String())
+	rows, err := db.Query(ctx, `UPDATE api_keys SET revoked_at = now() + make_interval(secs => $2)
+		WHERE tenant_id = $1 AND (revoked_at IS NULL OR revoked_at > now() + make_interval(secs => $2))
+		RETURNING id`, tenantID, overlap.Seconds())
 	if err != nil {
 		return "", "", nil, fmt.Errorf("rotate key: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -40,4 +41,42 @@ func TestCreateRefusesNamesTheDatabaseCannotStore(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, created.ID, found.ID)
+}
+
+// A key rotated with an overlap works until the overlap ends, whatever
+// its unit; one rotated with none stops at once.
+func TestRotateKeyOverlap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	created, first, err := tenant.Create(ctx, pool, "rotating")
+	require.NoError(t, err)
+	second, _, ending, err := tenant.RotateKey(ctx, pool, created.ID, 1500*time.Microsecond+time.Hour)
+	require.NoError(t, err)
+	require.Len(t, ending, 1)
+	for _, k := range []string{first, second} {
+		_, err := tenant.Authenticate(ctx, pool, k)
+		require.NoError(t, err, "both work during the overlap")
+	}
+	third, _, ending, err := tenant.RotateKey(ctx, pool, created.ID, 0)
+	require.NoError(t, err)
+	require.Len(t, ending, 2)
+	for _, k := range []string{first, second} {
+		_, err := tenant.Authenticate(ctx, pool, k)
+		require.ErrorIs(t, err, tenant.ErrUnauthenticated)
+	}
+	_, err = tenant.Authenticate(ctx, pool, third)
+	require.NoError(t, err)
+	_, _, _, err = tenant.RotateKey(ctx, pool, created.ID, -time.Second)
+	require.Error(t, err)
+	require.NoError(t, tenant.RevokeKey(ctx, pool, created.ID, mustKeyID(t, pool, created.ID)))
+	_, err = tenant.Authenticate(ctx, pool, third)
+	require.ErrorIs(t, err, tenant.ErrUnauthenticated)
+}
+
+func mustKeyID(t *testing.T, pool tenant.DB, tenantID string) string {
+	t.Helper()
+	keys, err := tenant.Keys(context.Background(), pool, tenantID)
+	require.NoError(t, err)
+	return keys[0].ID
 }
