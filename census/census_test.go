@@ -14,29 +14,6 @@ import (
 	"github.com/chargeflow/chargeflow/internal/dbtest"
 )
 
-// walk moves c along states, as the worker and the reconciler would.
-func walk(t *testing.T, pool *pgxpool.Pool, c intent.Charge, states ...intent.State) intent.Charge {
-	t.Helper()
-	from := c.State
-	for _, to := range states {
-		m := intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: from, To: to, Actor: "test", Reason: "test",
-			CountAttempt: to == intent.StateSubmitting}
-		switch to {
-		case intent.StateNeedsReview:
-			m.ReviewReason = "lookup_unavailable"
-		case intent.StateSucceeded:
-			m.ProviderChargeID = "py_" + c.ID
-		case intent.StateFailed:
-			m.FailureCode = "walked"
-		}
-		var err error
-		c, err = intent.MoveCharge(context.Background(), pool, m)
-		require.NoError(t, err)
-		from = to
-	}
-	return c
-}
-
 // pathTo is how a charge gets to each state.
 var pathTo = map[intent.State][]intent.State{
 	intent.StatePending:     nil,
@@ -63,7 +40,7 @@ func fill(t *testing.T, pool *pgxpool.Pool) (map[intent.State]int64, intent.Char
 		for range want[state] {
 			c := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenants[n%2]})
 			n++
-			c = walk(t, pool, c, pathTo[state]...)
+			c = dbtest.Walk(t, pool, c, "py_"+c.ID, pathTo[state]...)
 			switch state {
 			case intent.StateUnknown:
 				unknown = c
@@ -74,7 +51,7 @@ func fill(t *testing.T, pool *pgxpool.Pool) (map[intent.State]int64, intent.Char
 	}
 	// A refund of a success, itself succeeded: a row of its own.
 	refund := dbtest.PendingRefund(t, pool, paid, 100)
-	walk(t, pool, refund, pathTo[intent.StateSucceeded]...)
+	dbtest.Walk(t, pool, refund, "py_"+refund.ID, pathTo[intent.StateSucceeded]...)
 	want[intent.StateSucceeded]++
 	return want, unknown
 }
@@ -142,7 +119,7 @@ func TestCountsAreCachedForMaxAge(t *testing.T) {
 
 	// The rows change: a new pending charge, and the unknown one settles.
 	dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: unknown.TenantID})
-	walk(t, pool, unknown, intent.StateFailed)
+	dbtest.Walk(t, pool, unknown, "py_"+unknown.ID, intent.StateFailed)
 	changed := map[intent.State]int64{}
 	for s, n := range want {
 		changed[s] = n

@@ -56,23 +56,7 @@ func newEnv(t *testing.T) *env {
 // returns it as stored; a success is the provider's providerID.
 func (e *env) walk(t *testing.T, c intent.Charge, providerID string, states ...intent.State) intent.Charge {
 	t.Helper()
-	from := c.State
-	for _, to := range states {
-		m := intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: from, To: to, Actor: "test", Reason: "test",
-			CountAttempt: to == intent.StateSubmitting}
-		switch to {
-		case intent.StateNeedsReview:
-			m.ReviewReason = "lookup_unavailable"
-		case intent.StateSucceeded:
-			m.ProviderChargeID = providerID
-		case intent.StateFailed:
-			m.FailureCode = "walked"
-		}
-		_, err := intent.MoveCharge(context.Background(), e.pool, m)
-		require.NoError(t, err)
-		from = to
-	}
-	return e.find(t, c)
+	return dbtest.Walk(t, e.pool, c, providerID, states...)
 }
 
 func (e *env) find(t *testing.T, c intent.Charge) intent.Charge {

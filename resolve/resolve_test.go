@@ -79,26 +79,7 @@ func (e *env) resolver(t *testing.T, edit func(*resolve.Config)) *resolve.Resolv
 // as the worker and the reconciler would, and returns it as stored.
 func (e *env) charge(t *testing.T, states ...intent.State) intent.Charge {
 	t.Helper()
-	c := dbtest.PendingCharge(t, e.pool, dbtest.Charge{TenantID: e.tenant})
-	from := intent.StatePending
-	for _, to := range states {
-		m := intent.Move{TenantID: e.tenant, ChargeID: c.ID, From: from, To: to, Actor: "test", Reason: "test",
-			CountAttempt: to == intent.StateSubmitting}
-		switch to {
-		case intent.StateNeedsReview:
-			m.ReviewReason = "lookup_unavailable"
-		case intent.StateSucceeded:
-			m.ProviderChargeID = "py_walked"
-		case intent.StateFailed:
-			m.FailureCode = "walked"
-		}
-		_, err := intent.MoveCharge(context.Background(), e.pool, m)
-		require.NoError(t, err)
-		from = to
-	}
-	found, err := intent.Find(context.Background(), e.pool, c.ID)
-	require.NoError(t, err)
-	return found
+	return dbtest.Walk(t, e.pool, dbtest.PendingCharge(t, e.pool, dbtest.Charge{TenantID: e.tenant}), "py_walked", states...)
 }
 
 // inReview is a charge that was sent once and is now in needs_review.

@@ -288,16 +288,7 @@ func RequirePage(t testing.TB, resp Response, status int, contains ...string) {
 // and the reconciler would.
 func Walk(t testing.TB, pool *pgxpool.Pool, tenantID, id string, states ...intent.State) {
 	t.Helper()
-	from := intent.StatePending
-	for _, to := range states {
-		m := intent.Move{TenantID: tenantID, ChargeID: id, From: from, To: to, Actor: "test", Reason: "test", CountAttempt: to == intent.StateSubmitting}
-		if to == intent.StateNeedsReview {
-			m.ReviewReason = "lookup_unavailable"
-		}
-		_, err := intent.MoveCharge(context.Background(), pool, m)
-		require.NoError(t, err)
-		from = to
-	}
+	dbtest.Walk(t, pool, intent.Charge{TenantID: tenantID, ID: id, State: intent.StatePending}, "py_"+id, states...)
 }
 
 // ChargeAtProvider applies a charge at the provider at providerURL under

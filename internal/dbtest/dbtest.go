@@ -254,6 +254,36 @@ func PendingCharge(t testing.TB, db pg.Handle, spec Charge) intent.Charge {
 }
 
 // PendingRefund accepts a refund of amount of the succeeded charge parent
+// Walk moves c along states as the worker and the reconciler would, each
+// move with the facts its state needs (a review reason, the provider's
+// charge id providerChargeID, a failure code), and returns it as stored.
+func Walk(t testing.TB, db pg.Handle, c intent.Charge, providerChargeID string, states ...intent.State) intent.Charge {
+	t.Helper()
+	ctx := context.Background()
+	from := cmp.Or(c.State, intent.StatePending)
+	for _, to := range states {
+		m := intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: from, To: to, Actor: "test", Reason: "test",
+			CountAttempt: to == intent.StateSubmitting}
+		switch to {
+		case intent.StateNeedsReview:
+			m.ReviewReason = "lookup_unavailable"
+		case intent.StateSucceeded:
+			m.ProviderChargeID = providerChargeID
+		case intent.StateFailed:
+			m.FailureCode = "walked"
+		}
+		if _, err := intent.MoveCharge(ctx, db, m); err != nil {
+			t.Fatalf("dbtest: walk %s %s -> %s: %v", c.ID, from, to, err)
+		}
+		from = to
+	}
+	found, err := intent.Find(ctx, db, c.ID)
+	if err != nil {
+		t.Fatalf("dbtest: walk %s: %v", c.ID, err)
+	}
+	return found
+}
+
 // as the API does, on db; the database reserves it on the charge.
 func PendingRefund(t testing.TB, db pg.Handle, parent intent.Charge, amount int64) intent.Charge {
 	t.Helper()
