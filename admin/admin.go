@@ -2,9 +2,9 @@
 // and operators — create, rotate, revoke — each with its record in the
 // admin audit, written in the action's own transaction so that an action
 // and its record commit together or not at all (docs/operations.md,
-// "Administration"). The CLI (chargeflow tenant, operator, audit) and
-// `chargeflow all` call it; a record names ids and names, never a key, a
-// token or a hash.
+// "Administration"). The CLI (chargeflow tenant, operator, audit),
+// `chargeflow all` and the operator page's administration call it; a
+// record names ids and names, never a key, a token or a hash.
 package admin
 
 import (

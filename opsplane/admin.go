@@ -214,9 +214,8 @@ func tenantParam(c echo.Context) (string, error) {
 }
 
 // overlapFromForm reads the rotate form's overlap: a duration ("24h",
-// "0s") from 0 to admin.MaxOverlap in whole seconds, sent once. (Go writes
-// a duration under a second in units, µs and ns, that Postgres's interval
-// does not read, and no overlap needs them.)
+// "0s") from 0 to admin.MaxOverlap in whole seconds (the form offers
+// hours; a fraction of a second is a typing slip), sent once.
 func overlapFromForm(form url.Values) (time.Duration, error) {
 	value, err := oneField(form, "overlap")
 	if err != nil {

@@ -49,7 +49,7 @@ type adminFlags struct {
 	output outputFlag
 }
 
-func (a *adminFlags) bind(fs *flag.FlagSet, e env) {
+func (a *adminFlags) bind(fs *flag.FlagSet) {
 	a.c.bind(fs)
 	fs.StringVar(&a.actor, "actor", "", "who is acting, for the admin audit (default: $USER)")
 	a.output.bind(fs)
@@ -120,7 +120,7 @@ func runTenantCreate(ctx context.Context, e env, args []string) error {
 	var a adminFlags
 	var name string
 	fs := newFlagSet("tenant create", e)
-	a.bind(fs, e)
+	a.bind(fs)
 	fs.StringVar(&name, "name", "", "the tenant's name (unique); required")
 	s, pool, _, err := a.open(ctx, fs, e, args, func() error {
 		if name == "" {
@@ -144,7 +144,7 @@ func runTenantCreate(ctx context.Context, e env, args []string) error {
 func runTenantList(ctx context.Context, e env, args []string) error {
 	var a adminFlags
 	fs := newFlagSet("tenant list", e)
-	a.bind(fs, e)
+	a.bind(fs)
 	_, pool, _, err := a.open(ctx, fs, e, args, nil)
 	if err != nil {
 		return err
@@ -175,7 +175,7 @@ func runTenantList(ctx context.Context, e env, args []string) error {
 func runTenantKeys(ctx context.Context, e env, args []string) error {
 	var a adminFlags
 	fs := newFlagSet("tenant keys", e)
-	a.bind(fs, e)
+	a.bind(fs)
 	_, pool, pos, err := a.open(ctx, fs, e, args, nil, "TENANT_ID")
 	if err != nil {
 		return err
@@ -212,7 +212,7 @@ func runTenantRotateKey(ctx context.Context, e env, args []string) error {
 	var a adminFlags
 	var overlap time.Duration
 	fs := newFlagSet("tenant rotate-key", e)
-	a.bind(fs, e)
+	a.bind(fs)
 	fs.DurationVar(&overlap, "overlap", 24*time.Hour, "how long the tenant's other keys keep working, for deploying the new one (0: they stop now; at most 720h)")
 	s, pool, pos, err := a.open(ctx, fs, e, args, nil, "TENANT_ID")
 	if err != nil {
@@ -233,7 +233,7 @@ func runTenantRotateKey(ctx context.Context, e env, args []string) error {
 func runTenantRevokeKey(ctx context.Context, e env, args []string) error {
 	var a adminFlags
 	fs := newFlagSet("tenant revoke-key", e)
-	a.bind(fs, e)
+	a.bind(fs)
 	s, pool, pos, err := a.open(ctx, fs, e, args, nil, "TENANT_ID", "KEY_ID")
 	if err != nil {
 		return err
@@ -251,7 +251,7 @@ func runOperatorCreate(ctx context.Context, e env, args []string) error {
 	var a adminFlags
 	var name, role string
 	fs := newFlagSet("operator create", e)
-	a.bind(fs, e)
+	a.bind(fs)
 	fs.StringVar(&name, "name", "", "the operator's name (unique; signs their actions in the audit trail); required")
 	fs.StringVar(&role, "role", "", "admin (reads, forces lookups, resolves) or viewer (reads); required")
 	s, pool, _, err := a.open(ctx, fs, e, args, func() error {
@@ -276,7 +276,7 @@ func runOperatorCreate(ctx context.Context, e env, args []string) error {
 func runOperatorList(ctx context.Context, e env, args []string) error {
 	var a adminFlags
 	fs := newFlagSet("operator list", e)
-	a.bind(fs, e)
+	a.bind(fs)
 	_, pool, _, err := a.open(ctx, fs, e, args, nil)
 	if err != nil {
 		return err
@@ -312,7 +312,7 @@ func runOperatorList(ctx context.Context, e env, args []string) error {
 func runOperatorRevoke(ctx context.Context, e env, args []string) error {
 	var a adminFlags
 	fs := newFlagSet("operator revoke", e)
-	a.bind(fs, e)
+	a.bind(fs)
 	s, pool, pos, err := a.open(ctx, fs, e, args, nil, "NAME")
 	if err != nil {
 		return err
@@ -331,7 +331,7 @@ func runAudit(ctx context.Context, e env, args []string) error {
 	var a adminFlags
 	var limit int
 	fs := newFlagSet("audit", e)
-	a.bind(fs, e)
+	a.bind(fs)
 	fs.IntVar(&limit, "limit", 50, "how many records, newest first (1 to 1000)")
 	s, pool, _, err := a.open(ctx, fs, e, args, nil)
 	if err != nil {

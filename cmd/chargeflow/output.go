@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -135,7 +136,7 @@ func printResource(e env, o outputFlag, kind resourceKind, data []byte) error {
 	case kindAuditTrail:
 		fmt.Fprintln(tw, "AT\tMOVE\tACTOR\tREASON\tATTEMPT\tEVIDENCE")
 		for _, ev := range list(v["data"]) {
-			move := cmpStr(str(ev["from"]), "·") + " → " + str(ev["to"])
+			move := cmp.Or(str(ev["from"]), "·") + " → " + str(ev["to"])
 			if action := str(ev["action"]); action != "" {
 				move = action + " (" + str(ev["to"]) + ")"
 			}
@@ -221,13 +222,6 @@ func str(v any) string {
 		return strconv.FormatBool(v)
 	}
 	return fmt.Sprint(v)
-}
-
-func cmpStr(s, instead string) string {
-	if s == "" {
-		return instead
-	}
-	return s
 }
 
 // money shows v[name] in the major unit of v's currency: 1000 USD is
