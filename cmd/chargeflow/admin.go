@@ -16,6 +16,7 @@ import (
 
 	"github.com/chargeflow/chargeflow/admin"
 	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/migrations"
 	"github.com/chargeflow/chargeflow/operator"
 	"github.com/chargeflow/chargeflow/tenant"
 )
@@ -80,6 +81,15 @@ func (a *adminFlags) open(ctx context.Context, fs *flag.FlagSet, e env, args []s
 	a.actor = "cli:" + a.actor
 	pool, err := app.OpenPool(ctx, a.c.databaseURL, "admin", app.Pool{MaxConns: 2})
 	if err != nil {
+		return nil, nil, nil, withExit(exitUnavailable, err)
+	}
+	// A database nobody migrated would answer with Postgres's own words
+	// ("relation tenants does not exist").
+	if err := migrations.Check(ctx, pool); err != nil {
+		pool.Close()
+		if errors.Is(err, migrations.ErrNotCurrent) {
+			return nil, nil, nil, usageErrorf("%s: the database's schema is not current: run chargeflow migrate first (%v)", strings.TrimPrefix(fs.Name(), "chargeflow "), err)
+		}
 		return nil, nil, nil, withExit(exitUnavailable, err)
 	}
 	return admin.New(pool), pool, pos, nil

@@ -121,6 +121,7 @@ func TestExitCodes(t *testing.T) {
 		{"ServerError", withKey, []string{"charge", "get", "ch_anything"}, exitUnavailable},
 		{"Unreachable", map[string]string{"CHARGEFLOW_API_KEY": "cfk_test", "CHARGEFLOW_API_URL": closed.URL}, []string{"charge", "get", "ch_found"}, exitUnavailable},
 		{"NoSuchTenant", map[string]string{"DATABASE_URL": dbtest.URL(t)}, []string{"tenant", "keys", "tn_01m8vq2jb81v9s1tm5ee58zbc8"}, exitNotFound},
+		{"UnmigratedDatabase", map[string]string{"DATABASE_URL": dbtest.Empty(t)}, []string{"tenant", "list"}, exitUsage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
