@@ -25,6 +25,7 @@ import (
 	"github.com/chargeflow/chargeflow/crashpoint"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/batch"
+	"github.com/chargeflow/chargeflow/internal/pg"
 )
 
 // MetricAcceptBatch is the number of charges each accept statement wrote
@@ -120,7 +121,10 @@ func (a *Acceptor) Remember(tenantID string, keyHash [32]byte, rec intent.Idempo
 // Record reads the record a tenant stored under a key hash, one
 // primary-key read, and keeps it; found is false when the key has none.
 func (a *Acceptor) Record(ctx context.Context, tenantID string, keyHash [32]byte) (rec intent.IdempotencyRecord, found bool, err error) {
-	rec, err = intent.Idempotency(ctx, a.cfg.DB, tenantID, keyHash[:])
+	err = pg.Confirmed(ctx, func(ctx context.Context) error {
+		rec, err = intent.ReplayRecord(ctx, a.cfg.DB, tenantID, keyHash[:])
+		return err
+	})
 	switch {
 	case err == nil:
 		a.replays.put(tenantID, keyHash, rec)
@@ -148,7 +152,12 @@ func (a *Acceptor) Turn(ctx context.Context, key string) (release func(), err er
 // them, so while it is armed the same statement runs in an explicit
 // transaction; otherwise there is no such moment to crash in.
 func (a *Acceptor) Accept(ctx context.Context, acc intent.Acceptance) (intent.IdempotencyRecord, bool, error) {
-	rec, inserted, err := a.acceptOnce(ctx, acc)
+	var rec intent.IdempotencyRecord
+	var inserted bool
+	err := pg.Confirmed(ctx, func(ctx context.Context) (err error) {
+		rec, inserted, err = a.acceptOnce(ctx, acc)
+		return err
+	})
 	if err != nil {
 		return rec, inserted, err
 	}
@@ -162,7 +171,8 @@ func (a *Acceptor) Accept(ctx context.Context, acc intent.Acceptance) (intent.Id
 	return rec, inserted, nil
 }
 
-// acceptOnce is Accept without the cache: committed when it returns.
+// acceptOnce is Accept without the cache and the confirmation: committed
+// when it returns.
 func (a *Acceptor) acceptOnce(ctx context.Context, acc intent.Acceptance) (intent.IdempotencyRecord, bool, error) {
 	if acc.Charge.ParentID != "" || a.cfg.CrashPoints.Has(crashpoint.APIAfterInsertBeforeCommit) {
 		return a.acceptInTx(ctx, acc)
@@ -185,7 +195,7 @@ func (a *Acceptor) acceptOnce(ctx context.Context, acc intent.Acceptance) (inten
 		return rec, got.Inserted, err
 	}
 	// The key's first request committed while the statement waited on it.
-	rec, err = intent.Idempotency(ctx, a.cfg.DB, acc.Charge.TenantID, acc.KeyHash)
+	rec, err = intent.ReplayRecord(ctx, a.cfg.DB, acc.Charge.TenantID, acc.KeyHash)
 	return rec, false, err
 }
 
@@ -212,7 +222,12 @@ func (a *Acceptor) acceptInTx(ctx context.Context, acc intent.Acceptance) (inten
 		return intent.IdempotencyRecord{}, false, err
 	}
 	if !inserted {
-		rec, err := intent.Idempotency(ctx, tx, acc.Charge.TenantID, acc.KeyHash)
+		// Committed, not rolled back: the record's lock makes the commit
+		// wait for the standby (intent.ReplayRecord).
+		rec, err := intent.ReplayRecord(ctx, tx, acc.Charge.TenantID, acc.KeyHash)
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
 		return rec, false, err
 	}
 	if err := a.cfg.CrashPoints.Hit(ctx, crashpoint.APIAfterInsertBeforeCommit); err != nil {

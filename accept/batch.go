@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/pg"
 )
 
 // Accepts share a commit (docs/architecture.md, "Accepts share a commit").
@@ -43,10 +44,26 @@ func (a *Acceptor) acceptBatch(ctx context.Context, as []intent.Acceptance) ([]a
 	out := make([]acceptAnswer, len(as))
 	if len(as) == 1 {
 		g := &out[0]
-		g.Inserted, g.Record, g.Found, g.err = intent.AcceptOrReplay(ctx, a.cfg.DB, as[0])
+		g.err = pg.Confirmed(ctx, func(ctx context.Context) (err error) {
+			g.Inserted, g.Record, g.Found, err = intent.AcceptOrReplay(ctx, a.cfg.DB, as[0])
+			return err
+		})
 		return out, nil
 	}
-	got, err := intent.AcceptMany(ctx, a.cfg.DB, as)
+	var got []intent.Accepted
+	err := pg.Confirmed(ctx, func(ctx context.Context) (err error) {
+		got, err = intent.AcceptMany(ctx, a.cfg.DB, as)
+		return err
+	})
+	if errors.Is(err, pg.ErrCommitUnconfirmed) {
+		// Committed here, perhaps not on the standby: no charge of the
+		// batch may be answered, nor sent alone again (a replay would
+		// find it; the caller's retry does, once the standby has it).
+		for i := range out {
+			out[i].err = err
+		}
+		return out, nil
+	}
 	if err != nil {
 		a.cfg.Logger.InfoContext(ctx, "accept batch failed; accepting its charges one by one", "charges", len(as), "err", err.Error())
 		for i := range out {

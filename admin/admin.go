@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/chargeflow/chargeflow/internal/pg"
 	"github.com/chargeflow/chargeflow/internal/text"
 	"github.com/chargeflow/chargeflow/operator"
 	"github.com/chargeflow/chargeflow/tenant"
@@ -59,6 +60,15 @@ func (s *Service) audited(ctx context.Context, actor, action string, fn func(tx 
 	if err := text.Check(actor, 200); err != nil || actor == "" {
 		return ErrInvalidActor
 	}
+	// A change whose commit the standby did not confirm is not reported
+	// done: a failover could bring back a key it revoked.
+	return pg.Confirmed(ctx, func(ctx context.Context) error {
+		return s.inTx(ctx, actor, action, fn)
+	})
+}
+
+// inTx is audited's transaction.
+func (s *Service) inTx(ctx context.Context, actor, action string, fn func(tx pgx.Tx) (subject, detail string, err error)) error {
 	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		subject, detail, err := fn(tx)
 		if err != nil {

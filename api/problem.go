@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/pg"
 )
 
 // Code is the stable, machine-readable name of a problem. Clients branch on
@@ -189,6 +190,12 @@ func ProblemFor(err error) *Problem {
 		return NewProblem(CodeNotFound, "no such charge")
 	case lockTimeout(err):
 		p := NewProblem(CodeRequestInProgress, "a request with this Idempotency-Key is still being processed; retry shortly")
+		p.RetryAfter = 1
+		p.Cause = err
+		return p
+	case errors.Is(err, pg.ErrCommitUnconfirmed):
+		p := NewProblem(CodeDatabaseUnavailable, "the database stored this request, but its standby did not confirm it, so a failover may lose it. "+
+			"Retry with the same Idempotency-Key: the stored answer is returned once the standby has it, and the request is stored again if it was lost")
 		p.RetryAfter = 1
 		p.Cause = err
 		return p

@@ -128,7 +128,10 @@ func (s *Server) createRefund(c echo.Context) error {
 			// What took the rest may be this very request, sent before with
 			// the key and committed between the replay check and the read of
 			// the charge: then its answer is the answer, not a refusal.
-			if rec, err := intent.Idempotency(ctx, s.cfg.DB, t.ID, keyHash[:]); err == nil {
+			if rec, found, err := s.cfg.Accept.Record(ctx, t.ID, keyHash); err != nil || found {
+				if err != nil {
+					return err
+				}
 				return s.replay(c, rec, fp)
 			}
 			return FieldProblem(CodeRefundExceedsCharge, "amount", "nothing is left to refund on this charge")

@@ -89,9 +89,10 @@ func AcceptMany(ctx context.Context, db DB, as []Acceptance) ([]Accepted, error)
 		}
 	}
 	// The statement is AcceptOrReplay's, over the rows of input: existing
-	// reads the records committed requests left; only keys without one are
-	// inserted, in key order; each charge, audit entry and job follows its
-	// inserted record. notified runs once, when a job was written.
+	// reads the records committed requests left, locked as ReplayRecord
+	// locks them; only keys without one are inserted, in key order; each
+	// charge, audit entry and job follows its inserted record. notified
+	// runs once, when a job was written.
 	rows, err := db.Query(ctx, `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::timestamptz[],
@@ -103,6 +104,7 @@ WITH input AS (
 ), existing AS (
 	SELECT i.ord, k.fingerprint, coalesce(k.charge_id, k.endpoint_id) AS charge_id, k.status_code, k.response_body, k.created_at, k.expires_at
 	FROM input i JOIN idempotency_keys k ON k.tenant_id = i.tenant_id AND k.key_hash = i.key_hash
+	FOR KEY SHARE OF k
 ), idem AS (
 	INSERT INTO idempotency_keys (tenant_id, key_hash, fingerprint, charge_id, status_code, response_body, created_at, expires_at)
 	SELECT tenant_id, key_hash, fingerprint, charge_id, status_code, response_body, created_at, expires_at

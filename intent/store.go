@@ -134,8 +134,10 @@ func AcceptOrReplay(ctx context.Context, db DB, a Acceptance) (inserted bool, re
 	// notified is read only so that Postgres runs the notified CTE: a
 	// plain SELECT in WITH runs only when something refers to it. The
 	// record a committed request left is read in the statement's snapshot
-	// first; only when there is none does the insert run (and, if a request
-	// with the key is still in flight, wait for it and insert nothing).
+	// first, with ReplayRecord's lock, so that a replay's commit too waits
+	// for the synchronous standby; only when there is none does the insert
+	// run (and, if a request with the key is still in flight, wait for it
+	// and insert nothing).
 	var n, notified int
 	var fingerprint, body []byte
 	var chargeID *string
@@ -144,7 +146,7 @@ func AcceptOrReplay(ctx context.Context, db DB, a Acceptance) (inserted bool, re
 	err = db.QueryRow(ctx, `
 WITH existing AS (
 	SELECT fingerprint, coalesce(charge_id, endpoint_id), status_code, response_body, created_at, expires_at
-	FROM idempotency_keys WHERE tenant_id = $1 AND key_hash = $2
+	FROM idempotency_keys WHERE tenant_id = $1 AND key_hash = $2 FOR KEY SHARE
 ), idem AS (
 	INSERT INTO idempotency_keys (tenant_id, key_hash, fingerprint, charge_id, status_code, response_body, created_at, expires_at)
 	SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE NOT EXISTS (SELECT 1 FROM existing)
@@ -231,9 +233,24 @@ type IdempotencyRecord struct {
 // A record past its expiry is still returned until the retention job deletes
 // it: remembering a key longer than promised never charges twice.
 func Idempotency(ctx context.Context, db DB, tenantID string, keyHash []byte) (IdempotencyRecord, error) {
+	return idempotency(ctx, db, tenantID, keyHash, "")
+}
+
+// ReplayRecord is Idempotency for a replay: it also takes a key-share lock
+// on the record, which writes WAL, so that the statement's commit (or that
+// of the transaction db is) waits for the synchronous standby like any
+// write. A replay is then answered only once the standby has the record,
+// even one whose first commit was cancelled while it waited
+// (pg.ErrCommitUnconfirmed) and so became visible here first. The lock
+// blocks nothing but the record's deletion.
+func ReplayRecord(ctx context.Context, db DB, tenantID string, keyHash []byte) (IdempotencyRecord, error) {
+	return idempotency(ctx, db, tenantID, keyHash, " FOR KEY SHARE")
+}
+
+func idempotency(ctx context.Context, db DB, tenantID string, keyHash []byte, lock string) (IdempotencyRecord, error) {
 	var r IdempotencyRecord
 	err := db.QueryRow(ctx, `SELECT fingerprint, coalesce(charge_id, endpoint_id), status_code, response_body, created_at, expires_at
-		FROM idempotency_keys WHERE tenant_id = $1 AND key_hash = $2`, tenantID, keyHash).
+		FROM idempotency_keys WHERE tenant_id = $1 AND key_hash = $2`+lock, tenantID, keyHash).
 		Scan(&r.Fingerprint, &r.ChargeID, &r.StatusCode, &r.ResponseBody, &r.CreatedAt, &r.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return IdempotencyRecord{}, ErrNotFound

@@ -8,6 +8,7 @@ import (
 	"github.com/chargeflow/chargeflow/crashpoint"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/batch"
+	"github.com/chargeflow/chargeflow/internal/pg"
 )
 
 // The two moves every run makes are made with the runs asking at the same
@@ -40,7 +41,14 @@ func newClaims(db intent.DB) *batch.Batcher[intent.Ref, moved] {
 			moves[i] = intent.Move{TenantID: ref.TenantID, ChargeID: ref.ChargeID,
 				From: intent.StatePending, To: intent.StateSubmitting, Actor: actor, Reason: "submit", CountAttempt: true}
 		}
-		return moveOnce(ctx, db, moves)
+		// A claim whose commit the standby did not confirm claims nothing:
+		// no call may be sent for a submitting a failover can lose.
+		var out []moved
+		err := pg.Confirmed(ctx, func(ctx context.Context) (err error) {
+			out, err = moveOnce(ctx, db, moves)
+			return err
+		})
+		return out, err
 	})
 }
 

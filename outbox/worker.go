@@ -43,6 +43,7 @@ import (
 	"github.com/chargeflow/chargeflow/crashpoint"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/batch"
+	"github.com/chargeflow/chargeflow/internal/pg"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/settle"
 	"github.com/chargeflow/chargeflow/submit"
@@ -151,10 +152,13 @@ func (w *Worker) work(ctx context.Context, job *river.Job[submit.ChargeArgs], lo
 	claimed, err := w.claims.Do(ctx, intent.Ref{TenantID: args.TenantID, ChargeID: args.ChargeID})
 	charge := claimed.charge
 	if err == nil && !claimed.ok {
-		charge, err = intent.MoveCharge(ctx, w.cfg.DB, intent.Move{
-			TenantID: args.TenantID, ChargeID: args.ChargeID,
-			From: intent.StatePending, To: intent.StateSubmitting,
-			Actor: actor, Reason: "submit", CountAttempt: true,
+		err = pg.Confirmed(ctx, func(ctx context.Context) (err error) {
+			charge, err = intent.MoveCharge(ctx, w.cfg.DB, intent.Move{
+				TenantID: args.TenantID, ChargeID: args.ChargeID,
+				From: intent.StatePending, To: intent.StateSubmitting,
+				Actor: actor, Reason: "submit", CountAttempt: true,
+			})
+			return err
 		})
 	}
 	var conflict *intent.ConflictError

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/pg"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/settle"
 	"github.com/chargeflow/chargeflow/submit"
@@ -169,15 +170,19 @@ func (r *Resolver) Resolve(ctx context.Context, actor, id string, res Resolution
 		move.FailureCode = cmp.Or(res.FailureCode, "resolved_by_operator")
 	}
 	found := charge
-	err = pgx.BeginFunc(ctx, r.cfg.DB, func(tx pgx.Tx) error {
-		var err error
-		if charge, err = intent.MoveCharge(ctx, tx, move); err != nil {
+	// A resolution whose commit the standby did not confirm is not
+	// reported done: a failover may lose it.
+	err = pg.Confirmed(ctx, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, r.cfg.DB, func(tx pgx.Tx) error {
+			var err error
+			if charge, err = intent.MoveCharge(ctx, tx, move); err != nil {
+				return err
+			}
+			if res.Status == intent.StatePending {
+				err = r.cfg.Jobs.Enqueue(ctx, tx, submit.ChargeArgs{TenantID: charge.TenantID, ChargeID: id})
+			}
 			return err
-		}
-		if res.Status == intent.StatePending {
-			err = r.cfg.Jobs.Enqueue(ctx, tx, submit.ChargeArgs{TenantID: charge.TenantID, ChargeID: id})
-		}
-		return err
+		})
 	})
 	var conflict *intent.ConflictError
 	if errors.As(err, &conflict) {

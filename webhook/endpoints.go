@@ -96,7 +96,19 @@ type Creation struct {
 // request whose key another request still holds waits for it; with a
 // lock_timeout on the session that wait ends in SQLSTATE 55P03, as for a
 // charge.
+//
+// Like a charge's, its answer waits for the synchronous standby, a replay's
+// too (intent.ReplayRecord): a commit the standby did not confirm fails with
+// pg.ErrCommitUnconfirmed.
 func CreateEndpoint(ctx context.Context, db Store, c Creation) (rec intent.IdempotencyRecord, created bool, err error) {
+	err = pg.Confirmed(ctx, func(ctx context.Context) (err error) {
+		rec, created, err = createEndpoint(ctx, db, c)
+		return err
+	})
+	return rec, created, err
+}
+
+func createEndpoint(ctx context.Context, db Store, c Creation) (rec intent.IdempotencyRecord, created bool, err error) {
 	e := c.Endpoint
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('chargeflow.webhook_endpoints.' || $1, 0))`, e.TenantID); err != nil {
@@ -111,7 +123,7 @@ func CreateEndpoint(ctx context.Context, db Store, c Creation) (rec intent.Idemp
 		err := tx.QueryRow(ctx, `
 WITH existing AS (
 	SELECT fingerprint, coalesce(charge_id, endpoint_id) AS object_id, status_code, response_body, created_at, expires_at
-	FROM idempotency_keys WHERE tenant_id = $1 AND key_hash = $2
+	FROM idempotency_keys WHERE tenant_id = $1 AND key_hash = $2 FOR KEY SHARE
 ), room AS (
 	SELECT count(*) < $11 AS ok FROM webhook_endpoints WHERE tenant_id = $1 AND deleted_at IS NULL
 ), endpoint AS (
@@ -148,7 +160,7 @@ FROM (SELECT 1) one LEFT JOIN existing e ON true`,
 		return errKeyTaken
 	})
 	if errors.Is(err, errKeyTaken) {
-		rec, err = intent.Idempotency(ctx, db, e.TenantID, c.KeyHash)
+		rec, err = intent.ReplayRecord(ctx, db, e.TenantID, c.KeyHash)
 		return rec, false, err
 	}
 	return rec, created, err

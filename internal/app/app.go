@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -45,6 +46,7 @@ import (
 	"github.com/chargeflow/chargeflow/crashpoint"
 	"github.com/chargeflow/chargeflow/delivery"
 	"github.com/chargeflow/chargeflow/internal/logx"
+	"github.com/chargeflow/chargeflow/internal/pg"
 	"github.com/chargeflow/chargeflow/migrations"
 	"github.com/chargeflow/chargeflow/notification"
 	"github.com/chargeflow/chargeflow/opsplane"
@@ -127,6 +129,9 @@ type Pool struct {
 	MaxConns int
 	// LockTimeout, when set, bounds every lock wait of the pool's sessions.
 	LockTimeout time.Duration
+	// Logger receives the error line of a commit whose wait for the
+	// synchronous standby was cancelled outside pg.Confirmed. Nil discards it.
+	Logger *slog.Logger
 }
 
 // Webhooks configures webhook deliveries (package delivery).
@@ -280,6 +285,10 @@ func OpenPool(ctx context.Context, databaseURL, role string, p Pool) (*pgxpool.P
 		cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(p.LockTimeout.Milliseconds(), 10)
 	}
 	NoJIT(cfg.ConnConfig.RuntimeParams)
+	logger := cmp.Or(p.Logger, slog.New(slog.DiscardHandler))
+	pg.Observe(cfg.ConnConfig, func(*pgconn.Notice) {
+		logger.Error("a commit's wait for the synchronous standby was cancelled: it is committed on this server, and a failover may lose it", "role", role)
+	})
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database pool: %w", err)
@@ -394,7 +403,9 @@ func NewAPI(ctx context.Context, o Options) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := OpenPool(ctx, o.DatabaseURL, "api", o.APIPool)
+	apiPool := o.APIPool
+	apiPool.Logger = o.Logger
+	pool, err := OpenPool(ctx, o.DatabaseURL, "api", apiPool)
 	if err != nil {
 		return nil, err
 	}
@@ -582,7 +593,7 @@ func WorkerConns(cpus int) int { return 4*max(cpus, 1) + 8 }
 // pool is sized by the database, and Worker.Concurrency by the provider.
 func WorkerPool(ctx context.Context, o Options) (*pgxpool.Pool, error) {
 	o = o.withDefaults()
-	return OpenPool(ctx, o.DatabaseURL, "worker", Pool{MaxConns: o.Worker.MaxConns})
+	return OpenPool(ctx, o.DatabaseURL, "worker", Pool{MaxConns: o.Worker.MaxConns, Logger: o.Logger})
 }
 
 // NewWorker builds the River client that runs the outbox worker and the
@@ -659,7 +670,9 @@ func riverLogger(logger *slog.Logger) *slog.Logger {
 // ReconcilerPool opens the reconciler's pool.
 func ReconcilerPool(ctx context.Context, o Options) (*pgxpool.Pool, error) {
 	o = o.withDefaults()
-	return OpenPool(ctx, o.DatabaseURL, "reconciler", o.ReconcilerPool)
+	p := o.ReconcilerPool
+	p.Logger = o.Logger
+	return OpenPool(ctx, o.DatabaseURL, "reconciler", p)
 }
 
 // NewReconciler builds a reconciler on pool; jobs enqueues its re-attempts.
