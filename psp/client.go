@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -147,11 +149,34 @@ const MaxIdleConns = 8192
 // NewTransport returns the transport every adapter uses by default: its own
 // pool sized for a worker that talks to one provider at high concurrency
 // (MaxIdleConns), and no proxy, since only cmd reads the environment.
+//
+// A call that times out is aborted, not abandoned, so that nothing it sent
+// reaches the provider after its timeout (ApplyWindow in package reconciler
+// counts on it). A socket closed the usual way keeps sending what it holds
+// until TCP gives up, minutes later: across a partition a request the
+// worker gave up on arrives at the heal, after the reconciler proved it
+// absent. So every connection lingers 0 (its close is a reset, and the
+// kernel drops what it had not sent), and calls go over HTTP/1.1, where a
+// cancelled call closes its connection; an HTTP/2 stream reset would leave
+// the request's bytes queued on a connection that lives on.
 func NewTransport() *http.Transport {
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			if tcp, ok := conn.(*net.TCPConn); ok {
+				if err := tcp.SetLinger(0); err != nil {
+					conn.Close()
+					return nil, fmt.Errorf("provider connection: linger 0: %w", err)
+				}
+			}
+			return conn, nil
+		},
+		ForceAttemptHTTP2:     false,
+		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
 		MaxIdleConns:          MaxIdleConns,
 		MaxIdleConnsPerHost:   MaxIdleConns,
 		IdleConnTimeout:       90 * time.Second,
