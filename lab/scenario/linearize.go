@@ -557,3 +557,36 @@ func renumberClients(ops []porcupine.Operation) {
 		ops[i].ClientId = n
 	}
 }
+
+// checkHistory checks what the run's client saw, fills rep.History, and
+// says so in the progress log: the first partition that is not
+// linearizable as text, and where its visualization went.
+func (s *system) checkHistory(rep *Report) []Violation {
+	res, violations := checkHistory(s.client.history.attempts(), s.t.historyCheck, s.dir)
+	rep.History = res
+	if n := s.client.replaced.Load(); n > 0 {
+		rep.Fired["broken:replay_in_progress"] = int(n)
+	}
+	s.mu.Lock()
+	s.measured["history check"] = res.Took
+	s.mu.Unlock()
+	s.logf("history: %d operations in %d partitions, %s, checked in %s", res.Operations, res.Partitions, res.Result, res.Took.Round(time.Millisecond))
+	if res.Text != "" {
+		s.logf("history: %d partitions are not linearizable; the first:\n%s  visualization: %s (in the run's folder, kept when the run fails or with --keep)",
+			res.Found, res.Text, cmp.Or(res.Visualization, "not written"))
+	}
+	return violations
+}
+
+// uncaught lists the invariants of mustCatch that a negative control's
+// report does not show caught; a history check that ran out of time
+// caught nothing.
+func uncaught(mustCatch []string, r Report) []string {
+	var out []string
+	for _, inv := range mustCatch {
+		if r.Counts[inv] == 0 || inv == InvariantHistory && r.History.Result != historyIllegal {
+			out = append(out, inv)
+		}
+	}
+	return out
+}
