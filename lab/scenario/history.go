@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,6 +113,10 @@ type call struct {
 	start int64
 	sent  bool
 	fp    string
+	// tries counts the connections the transport sent the attempt on:
+	// net/http sends a request with an Idempotency-Key again, on a new
+	// connection, when a reused one failed before any answer.
+	tries int
 }
 
 type callKey struct{}
@@ -135,14 +140,22 @@ func (h *history) begin(ctx context.Context, r *request) (context.Context, *call
 func (h *history) observe(c *call, e chargeflow.Exchange) {
 	end := h.now()
 	c.mu.Lock()
-	start, sent, fp := c.start, c.sent, c.fp
-	c.sent = false
+	start, sent, fp, tries := c.start, c.sent, c.fp, c.tries
+	c.sent, c.tries = false, 0
 	c.mu.Unlock()
 	if !sent {
 		return // it never reached the network (a slot's wait ended first)
 	}
 	in := c.in
 	in.fp = fp
+	var resent []attempt
+	if e.Method == http.MethodPost {
+		// Each try but the last went out and its answer, if any, was
+		// never read: an attempt of unknown outcome.
+		for range tries - 1 {
+			resent = append(resent, attempt{call: c.id, in: in, out: opOutput{unknown: true}, start: start, end: math.MaxInt64})
+		}
+	}
 	if e.Method == http.MethodGet {
 		id, ok := strings.CutPrefix(e.Path, chargesPath+"/")
 		if !ok || strings.Contains(id, "/") || e.Status != http.StatusOK && e.Status != http.StatusNotFound {
@@ -155,7 +168,7 @@ func (h *history) observe(c *call, e chargeflow.Exchange) {
 		end = math.MaxInt64
 	}
 	h.mu.Lock()
-	h.ops = append(h.ops, attempt{call: c.id, in: in, out: out, start: start, end: end})
+	h.ops = append(append(h.ops, resent...), attempt{call: c.id, in: in, out: out, start: start, end: end})
 	h.mu.Unlock()
 }
 
@@ -205,8 +218,13 @@ func (t stamped) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		c.mu.Lock()
-		c.start, c.sent, c.fp = start, true, fp
+		c.start, c.sent, c.fp, c.tries = start, true, fp, 0
 		c.mu.Unlock()
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+			c.mu.Lock()
+			c.tries++
+			c.mu.Unlock()
+		}}))
 	}
 	return t.next.RoundTrip(req)
 }

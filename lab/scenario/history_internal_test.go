@@ -273,3 +273,51 @@ func TestBrokenReplaysAreCaught(t *testing.T) {
 	require.Len(t, violations, 1)
 	require.Contains(t, violations[0].Detail, "409 request_in_progress")
 }
+
+// net/http sends a request with an Idempotency-Key again when the reused
+// connection it went out on fails before any answer: the history records
+// the lost try as an attempt of unknown outcome, so the replay that
+// answers it is one the contract allows.
+func TestTransportResendIsRecorded(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	stored := false
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.Method == http.MethodGet {
+			fmt.Fprint(w, `{"id": "ch_1", "status": "pending"}`)
+			return
+		}
+		if !stored {
+			// Stored, then the process dies before it answers.
+			stored = true
+			conn, _, err := w.(http.Hijacker).Hijack()
+			require.NoError(t, err)
+			_ = conn.Close()
+			return
+		}
+		w.Header().Set("Idempotent-Replayed", "true")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"id": "ch_1", "status": "pending"}`)
+	}))
+	t.Cleanup(server.Close)
+	c := newClient(func() string { return server.URL }, "cfk_test", time.Second, 10*time.Second, make(chan struct{}, 1))
+	// A read first, so that the POST goes out on a reused connection.
+	_, _ = c.poll.GetCharge(c.observed(context.Background(), nil, nil), "ch_0")
+	r := charge(keyA, chargeflow.ChargeParams{Amount: 1000, Currency: "USD", PaymentMethod: "pm_card_visa"})
+	status, _, replay := c.send(context.Background(), r)
+	require.Equal(t, http.StatusCreated, status)
+	require.True(t, replay, "the transport sent it again, and the second try got the replay")
+
+	var posts []attempt
+	for _, a := range c.history.attempts() {
+		if a.in.kind == opCharge {
+			posts = append(posts, a)
+		}
+	}
+	require.Len(t, posts, 2, "the lost try, and the one answered")
+	require.True(t, posts[0].out.unknown)
+	res, violations := checkHistory(c.history.attempts(), time.Minute, "")
+	require.Equal(t, historyOK, res.Result, "%v", violations)
+}
