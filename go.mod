@@ -3,6 +3,7 @@ module github.com/chargeflow/chargeflow
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/bojanz/currency v1.4.2
 	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.23.1

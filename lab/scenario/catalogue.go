@@ -51,8 +51,13 @@ type Scenario struct {
 	// AllowedStatus, when set, says which statuses the client may see.
 	AllowedStatus func(status int) bool
 	// ExpectViolation marks the negative control: it passes only if the
-	// checker finds a violation.
+	// checker finds a violation, and each invariant of MustCatch reports
+	// one.
 	ExpectViolation bool
+	MustCatch       []string
+	// BrokenReplays answers every replay 409 request_in_progress
+	// (brokenReplays): the history check's negative control.
+	BrokenReplays bool
 	// Webhooks, when set, makes the run a merchant's webhooks too: an
 	// endpoint for every event on a receiver the runner serves, and
 	// InvariantWebhooks checked (lab/scenario/webhooks.go).
@@ -387,6 +392,17 @@ func Catalogue() []Scenario {
 			MustFire:           []string{"crashpoint:worker.after_psp_response_before_save"},
 			ExpectViolation:    true,
 			Slow:               true,
+		},
+		{
+			Name:    "history-negative-control",
+			Summary: "every replay is answered 409 request_in_progress, as if the key's first request still held it: the history check must catch it",
+			// Nothing is lost or doubled and the library retries a 409, so
+			// only what the client saw shows the lie.
+			BrokenReplays:   true,
+			Run:             standard(20, 20),
+			MustFire:        []string{"broken:replay_in_progress"},
+			ExpectViolation: true,
+			MustCatch:       []string{InvariantHistory},
 		},
 	}
 }

@@ -181,7 +181,7 @@ func (s *system) refund(ctx context.Context, chargeKey, id string, amount int64)
 // metadata canaries.
 func (s *system) refundRequest(chargeKey string, step int, id string, amount int64, reason string) request {
 	key := fmt.Sprintf("%s-refund-%d", chargeKey, step)
-	return request{path: refundsPath, key: key, refund: &chargeflow.RefundParams{Charge: id, Amount: amount,
+	return request{path: refundsPath, key: key, parent: chargeKey, refund: &chargeflow.RefundParams{Charge: id, Amount: amount,
 		Reason: chargeflow.RefundReason(reason), Metadata: map[string]string{canaryMetadataKey: canaryMetadata(s.seed)}, IdempotencyKey: key}}
 }
 

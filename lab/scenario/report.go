@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -51,7 +52,7 @@ const (
 // Invariants lists every invariant in report order.
 func Invariants() []string {
 	return append(LedgerInvariants(), InvariantCompleted, InvariantAckedHasRow, InvariantRowAcked, InvariantReplayIdentical, InvariantFencedWrites,
-		InvariantConverged, InvariantLogsClean, InvariantFaultsFired, InvariantClientAnswers, InvariantWebhooks)
+		InvariantConverged, InvariantLogsClean, InvariantFaultsFired, InvariantClientAnswers, InvariantWebhooks, InvariantHistory)
 }
 
 // Report is the outcome of one scenario run.
@@ -83,6 +84,8 @@ type Report struct {
 	Converge    time.Duration
 	Elapsed     time.Duration
 	Passed      bool
+	// History is what the check of the clients' history found.
+	History HistoryResult
 }
 
 // RefundCounts is what became of the refunds a run sent.
@@ -218,6 +221,9 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 	if err := s.checkWebhooks(ctx, rep, bound); err != nil {
 		return err
 	}
+
+	// What every client saw, against the idempotency contract.
+	add(s.checkHistory(rep)...)
 
 	// What fired.
 	s.mu.Lock()
@@ -361,7 +367,11 @@ func PrintTable(w io.Writer, reports []Report) {
 		row := []string{r.Scenario, fmt.Sprint(r.Charges), fmt.Sprint(r.Acked),
 			fmt.Sprintf("%d/%d/%d", r.Refunds.Acked, r.Refunds.Refused, r.Refunds.Succeeded)}
 		for _, inv := range Invariants() {
-			row = append(row, fmt.Sprint(r.Counts[inv]))
+			cell := fmt.Sprint(r.Counts[inv])
+			if inv == InvariantHistory && r.History.Result == historyUnknown {
+				cell = "?"
+			}
+			row = append(row, cell)
 		}
 		result := "ok"
 		switch {
@@ -395,6 +405,7 @@ func short(invariant string) string {
 		InvariantFaultsFired:      "fired",
 		InvariantClientAnswers:    "answers",
 		InvariantWebhooks:         "webhooks",
+		InvariantHistory:          "history",
 	}[invariant]
 }
 
@@ -440,6 +451,16 @@ func PrintViolations(w io.Writer, reports []Report) {
 		}
 		if len(r.Violations) == 0 {
 			fmt.Fprintln(w, "  the negative control found no violation: the checker missed a double charge")
+		}
+		sc, _ := Find(r.Scenario)
+		for _, inv := range uncaught(sc.MustCatch, r) {
+			fmt.Fprintf(w, "  the negative control's fault was not caught by %s, as it must be\n", inv)
+		}
+		if r.History.Text != "" {
+			fmt.Fprintf(w, "  the first history that is not linearizable (%s):\n", cmp.Or(r.History.Visualization, "no visualization"))
+			for line := range strings.Lines(r.History.Text) {
+				fmt.Fprintf(w, "    %s", line)
+			}
 		}
 	}
 }

@@ -97,6 +97,7 @@ type timings struct {
 	clientGiveUp   time.Duration
 	keyWindow      time.Duration
 	keyWindowGuard time.Duration
+	historyCheck   time.Duration // porcupine's bound
 }
 
 func (r *Runner) timings() timings {
@@ -115,6 +116,7 @@ func (r *Runner) timings() timings {
 		clientGiveUp:   5 * time.Minute,
 		keyWindow:      time.Hour,
 		keyWindowGuard: 10 * time.Minute,
+		historyCheck:   time.Minute,
 	}
 }
 
@@ -214,7 +216,7 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
 	}
 	rep.Elapsed = time.Since(started)
 	if sc.ExpectViolation {
-		rep.Passed = runErr == nil && len(rep.Violations) > 0 && rep.firedAll(sc.MustFire)
+		rep.Passed = runErr == nil && len(rep.Violations) > 0 && rep.firedAll(sc.MustFire) && len(uncaught(sc.MustCatch, rep)) == 0
 	} else {
 		rep.Passed = len(rep.Violations) == 0
 	}
@@ -460,6 +462,7 @@ func (s *system) boot(ctx context.Context) error {
 		s.reconcilers = append(s.reconcilers, rec)
 	}
 	s.client = newClient(roundRobin(s.apis), s.apiKey, t.clientTimeout, t.clientGiveUp, s.refunds.slots)
+	s.client.breakReplays.Store(s.sc.BrokenReplays)
 	for _, api := range s.apis {
 		if err := childproc.WaitReady(ctx, api.url()); err != nil {
 			return err

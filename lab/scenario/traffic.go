@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	chargeflow "github.com/chargeflow/chargeflow/client"
@@ -63,13 +64,22 @@ type client struct {
 	// gaveUp counts the requests the client stopped retrying without a
 	// final answer.
 	gaveUp int
+
+	// history records every attempt (history.go); breakReplays turns the
+	// answer to every replay into 409 request_in_progress (brokenReplays),
+	// replaced counting them.
+	history      *history
+	breakReplays atomic.Bool
+	replaced     atomic.Int64
 }
 
 // request is one POST the merchant sends: a charge or a refund, under the
 // key it chose before the first attempt (the params' IdempotencyKey).
 type request struct {
-	path   string
-	key    string
+	path string
+	key  string
+	// parent is a refund's charge's key: the history's partition.
+	parent string
 	charge *chargeflow.ChargeParams
 	refund *chargeflow.RefundParams
 }
@@ -100,9 +110,17 @@ const apiBaseURL = "http://chargeflow-api"
 // each dial. slots bounds the reads of charges in flight at once.
 func newClient(baseURL func() string, apiKey string, timeout, giveUp time.Duration, slots chan struct{}) *client {
 	dialer := &net.Dialer{Timeout: timeout}
-	transport := &http.Transport{MaxIdleConnsPerHost: 64, DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+	c := &client{
+		giveUp:   giveUp,
+		acks:     map[string]ack{},
+		refusals: map[string]int{},
+		statuses: map[int]int{},
+		history:  newHistory(),
+	}
+	var transport http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: 64, DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return dialer.DialContext(ctx, network, strings.TrimPrefix(baseURL(), "http://"))
 	}}
+	transport = stamped{next: brokenReplays{next: transport, on: &c.breakReplays, replaced: &c.replaced}, h: c.history}
 	build := func(rt http.RoundTripper, opts ...chargeflow.Option) *chargeflow.Client {
 		c, err := chargeflow.New(apiBaseURL, apiKey, append([]chargeflow.Option{chargeflow.WithHTTPClient(&http.Client{Timeout: timeout, Transport: rt})}, opts...)...)
 		if err != nil {
@@ -121,16 +139,11 @@ func newClient(baseURL func() string, apiKey string, timeout, giveUp time.Durati
 		}
 		return c
 	}
-	return &client{
-		api:      build(transport, chargeflow.WithBackoff(20*time.Millisecond, time.Second), chargeflow.WithMaxElapsed(giveUp)),
-		once:     build(transport, chargeflow.WithMaxElapsed(0)),
-		poll:     slottedClient(chargeflow.WithBackoff(100*time.Millisecond, 2*time.Second), chargeflow.WithMaxElapsed(giveUp)),
-		refunds:  slottedClient(chargeflow.WithBackoff(20*time.Millisecond, time.Second), chargeflow.WithMaxElapsed(giveUp)),
-		giveUp:   giveUp,
-		acks:     map[string]ack{},
-		refusals: map[string]int{},
-		statuses: map[int]int{},
-	}
+	c.api = build(transport, chargeflow.WithBackoff(20*time.Millisecond, time.Second), chargeflow.WithMaxElapsed(giveUp))
+	c.once = build(transport, chargeflow.WithMaxElapsed(0))
+	c.poll = slottedClient(chargeflow.WithBackoff(100*time.Millisecond, 2*time.Second), chargeflow.WithMaxElapsed(giveUp))
+	c.refunds = slottedClient(chargeflow.WithBackoff(20*time.Millisecond, time.Second), chargeflow.WithMaxElapsed(giveUp))
+	return c
 }
 
 // slotted sends each request once it holds one of the slots, and gives
@@ -171,8 +184,10 @@ func (b cancelOnClose) Close() error {
 }
 
 // observed is ctx with an observer that counts every exchange's status
-// (and every POST sent), then hands the exchange to see, if set.
-func (c *client) observed(ctx context.Context, see func(chargeflow.Exchange)) context.Context {
+// (and every POST sent), records it in the history as an attempt of r (a
+// read when nil), then hands the exchange to see, if set.
+func (c *client) observed(ctx context.Context, r *request, see func(chargeflow.Exchange)) context.Context {
+	ctx, call := c.history.begin(ctx, r)
 	return chargeflow.WithExchangeObserver(ctx, func(e chargeflow.Exchange) {
 		c.mu.Lock()
 		if e.Method == http.MethodPost {
@@ -182,6 +197,7 @@ func (c *client) observed(ctx context.Context, see func(chargeflow.Exchange)) co
 			c.statuses[e.Status]++
 		}
 		c.mu.Unlock()
+		c.history.observe(call, e)
 		if see != nil {
 			see(e)
 		}
@@ -191,7 +207,7 @@ func (c *client) observed(ctx context.Context, see func(chargeflow.Exchange)) co
 // create sends r through lib and returns its error; see gets every
 // exchange.
 func (c *client) create(ctx context.Context, lib *chargeflow.Client, r request, see func(chargeflow.Exchange)) error {
-	ctx = c.observed(ctx, see)
+	ctx = c.observed(ctx, &r, see)
 	if r.refund != nil {
 		_, err := lib.CreateRefund(ctx, *r.refund)
 		return err
@@ -282,7 +298,7 @@ func exchangeSummary(e chargeflow.Exchange) string {
 func (c *client) awaitOutcome(ctx context.Context, id string) (status string, final bool) {
 	ctx, cancel := context.WithTimeout(ctx, c.giveUp)
 	defer cancel()
-	charge, err := c.poll.WaitForOutcome(c.observed(ctx, nil), id)
+	charge, err := c.poll.WaitForOutcome(c.observed(ctx, nil, nil), id)
 	var refusal *chargeflow.Error
 	switch {
 	case err == nil:
