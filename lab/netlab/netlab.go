@@ -578,10 +578,11 @@ func (l *Lab) hasNetem(ctx context.Context) bool {
 	return ok
 }
 
-// Flap cuts the links between a and each of others, heals them, and so on,
-// each state lasting period, until stop is called; stop heals and returns
-// how many times the links were cut, and the first error.
-func (l *Lab) Flap(ctx context.Context, a string, period time.Duration, others ...string) (stop func() (int, error)) {
+// Flap cuts the links between a and each of others (every other host when
+// none is named), heals them, and so on, each state lasting period, until
+// stop is called; onCut, when set, is called after each cut. stop heals and
+// returns how many times the links were cut, and the first error.
+func (l *Lab) Flap(ctx context.Context, period time.Duration, onCut func(), a string, others ...string) (stop func() (int, error)) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	var cuts int
@@ -597,6 +598,9 @@ func (l *Lab) Flap(ctx context.Context, a string, period time.Duration, others .
 				return
 			}
 			cuts++
+			if onCut != nil {
+				onCut()
+			}
 			if !sleep(ctx, period) {
 				return
 			}

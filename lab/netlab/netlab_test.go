@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -249,7 +250,8 @@ func TestFlap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stop := l.Flap(ctx, "a", 50*time.Millisecond, "b")
+	var seen atomic.Int64
+	stop := l.Flap(ctx, 50*time.Millisecond, func() { seen.Add(1) }, "a", "b")
 	// The flap is seen cut at least once, then healed at least once.
 	for _, want := range []bool{true, false} {
 		for l.IsCut("a", "b") != want {
@@ -260,8 +262,8 @@ func TestFlap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cuts < 1 || l.IsCut("a", "b") {
-		t.Fatalf("after stop: %d cuts, cut now %v", cuts, l.IsCut("a", "b"))
+	if cuts < 1 || int64(cuts) != seen.Load() || l.IsCut("a", "b") {
+		t.Fatalf("after stop: %d cuts, %d seen by onCut, cut now %v", cuts, seen.Load(), l.IsCut("a", "b"))
 	}
 	b, _ := l.Host("b")
 	a, _ := l.Host("a")
