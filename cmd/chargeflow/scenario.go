@@ -80,6 +80,10 @@ func runScenarioRun(ctx context.Context, e env, args []string) error {
 		}
 	} else {
 		for _, n := range strings.Split(name, ",") {
+			if group, ok := scenario.Group(n); ok {
+				selected = append(selected, group...)
+				continue
+			}
 			sc, ok := scenario.Find(n)
 			if !ok {
 				return usageErrorf("no scenario %q (see chargeflow scenario list)", n)
@@ -142,7 +146,11 @@ func runScenarioRun(ctx context.Context, e env, args []string) error {
 				errs[i] = fmt.Errorf("%s: %w (logs in %s)", sc.Name, err, rep.Dir)
 				return
 			}
-			fmt.Fprintf(e.stderr, "[%s] %s in %s\n", sc.Name, verdict(rep), rep.Elapsed.Round(100*time.Millisecond))
+			if rep.NotRun != "" {
+				fmt.Fprintf(e.stderr, "[%s] %s\n", sc.Name, verdict(rep))
+			} else {
+				fmt.Fprintf(e.stderr, "[%s] %s in %s\n", sc.Name, verdict(rep), rep.Elapsed.Round(100*time.Millisecond))
+			}
 			reports[i] = rep
 		})
 	}
@@ -158,11 +166,18 @@ func runScenarioRun(ctx context.Context, e env, args []string) error {
 	fmt.Fprintf(e.stdout, "seed %d\n", seed)
 	scenario.PrintTable(e.stdout, ran)
 	scenario.PrintViolations(e.stdout, ran)
+	// A scenario that could not run here is neither a pass nor a failure:
+	// it is named, with why, after the table.
+	for _, r := range ran {
+		if r.NotRun != "" {
+			fmt.Fprintf(e.stdout, "NOT RUN: %s: %s\n", r.Scenario, r.NotRun)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	for _, r := range reports {
-		if !r.Passed {
+		if !r.Passed && r.NotRun == "" {
 			return fmt.Errorf("scenario %s failed (seed %d)", r.Scenario, seed)
 		}
 	}
@@ -171,6 +186,8 @@ func runScenarioRun(ctx context.Context, e env, args []string) error {
 
 func verdict(r scenario.Report) string {
 	switch {
+	case r.NotRun != "":
+		return "NOT RUN (" + r.NotRun + ")"
 	case !r.Passed:
 		return "FAILED"
 	case len(r.Violations) > 0:

@@ -22,6 +22,12 @@ type Scenario struct {
 	// under pg_auto_failover (scripts/ha-postgres), reached through a
 	// multi-host URL; the scenario may kill the primary.
 	HAPostgres bool
+	// Partitions runs the scenario in a network lab (lab/netlab): every
+	// process, the provider and the monitor and nodes of HAPostgres each in
+	// a network namespace of its own, so that Run may cut links between
+	// them. Where namespaces cannot be made the scenario is not run, and
+	// its report says why.
+	Partitions bool
 	// APIs is how many API processes run behind the client's round robin
 	// (default 1).
 	APIs int
@@ -370,6 +376,10 @@ func Catalogue() []Scenario {
 			MustFire:    replicasMustFire(),
 			FullOnly:    true,
 		},
+		partitionPrimary(),
+		partitionProvider(),
+		partitionAPIDB(),
+		partitionFlap(),
 		{
 			Name:      "negative-control",
 			Summary:   "a deliberately broken worker re-sends on rerun; the checker must catch the double charge",
@@ -415,6 +425,26 @@ func Find(name string) (Scenario, bool) {
 		}
 	}
 	return Scenario{}, false
+}
+
+// Groups name sets of scenarios `run` takes as one name.
+var Groups = map[string]func(Scenario) bool{
+	"partitions": func(sc Scenario) bool { return sc.Partitions },
+}
+
+// Group returns the scenarios of a group, in the catalogue's order.
+func Group(name string) ([]Scenario, bool) {
+	in, ok := Groups[name]
+	if !ok {
+		return nil, false
+	}
+	var out []Scenario
+	for _, sc := range Catalogue() {
+		if in(sc) {
+			out = append(out, sc)
+		}
+	}
+	return out, true
 }
 
 // refundsUnderCrash sends charges with the workers' crash point disarmed

@@ -28,10 +28,23 @@ type haCluster struct {
 	root   string
 	port   int // the monitor's; the nodes listen on the next two
 	url    string
+	// env and addrs place the monitor and the nodes in namespaces of a
+	// network lab (haNetwork); empty, everything is on loopback.
+	env   []string
+	addrs map[string]string
 }
 
-// startHACluster starts a new cluster on three free consecutive ports.
-func startHACluster(ctx context.Context, script, root string) (*haCluster, error) {
+// addr is the address the monitor or a node (node1, node2) listens on.
+func (c *haCluster) addr(node string) string {
+	if a, ok := c.addrs[node]; ok {
+		return a
+	}
+	return "127.0.0.1"
+}
+
+// startHACluster starts a new cluster on three free consecutive ports, on
+// loopback or, with a network, each server in its host's namespace.
+func startHACluster(ctx context.Context, script, root string, network *haNetwork) (*haCluster, error) {
 	if _, err := os.Stat(script); err != nil {
 		return nil, fmt.Errorf("this scenario runs PostgreSQL under pg_auto_failover with %s, which is missing (run from the repository, or pass --pg-script from the same folder): %w", script, err)
 	}
@@ -43,6 +56,9 @@ func startHACluster(ctx context.Context, script, root string) (*haCluster, error
 		return nil, err
 	}
 	c := &haCluster{script: script, root: root, port: port}
+	if network != nil {
+		c.env, c.addrs = network.env, network.addrs
+	}
 	out, err := c.run(ctx, "start")
 	if err != nil {
 		return c, err
@@ -77,7 +93,7 @@ func freePorts(n int) (int, error) {
 
 func (c *haCluster) run(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, c.script, args...)
-	cmd.Env = append(os.Environ(), "CHARGEFLOW_DATA="+c.root, "CHARGEFLOW_HA_PORT="+strconv.Itoa(c.port))
+	cmd.Env = append(append(os.Environ(), "CHARGEFLOW_DATA="+c.root, "CHARGEFLOW_HA_PORT="+strconv.Itoa(c.port)), c.env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -102,7 +118,7 @@ func (c *haCluster) primary(ctx context.Context) (string, int, error) {
 	for {
 		for i, node := range []string{"node1", "node2"} {
 			port := c.port + 1 + i
-			if isPrimary(ctx, port) {
+			if isPrimary(ctx, c.addr(node), port) {
 				return node, port, nil
 			}
 		}
@@ -117,11 +133,12 @@ func (c *haCluster) primary(ctx context.Context) (string, int, error) {
 // take 5 s.
 const primaryWait = time.Minute
 
-// isPrimary reports whether the node on port answers and is not in recovery.
-func isPrimary(ctx context.Context, port int) bool {
+// isPrimary reports whether the node at addr and port answers and is not in
+// recovery.
+func isPrimary(ctx context.Context, addr string, port int) bool {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(cctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port))
+	conn, err := pgx.Connect(cctx, fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", net.JoinHostPort(addr, strconv.Itoa(port))))
 	if err != nil {
 		return false
 	}
@@ -151,7 +168,7 @@ func (c *haCluster) killPrimary(ctx context.Context) (string, int, error) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(c.addr(node), strconv.Itoa(port)), 200*time.Millisecond)
 		if err != nil {
 			return node, port, nil
 		}

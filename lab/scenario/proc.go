@@ -26,6 +26,9 @@ type proc struct {
 	args []string
 	env  []string
 	log  string // path of the log file
+	// netns, when set, is the network namespace every incarnation runs in
+	// (ip netns exec), the process's host in a network lab.
+	netns string
 	// seed seeds the crash points (the run's seed mixed with the process's
 	// name); each incarnation draws from seed+n, so
 	// a restarted process does not replay its predecessor's draws (which
@@ -63,6 +66,11 @@ func (p *proc) start(ctx context.Context, listens bool) error {
 	}
 	offset, _ := logFile.Seek(0, io.SeekEnd)
 	cmd := exec.Command(p.bin, p.args...)
+	if p.netns != "" {
+		// ip netns exec execs the binary: the pid, and so the process
+		// group a kill signals, stay the child's.
+		cmd = exec.Command("ip", append([]string{"netns", "exec", p.netns, p.bin}, p.args...)...)
+	}
 	cmd.Env = append(p.env[:len(p.env):len(p.env)], fmt.Sprintf("CHARGEFLOW_CRASHPOINT_SEED=%d", p.seed+uint64(p.starts)))
 	cmd.Stderr = logFile
 	cmd.Stdout = logFile

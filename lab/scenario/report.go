@@ -86,6 +86,10 @@ type Report struct {
 	Passed      bool
 	// History is what the check of the clients' history found.
 	History HistoryResult
+	// NotRun, when set, says why the scenario was not run at all (a
+	// partition scenario without network namespaces): neither a pass nor
+	// a failure, and shown as such.
+	NotRun string
 }
 
 // RefundCounts is what became of the refunds a run sent.
@@ -375,6 +379,8 @@ func PrintTable(w io.Writer, reports []Report) {
 		}
 		result := "ok"
 		switch {
+		case r.NotRun != "":
+			result = "not run: " + r.NotRun
 		case !r.Passed:
 			result = "FAIL"
 		case len(r.Violations) > 0:
@@ -438,7 +444,7 @@ func measuredSummary(measured map[string]time.Duration) string {
 // PrintViolations lists every violation of every failed report.
 func PrintViolations(w io.Writer, reports []Report) {
 	for _, r := range reports {
-		if r.Passed {
+		if r.Passed || r.NotRun != "" {
 			continue
 		}
 		fmt.Fprintf(w, "\n%s (seed %d, logs in %s):\n", r.Scenario, r.Seed, r.Dir)

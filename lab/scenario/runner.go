@@ -139,6 +139,14 @@ func (t timings) convergenceBound() time.Duration {
 func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
 	seed := r.cfg.Seed
 	rep := Report{Scenario: sc.Name, Seed: seed, Fired: map[string]int{}, Counts: map[string]int{}}
+	if sc.Partitions {
+		// Without namespaces the scenario is not run, and says so: never
+		// a pass.
+		if err := netProbe(); err != nil {
+			rep.NotRun = err.Error()
+			return rep, nil
+		}
+	}
 	dir, err := os.MkdirTemp(r.cfg.Dir, "chargeflow-scenario-"+sc.Name+"-")
 	if err != nil {
 		return rep, err
@@ -246,6 +254,9 @@ type system struct {
 	cluster *privateCluster
 	ha      *haCluster
 	pool    *pgxpool.Pool
+	// lab is the network of a partition scenario (sc.Partitions): every
+	// process in a namespace of its own, links that can be cut.
+	lab *labNet
 
 	psp *proc
 	// api is the first of apis, the API processes behind the client's
@@ -322,13 +333,18 @@ func (s *system) provision(ctx context.Context) error {
 		}
 		server = s.cluster.URL()
 	}
+	if s.sc.Partitions {
+		if err := s.startNetwork(ctx); err != nil {
+			return err
+		}
+	}
 	if s.sc.HAPostgres {
 		pgScript, err := filepath.Abs(s.runner.cfg.PGScript)
 		if err != nil {
 			return err
 		}
 		s.logf("starting PostgreSQL under pg_auto_failover: a monitor, a primary and its synchronous standby")
-		s.ha, err = startHACluster(ctx, filepath.Join(filepath.Dir(pgScript), "ha-postgres"), filepath.Join(s.dir, "pg"))
+		s.ha, err = startHACluster(ctx, filepath.Join(filepath.Dir(pgScript), "ha-postgres"), filepath.Join(s.dir, "pg"), s.haNetwork())
 		if err != nil {
 			return err
 		}
@@ -369,7 +385,8 @@ func (s *system) env(extra ...string) []string {
 func (s *system) newProc(name string, args ...string) *proc {
 	h := fnv.New64a()
 	h.Write([]byte(s.sc.Name + "/" + name))
-	return &proc{name: name, bin: s.runner.cfg.Binary, args: args, log: filepath.Join(s.dir, name+".log"), seed: s.seed ^ h.Sum64()}
+	return &proc{name: name, bin: s.runner.cfg.Binary, args: args, log: filepath.Join(s.dir, name+".log"), seed: s.seed ^ h.Sum64(),
+		netns: s.netnsOf(name)}
 }
 
 // boot migrates, creates the tenant and starts every process.
@@ -401,7 +418,7 @@ func (s *system) boot(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("scenario %s: faults: %w", s.sc.Name, err)
 	}
-	s.psp = s.newProc("fakepsp", "fakepsp", "--addr", "127.0.0.1:0", "--no-dedupe", "--protocol", cmp.Or(s.runner.cfg.PSP, "fake"),
+	s.psp = s.newProc("fakepsp", "fakepsp", "--addr", s.listenAddr("fakepsp"), "--no-dedupe", "--protocol", cmp.Or(s.runner.cfg.PSP, "fake"),
 		"--ledger", filepath.Join(s.dir, "ledger.jsonl"), "--faults", faults)
 	s.psp.env = s.env()
 	if err := s.psp.start(ctx, true); err != nil {
@@ -416,11 +433,8 @@ func (s *system) boot(ctx context.Context) error {
 		workerFlags = webhookWorkerFlags
 	}
 	for i := range cmp.Or(s.sc.APIs, 1) {
-		name := "api"
-		if i > 0 {
-			name = fmt.Sprintf("api-%d", i)
-		}
-		api := s.newProc(name, "api", "--addr", "127.0.0.1:0", "--lock-timeout", "500ms", "--max-conns", "8")
+		name := apiName(i)
+		api := s.newProc(name, "api", "--addr", s.listenAddr(name), "--lock-timeout", "500ms", "--max-conns", "8")
 		api.env = s.env(apiEnv...)
 		if err := api.start(ctx, true); err != nil {
 			return err
@@ -429,7 +443,7 @@ func (s *system) boot(ctx context.Context) error {
 	}
 	s.api = s.apis[0]
 	for i := range cmp.Or(s.sc.Workers, 1) {
-		w := s.newProc(fmt.Sprintf("worker-%d", i), append([]string{"worker",
+		w := s.newProc(workerName(i), append([]string{"worker",
 			"--call-timeout", t.callTimeout.String(), "--rescue-after", t.rescueAfter.String(),
 			"--retry-base", "50ms", "--retry-cap", t.retryCap.String(), "--unknown-check-after", "200ms", "--concurrency", "8",
 			// Scenarios run side by side on one server's connections.
@@ -454,7 +468,7 @@ func (s *system) boot(ctx context.Context) error {
 			// and the soak creates hundreds of intents a second.
 			args = append(args, "--stripe-clock-skew", "1s")
 		}
-		rec := s.newProc(fmt.Sprintf("reconciler-%d", i), append(args, s.sc.ReconcilerFlags(i)...)...)
+		rec := s.newProc(reconcilerName(i), append(args, s.sc.ReconcilerFlags(i)...)...)
 		rec.env = s.env(s.sc.ReconcilerEnv(i)...)
 		if err := rec.start(ctx, false); err != nil {
 			return err
@@ -753,8 +767,17 @@ func (s *system) shutdown() {
 		if s.cluster != nil {
 			s.logf("the private PostgreSQL still runs; stop it with: DATABASE_URL=%s CHARGEFLOW_DATA=%s %s stop", s.cluster.URL(), s.cluster.root, s.cluster.script)
 		}
-		if s.ha != nil {
+		if s.ha != nil && s.lab == nil {
 			s.logf("pg_auto_failover still runs; stop it with: CHARGEFLOW_HA_PORT=%d CHARGEFLOW_DATA=%s %s stop", s.ha.port, s.ha.root, s.ha.script)
+		}
+		if s.lab != nil {
+			// The namespaces go, and what ran in them: a lab outliving
+			// its run would hold its addresses.
+			if s.ha != nil {
+				_ = s.ha.stop(ctx)
+			}
+			s.closeNetwork()
+			s.logf("the network lab is removed with what ran in it; the data stays in %s", s.dir)
 		}
 		return
 	}
@@ -767,6 +790,7 @@ func (s *system) shutdown() {
 	if s.ha != nil {
 		_ = s.ha.stop(ctx)
 	}
+	s.closeNetwork()
 	_ = os.RemoveAll(s.dir)
 }
 
