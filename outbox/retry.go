@@ -7,6 +7,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/chargeflow/chargeflow/internal/backoff"
+	"github.com/chargeflow/chargeflow/internal/clock"
 )
 
 // Defaults of RetryPolicy.
@@ -26,7 +27,22 @@ type RetryPolicy struct {
 	Cap  time.Duration
 }
 
-// NextRetry implements river.ClientRetryPolicy.
+// NextRetry implements river.ClientRetryPolicy. The delay counts from the
+// attempt's start as the database's clock wrote it (River sets attempted_at
+// to now() when it takes the job), and River makes the job available again
+// when the database's clock reaches the time returned, so no worker's clock
+// enters the spacing: a worker whose clock is behind would otherwise spend
+// the attempts at once (docs/operations.md, "Clocks").
 func (p RetryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
-	return time.Now().Add(backoff.Delay(job.Attempt, cmp.Or(p.Base, DefaultRetryBase), cmp.Or(p.Cap, DefaultRetryCap)))
+	return RetryFrom(job).Add(backoff.Delay(job.Attempt, cmp.Or(p.Base, DefaultRetryBase), cmp.Or(p.Cap, DefaultRetryCap)))
+}
+
+// RetryFrom is when a job's attempt began by the database's clock, the
+// time a retry's delay counts from; a job River has not stamped (never
+// taken) counts from this process's clock.
+func RetryFrom(job *rivertype.JobRow) time.Time {
+	if job.AttemptedAt != nil {
+		return *job.AttemptedAt
+	}
+	return clock.Now()
 }

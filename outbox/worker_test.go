@@ -378,8 +378,14 @@ func TestRetryPolicy(t *testing.T) {
 	t.Parallel()
 
 	p := outbox.RetryPolicy{Base: time.Second, Cap: 10 * time.Second}
+	// The delay counts from the attempt's start as River stamped it, by
+	// the database's clock, whatever this process's clock says.
+	attempted := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for attempt, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 5: 10 * time.Second, 40: 10 * time.Second} {
-		got := time.Until(p.NextRetry(&rivertype.JobRow{Attempt: attempt}))
+		got := p.NextRetry(&rivertype.JobRow{Attempt: attempt, AttemptedAt: &attempted}).Sub(attempted)
 		require.InDelta(t, want.Seconds(), got.Seconds(), want.Seconds()*0.11, "attempt %d", attempt)
 	}
+	// A job never stamped counts from this process's clock.
+	got := time.Until(p.NextRetry(&rivertype.JobRow{Attempt: 2}))
+	require.InDelta(t, 2, got.Seconds(), 0.25)
 }
