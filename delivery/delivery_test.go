@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/delivery"
@@ -396,4 +397,19 @@ func TestNewWorkerRefusesBadPorts(t *testing.T) {
 	}
 	_, err := delivery.NewWorker(delivery.Config{DB: pool, Ports: []uint16{9443}})
 	require.NoError(t, err)
+}
+
+// A failing delivery's next attempt counts from the attempt's start as
+// River stamped it, by the database's clock: the worker's own clock does
+// not space the attempts (docs/operations.md, "Clocks").
+func TestNextRetryCountsFromTheAttemptsStart(t *testing.T) {
+	t.Parallel()
+	worker, err := delivery.NewWorker(delivery.Config{DB: dbtest.Pool(t), BackoffBase: 10 * time.Second, BackoffCap: time.Hour})
+	require.NoError(t, err)
+	attempted := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for attempt, want := range map[int]time.Duration{1: 10 * time.Second, 3: 40 * time.Second, 30: time.Hour} {
+		job := &river.Job[webhook.DeliverArgs]{JobRow: &rivertype.JobRow{Attempt: attempt, AttemptedAt: &attempted}}
+		got := worker.NextRetry(job).Sub(attempted)
+		require.InDelta(t, want.Seconds(), got.Seconds(), want.Seconds()*0.11, "attempt %d", attempt)
+	}
 }
