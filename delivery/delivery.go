@@ -138,14 +138,15 @@ func (w *Worker) Timeout(*river.Job[webhook.DeliverArgs]) time.Duration {
 }
 
 // NextRetry spaces a failing delivery's attempts (internal/backoff), from
-// the attempt's start by the database's clock, as outbox.RetryPolicy does:
-// River stamps attempted_at with now() and runs the job again when the
-// database's clock reaches the time returned, so the worker's clock does not
-// enter the spacing.
+// the later of this process's clock and the attempt's start by the
+// database's clock, as outbox.RetryPolicy does and for its reasons.
 func (w *Worker) NextRetry(job *river.Job[webhook.DeliverArgs]) time.Time {
 	from := clock.Now()
-	if job.AttemptedAt != nil {
-		from = *job.AttemptedAt
+	if now := time.Now(); now.After(from) { // River's floor: its own reading of the host's clock
+		from = now
+	}
+	if at := job.AttemptedAt; at != nil && at.After(from) {
+		from = *at
 	}
 	return from.Add(backoff.Delay(job.Attempt, w.cfg.BackoffBase, w.cfg.BackoffCap))
 }

@@ -399,17 +399,21 @@ func TestNewWorkerRefusesBadPorts(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// A failing delivery's next attempt counts from the attempt's start as
-// River stamped it, by the database's clock: the worker's own clock does
-// not space the attempts (docs/operations.md, "Clocks").
-func TestNextRetryCountsFromTheAttemptsStart(t *testing.T) {
+// A failing delivery's next attempt counts from the attempt's start by the
+// database's clock when that is later than the worker's (a worker whose
+// clock is behind), else from the worker's clock (docs/operations.md,
+// "Clocks").
+func TestNextRetryCountsFromTheLaterClock(t *testing.T) {
 	t.Parallel()
 	worker, err := delivery.NewWorker(delivery.Config{DB: dbtest.Pool(t), BackoffBase: 10 * time.Second, BackoffCap: time.Hour})
 	require.NoError(t, err)
-	attempted := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	later, earlier := time.Now().Add(2*time.Hour), time.Now().Add(-2*time.Hour)
 	for attempt, want := range map[int]time.Duration{1: 10 * time.Second, 3: 40 * time.Second, 30: time.Hour} {
-		job := &river.Job[webhook.DeliverArgs]{JobRow: &rivertype.JobRow{Attempt: attempt, AttemptedAt: &attempted}}
-		got := worker.NextRetry(job).Sub(attempted)
+		job := &river.Job[webhook.DeliverArgs]{JobRow: &rivertype.JobRow{Attempt: attempt, AttemptedAt: &later}}
+		got := worker.NextRetry(job).Sub(later)
 		require.InDelta(t, want.Seconds(), got.Seconds(), want.Seconds()*0.11, "attempt %d", attempt)
+		job.AttemptedAt = &earlier
+		got = time.Until(worker.NextRetry(job))
+		require.InDelta(t, want.Seconds(), got.Seconds(), want.Seconds()*0.11+0.5, "attempt %d", attempt)
 	}
 }

@@ -27,22 +27,28 @@ type RetryPolicy struct {
 	Cap  time.Duration
 }
 
-// NextRetry implements river.ClientRetryPolicy. The delay counts from the
-// attempt's start as the database's clock wrote it (River sets attempted_at
-// to now() when it takes the job), and River makes the job available again
-// when the database's clock reaches the time returned, so no worker's clock
-// enters the spacing: a worker whose clock is behind would otherwise spend
-// the attempts at once (docs/operations.md, "Clocks").
+// NextRetry implements river.ClientRetryPolicy: the delay counts from
+// retryFrom.
 func (p RetryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
-	return RetryFrom(job).Add(backoff.Delay(job.Attempt, cmp.Or(p.Base, DefaultRetryBase), cmp.Or(p.Cap, DefaultRetryCap)))
+	return retryFrom(job).Add(backoff.Delay(job.Attempt, cmp.Or(p.Base, DefaultRetryBase), cmp.Or(p.Cap, DefaultRetryCap)))
 }
 
-// RetryFrom is when a job's attempt began by the database's clock, the
-// time a retry's delay counts from; a job River has not stamped (never
-// taken) counts from this process's clock.
-func RetryFrom(job *rivertype.JobRow) time.Time {
-	if job.AttemptedAt != nil {
-		return *job.AttemptedAt
+// retryFrom is the time a failed attempt's retry delay counts from: this
+// process's clock, or the attempt's start by the database's clock
+// (attempted_at, which River stamps with now() when it takes the job) when
+// that is later. River runs the retry once the database's clock reaches the
+// time, but refuses one earlier than its own reading of this host's clock,
+// so the host's clock is a floor: a worker whose clock is behind the
+// database's still spaces its attempts, where counting from its clock alone
+// would spend them at once; one ahead by S retries up to S late
+// (docs/operations.md, "Clocks").
+func retryFrom(job *rivertype.JobRow) time.Time {
+	from := clock.Now()
+	if now := time.Now(); now.After(from) { // River's floor: its own reading of the host's clock
+		from = now
 	}
-	return clock.Now()
+	if at := job.AttemptedAt; at != nil && at.After(from) {
+		from = *at
+	}
+	return from
 }
