@@ -57,8 +57,8 @@ func clockSkewScenario() Scenario {
 
 func skewEnv(d time.Duration) string { return "CHARGEFLOW_CLOCK_SKEW=" + d.String() }
 
-// clockSkew sends charges and refunds each one as it settles, while a
-// reconciler or the API is killed every second or so, then counts what
+// clockSkew sends charges and refunds each one as it settles, while the
+// API and the reconcilers are killed in turn, then counts what
 // proves the skews were in force: each role's "clock skewed" line with its
 // offset, the charges whose created_at (the API's clock) is ahead of their
 // acceptance in the audit trail (the database's), and the moves each
@@ -90,26 +90,38 @@ func clockSkew(short, full int) func(ctx context.Context, s *system) error {
 	}
 }
 
-// skewChaos kills the API or a reconciler, each once it has been ready a
-// while, every second or so until ctx is done; the workers die at their
-// crash point.
+// skewChaos kills the API and the reconcilers in turn, each once it has
+// been ready a while, one every second or so, until ctx is done and each
+// role was killed at least once, or 30 s more have passed (the workers die
+// at their crash point): in a short run the traffic can be over before a
+// random draw would have come to every role.
 func (s *system) skewChaos(ctx context.Context) {
+	victims := append([]*proc{s.api}, s.reconcilers...)
+	next := 0
+	var overtime time.Time // when ctx ended: the kills still missing get 30 s
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Duration(700+s.intn(800)) * time.Millisecond):
+		s.mu.Lock()
+		done := s.kills["api"] > 0 && s.kills["reconciler"] > 0
+		s.mu.Unlock()
+		if ctx.Err() != nil {
+			if overtime.IsZero() {
+				overtime = time.Now()
+			}
+			if done || time.Since(overtime) > 30*time.Second {
+				return
+			}
 		}
-		victims := append([]*proc{s.api}, s.reconcilers...)
-		victim := victims[s.intn(len(victims))]
+		time.Sleep(time.Duration(500+s.intn(700)) * time.Millisecond)
+		victim := victims[next]
 		life := workerLife
 		if s.isAPI(victim) {
-			life = 3 * time.Second
+			life = 2 * time.Second
 		}
 		if victim.upFor() < life {
 			continue
 		}
 		s.kill(victim, victim.args[0])
+		next = (next + 1) % len(victims)
 	}
 }
 
