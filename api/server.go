@@ -35,6 +35,7 @@ import (
 	"github.com/chargeflow/chargeflow/accept"
 	"github.com/chargeflow/chargeflow/census"
 	"github.com/chargeflow/chargeflow/crashpoint"
+	"github.com/chargeflow/chargeflow/internal/clock"
 	"github.com/chargeflow/chargeflow/notification"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/submit"
@@ -67,7 +68,10 @@ type Config struct {
 	// Ready reports whether the database is reachable and migrated; /readyz
 	// calls it.
 	Ready func(context.Context) error
-	// Now is the clock for charge timestamps; defaults to time.Now.
+	// Now is the API's clock: the times it writes (a charge's, a refund's
+	// and an endpoint's created_at, an idempotency record's expiry), a
+	// provider notification's age, and its own rate limits and caches;
+	// defaults to clock.Now (docs/operations.md, "Clocks").
 	Now func() time.Time
 
 	// Provider names the provider new charges go to. Default "fakepsp".
@@ -174,7 +178,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.Logger = redactLogs(cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)))
 	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.Now = clock.Now
 	}
 	if cfg.Ready == nil {
 		cfg.Ready = func(ctx context.Context) error { return cfg.DB.Ping(ctx) }

@@ -40,6 +40,7 @@ import (
 	"github.com/chargeflow/chargeflow/crashpoint"
 	"github.com/chargeflow/chargeflow/event"
 	"github.com/chargeflow/chargeflow/internal/backoff"
+	"github.com/chargeflow/chargeflow/internal/clock"
 	"github.com/chargeflow/chargeflow/webhook"
 )
 
@@ -67,7 +68,9 @@ type Config struct {
 	Timeout     time.Duration
 	BackoffBase time.Duration
 	BackoffCap  time.Duration
-	// Now is the clock the signature's timestamp comes from.
+	// Now is the clock the signature's timestamp comes from: the worker's
+	// own (clock.Now), which receivers hold to their tolerance
+	// (docs/operations.md, "Clocks").
 	Now func() time.Time
 	// CrashPoints are armed in tests and scenarios only; nil is disarmed.
 	CrashPoints *crashpoint.Set
@@ -93,7 +96,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	cfg.BackoffBase = cmp.Or(cfg.BackoffBase, DefaultBackoffBase)
 	cfg.BackoffCap = cmp.Or(cfg.BackoffCap, DefaultBackoffCap)
 	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.Now = clock.Now
 	}
 	sender := NewSender(webhook.Policy{AllowPrivate: cfg.AllowPrivate, Ports: cfg.Ports}, cfg.Timeout, cfg.Now)
 	return &Worker{cfg: cfg, sender: sender}, nil
@@ -134,9 +137,18 @@ func (w *Worker) Timeout(*river.Job[webhook.DeliverArgs]) time.Duration {
 	return w.cfg.Timeout + 5*time.Second
 }
 
-// NextRetry spaces a failing delivery's attempts (internal/backoff).
+// NextRetry spaces a failing delivery's attempts (internal/backoff), from
+// the later of this process's clock and the attempt's start by the
+// database's clock, as outbox.RetryPolicy does and for its reasons.
 func (w *Worker) NextRetry(job *river.Job[webhook.DeliverArgs]) time.Time {
-	return time.Now().Add(backoff.Delay(job.Attempt, w.cfg.BackoffBase, w.cfg.BackoffCap))
+	from := clock.Now()
+	if now := time.Now(); now.After(from) { // River's floor: its own reading of the host's clock
+		from = now
+	}
+	if at := job.AttemptedAt; at != nil && at.After(from) {
+		from = *at
+	}
+	return from.Add(backoff.Delay(job.Attempt, w.cfg.BackoffBase, w.cfg.BackoffCap))
 }
 
 // Work makes one attempt of a delivery and logs it.

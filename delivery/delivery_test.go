@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/delivery"
@@ -396,4 +397,23 @@ func TestNewWorkerRefusesBadPorts(t *testing.T) {
 	}
 	_, err := delivery.NewWorker(delivery.Config{DB: pool, Ports: []uint16{9443}})
 	require.NoError(t, err)
+}
+
+// A failing delivery's next attempt counts from the attempt's start by the
+// database's clock when that is later than the worker's (a worker whose
+// clock is behind), else from the worker's clock (docs/operations.md,
+// "Clocks").
+func TestNextRetryCountsFromTheLaterClock(t *testing.T) {
+	t.Parallel()
+	worker, err := delivery.NewWorker(delivery.Config{DB: dbtest.Pool(t), BackoffBase: 10 * time.Second, BackoffCap: time.Hour})
+	require.NoError(t, err)
+	later, earlier := time.Now().Add(2*time.Hour), time.Now().Add(-2*time.Hour)
+	for attempt, want := range map[int]time.Duration{1: 10 * time.Second, 3: 40 * time.Second, 30: time.Hour} {
+		job := &river.Job[webhook.DeliverArgs]{JobRow: &rivertype.JobRow{Attempt: attempt, AttemptedAt: &later}}
+		got := worker.NextRetry(job).Sub(later)
+		require.InDelta(t, want.Seconds(), got.Seconds(), want.Seconds()*0.11, "attempt %d", attempt)
+		job.AttemptedAt = &earlier
+		got = time.Until(worker.NextRetry(job))
+		require.InDelta(t, want.Seconds(), got.Seconds(), want.Seconds()*0.11+0.5, "attempt %d", attempt)
+	}
 }

@@ -378,8 +378,17 @@ func TestRetryPolicy(t *testing.T) {
 	t.Parallel()
 
 	p := outbox.RetryPolicy{Base: time.Second, Cap: 10 * time.Second}
+	// An attempt that began earlier by the database's clock (a worker whose
+	// clock is right, or ahead) counts from this process's clock.
+	earlier := time.Now().Add(-time.Hour)
 	for attempt, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 5: 10 * time.Second, 40: 10 * time.Second} {
-		got := time.Until(p.NextRetry(&rivertype.JobRow{Attempt: attempt}))
+		got := time.Until(p.NextRetry(&rivertype.JobRow{Attempt: attempt, AttemptedAt: &earlier}))
 		require.InDelta(t, want.Seconds(), got.Seconds(), want.Seconds()*0.11, "attempt %d", attempt)
 	}
+	// One that began later by the database's clock (this worker's clock is
+	// behind it) counts from that start: the attempts keep their spacing
+	// instead of coming at once.
+	later := time.Now().Add(time.Hour)
+	got := p.NextRetry(&rivertype.JobRow{Attempt: 2, AttemptedAt: &later}).Sub(later)
+	require.InDelta(t, 2, got.Seconds(), 0.21)
 }

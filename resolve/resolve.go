@@ -78,7 +78,9 @@ type Config struct {
 	// ReconcileFloor is the least time between an operator's forced
 	// lookup of a row and the previous lookup. Default 30 s.
 	ReconcileFloor time.Duration
-	// Now is the clock the key window is judged by; default time.Now.
+	// Now, when set, is the clock the key window is judged by, for tests;
+	// nil (the default) is the database's, the clock the row's first send
+	// was written by, so no process's clock enters the judgement.
 	Now func() time.Time
 }
 
@@ -92,9 +94,6 @@ type Resolver struct{ cfg Config }
 func New(cfg Config) (*Resolver, error) {
 	if cfg.DB == nil || cfg.Jobs == nil || cfg.Provider == nil || cfg.ResendWindow < 0 {
 		return nil, errors.New("resolve: DB, Jobs and Provider are required, and ResendWindow cannot be negative")
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
 	}
 	cfg.ReconcileFloor = cmp.Or(cfg.ReconcileFloor, Defaults().ReconcileFloor)
 	if cfg.ReconcileFloor < 0 {
@@ -205,10 +204,16 @@ func (r *Resolver) Resolve(ctx context.Context, actor, id string, res Resolution
 // that cannot answer is ErrProviderUnavailable: an operator's word alone
 // settles nothing the provider could contradict.
 func (r *Resolver) Verify(ctx context.Context, charge intent.Charge, res Resolution) error {
-	if res.Status == intent.StatePending && !settle.ResendCovered(charge, r.cfg.ResendWindow, r.cfg.Now()) {
-		return &Error{Reason: ErrKeyWindowPassed,
-			Detail: "the provider no longer de-duplicates this charge's key, so a new attempt could charge twice; " +
-				"resolve it to succeeded or failed with the provider's records"}
+	if res.Status == intent.StatePending {
+		now, err := r.now(ctx)
+		if err != nil {
+			return err
+		}
+		if !settle.ResendCovered(charge, r.cfg.ResendWindow, now) {
+			return &Error{Reason: ErrKeyWindowPassed,
+				Detail: "the provider no longer de-duplicates this charge's key, so a new attempt could charge twice; " +
+					"resolve it to succeeded or failed with the provider's records"}
+		}
 	}
 	found, err := settle.Find(ctx, r.cfg.DB, r.cfg.Provider, charge)
 	notFound := errors.Is(err, psp.ErrNotFound)
@@ -232,4 +237,17 @@ func (r *Resolver) Verify(ctx context.Context, charge intent.Charge, res Resolut
 		}
 	}
 	return nil
+}
+
+// now is the time the key window is judged at: Config.Now's when set,
+// else the database's, the clock that wrote the row's first send.
+func (r *Resolver) now(ctx context.Context) (time.Time, error) {
+	if r.cfg.Now != nil {
+		return r.cfg.Now(), nil
+	}
+	var now time.Time
+	if err := r.cfg.DB.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("resolve: read the database's clock: %w", err)
+	}
+	return now, nil
 }

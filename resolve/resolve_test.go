@@ -326,6 +326,29 @@ func TestResolvePendingPastTheKeyWindow(t *testing.T) {
 	}
 }
 
+// Without a Now of its own a resolver judges the key window by the
+// database's clock, the one that wrote the row's first send: no API
+// process's clock enters it (docs/operations.md, "Clocks"). The first send
+// is set a minute either side of the window's end, from the database's now.
+func TestResolvePendingJudgedByTheDatabasesClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	c := e.inReview(t)
+	r := e.resolver(t, func(cfg *resolve.Config) { cfg.Now = nil })
+	res := resolve.Resolution{Status: intent.StatePending, Evidence: evidence}
+
+	sentAt := func(ago time.Duration) intent.Charge {
+		var sent time.Time
+		require.NoError(t, e.pool.QueryRow(ctx, `SELECT now() - make_interval(secs => $1)`, ago.Seconds()).Scan(&sent))
+		moved := c
+		moved.FirstAttemptAt = &sent
+		return moved
+	}
+	requireRefused(t, r.Verify(ctx, sentAt(window+time.Minute), res), resolve.ErrKeyWindowPassed)
+	require.NoError(t, r.Verify(ctx, sentAt(window-time.Minute), res), "within the window, and the provider holds nothing under the key")
+}
+
 // Within the window, pending moves the row back and enqueues exactly one
 // charge.submit job for it, in the same transaction as the move.
 func TestResolveToPendingEnqueuesOneAttemptInTheSameTransaction(t *testing.T) {

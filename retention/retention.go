@@ -11,6 +11,7 @@ package retention
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -65,7 +66,6 @@ type Worker struct {
 	timeout        time.Duration
 	eventRetention time.Duration
 	logger         *slog.Logger
-	now            func() time.Time
 
 	// floors holds, per tenant, the id below which an earlier run of this
 	// worker left no event it could delete: the next run's walk starts
@@ -82,7 +82,7 @@ type Worker struct {
 // DefaultBatchSize.
 func NewWorker(db *pgxpool.Pool, batchSize int, logger *slog.Logger) *Worker {
 	return &Worker{db: db, batchSize: cmp.Or(batchSize, DefaultBatchSize), duty: DefaultDuty, timeout: DefaultTimeout,
-		eventRetention: DefaultEventRetention, logger: cmp.Or(logger, slog.New(slog.DiscardHandler)), now: time.Now,
+		eventRetention: DefaultEventRetention, logger: cmp.Or(logger, slog.New(slog.DiscardHandler)),
 		floors: map[string]string{}}
 }
 
@@ -140,7 +140,6 @@ type Run struct {
 // starts where the previous one stopped.
 func (w *Worker) RunOnce(ctx context.Context) (run Run, err error) {
 	start := time.Now()
-	now := w.now()
 	p := &pacer{duty: w.duty, run: &run}
 	defer func() {
 		run.Wall = time.Since(start)
@@ -156,6 +155,13 @@ func (w *Worker) RunOnce(ctx context.Context) (run Run, err error) {
 				"duration", run.Wall.Round(time.Millisecond).String())
 		}
 	}()
+	// Expiry and retention are judged by the database's clock: the one
+	// that wrote the events' times, and the same whichever worker runs
+	// the job (docs/operations.md, "Clocks").
+	var now time.Time
+	if err := w.db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return run, fmt.Errorf("retention: read the database's clock: %w", err)
+	}
 	if err := w.deleteIdempotency(ctx, p, now); err != nil {
 		return run, err
 	}

@@ -102,6 +102,9 @@ func setupRole(ctx context.Context, e env, role string, c *common, fs *flag.Flag
 	if err != nil {
 		return roleSetup{}, nil, err
 	}
+	if err := clockSkew(e, logger); err != nil {
+		return roleSetup{}, nil, err
+	}
 	telLogger := logger
 	if role == "all" {
 		telLogger = base.With("role", "telemetry")

@@ -3,7 +3,8 @@
 // The laboratory's side of the command, built only with -tags lab (make
 // run, make test, the scenarios and the benchmark build it so): its
 // commands (all.go, bench.go, fakepsp.go, scenario.go carry the same tag),
-// arming crash points, and the negative control's broken mode. product.go
+// arming crash points, skewing the clock, and the negative control's broken
+// mode. product.go
 // is what the product build has in their place.
 
 package main
@@ -17,6 +18,7 @@ import (
 
 	"github.com/chargeflow/chargeflow/crashpoint"
 	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/internal/clock"
 )
 
 // labCommands are the laboratory's commands, in the order usage lists
@@ -57,6 +59,24 @@ func crashPoints(e env, logger *slog.Logger) (*crashpoint.Set, error) {
 		logger.Warn("crash points armed", "spec", e.getenv("CHARGEFLOW_CRASHPOINTS"), "seed", seed)
 	}
 	return set, nil
+}
+
+// clockSkew offsets the wall clock the role's decisions read (internal/clock)
+// by CHARGEFLOW_CLOCK_SKEW, a signed duration such as -4m (tests and
+// scenarios only), and logs the offset, which is how a scenario proves that
+// the role ran skewed.
+func clockSkew(e env, logger *slog.Logger) error {
+	value := e.getenv("CHARGEFLOW_CLOCK_SKEW")
+	if value == "" {
+		return nil
+	}
+	d, err := time.ParseDuration(value)
+	if err != nil {
+		return fmt.Errorf("CHARGEFLOW_CLOCK_SKEW: %w", err)
+	}
+	clock.Skew(d)
+	logger.Warn("clock skewed", "offset", d.String())
+	return nil
 }
 
 // brokenModes arms the deliberately broken behaviours the scenario runner

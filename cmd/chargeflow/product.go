@@ -2,8 +2,8 @@
 
 // The product build's side of the laboratory (lab.go is the lab build's):
 // the image the Dockerfile builds has no crash points to arm and no
-// negative control, so a role told to use them refuses to start rather
-// than run as if it had them.
+// negative control and its clock cannot be skewed, so a role told to use
+// them refuses to start rather than run as if it had them.
 
 package main
 
@@ -41,8 +41,15 @@ func refuseLabModes(e env, names ...string) error {
 	if len(set) > 1 {
 		verb = "are"
 	}
-	return usageErrorf("%s %s set, but this build has no laboratory modes (crash points, the negative control); %s",
+	return usageErrorf("%s %s set, but this build has no laboratory modes (crash points, a skewed clock, the negative control); %s",
 		strings.Join(set, " and "), verb, labBuild)
+}
+
+// clockSkew refuses CHARGEFLOW_CLOCK_SKEW: this build's clock cannot be
+// skewed (internal/clock), and a deployment must never be able to set its
+// decisions' clock off the wall clock by an environment variable.
+func clockSkew(e env, _ *slog.Logger) error {
+	return refuseLabModes(e, "CHARGEFLOW_CLOCK_SKEW")
 }
 
 // brokenModes refuses CHARGEFLOW_BROKEN: this build has no negative

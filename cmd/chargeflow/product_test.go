@@ -162,6 +162,7 @@ func TestProductBuild(t *testing.T) {
 			"crash points armed", "crashpoint fired",            // arming, and a point firing
 			"BROKEN MODE", "broken mode: resending", // the negative control
 			"resend_on_rerun",
+			"github.com/chargeflow/chargeflow/internal/clock.Skew", "clock skewed", // skewing the clock
 		} {
 			require.True(t, bytes.Contains(lab, []byte(marker)), "the lab build lacks %q: this check looks for the wrong thing", marker)
 			require.False(t, bytes.Contains(product, []byte(marker)), "the product build holds %q", marker)
@@ -180,6 +181,9 @@ func TestProductBuild(t *testing.T) {
 			{"worker", "CHARGEFLOW_CRASHPOINT_SEED", "1"},
 			{"api", "CHARGEFLOW_CRASHPOINTS", crashpoint.APIAfterInsertBeforeCommit + "=exit"},
 			{"reconciler", "CHARGEFLOW_CRASHPOINTS", crashpoint.ReconcilerAfterLookupBeforeUpdate + "=exit"},
+			{"api", "CHARGEFLOW_CLOCK_SKEW", "4m"},
+			{"worker", "CHARGEFLOW_CLOCK_SKEW", "-4m"},
+			{"reconciler", "CHARGEFLOW_CLOCK_SKEW", "10m"},
 		} {
 			code, output := runBinary(t, productPath, append(slices.Clone(base), tc.variable+"="+tc.value), tc.role)
 			require.Equal(t, 2, code, "%s with %s: %s", tc.role, tc.variable, output)

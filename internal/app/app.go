@@ -461,8 +461,7 @@ type ServerConfig struct {
 	MeterProvider  metric.MeterProvider
 
 	// API configures the merchant API; its Provider (default
-	// api.Defaults().Provider) is also whose notifications are applied,
-	// and its Now the clock of the operators' key window check.
+	// api.Defaults().Provider) is also whose notifications are applied.
 	API api.Config
 	// Ops configures the operator plane mounted on the API.
 	Ops opsplane.Config
@@ -493,9 +492,6 @@ func NewServer(sc ServerConfig) (*api.Server, error) {
 	}
 	res := sc.Resolve
 	res.DB, res.Jobs, res.Provider = sc.DB, sc.Jobs, sc.Provider
-	if res.Now == nil {
-		res.Now = sc.API.Now
-	}
 	resolver, err := resolve.New(res)
 	if err != nil {
 		return nil, err

@@ -202,6 +202,7 @@ var labSeams = map[string]string{
 	"crashpoint":     "arming the crash points, which sit in the product's code",
 	"outbox":         "the negative control, a branch of the worker's run",
 	"cmd/chargeflow": "the laboratory's commands, and reading its variables",
+	"internal/clock": "skewing the clock the product's decisions read",
 }
 
 func TestLabOnlyFilesOnlyAtTheSeams(t *testing.T) {

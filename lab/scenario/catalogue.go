@@ -291,6 +291,7 @@ func Catalogue() []Scenario {
 		webhooksReceiverDown(),
 		webhooksReceiverErrors(),
 		webhooksCrash(),
+		clockSkewScenario(),
 		{
 			Name:    "lookup-unavailable-then-back",
 			Summary: "the provider's lookups fail for a while; unknown charges wait (no re-send, no failure), then resolve",

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,10 @@ type ReceiverStats struct {
 	// Delivered is how many distinct events were answered 2xx;
 	// Redelivered how many of them were answered 2xx more than once.
 	Delivered, Redelivered int
+	// Skewed is how many deliveries verified with a webhook-timestamp more
+	// than a minute from the receiver's clock: signed by a worker whose
+	// clock is off, within the tolerance.
+	Skewed int
 }
 
 // NewReceiver serves a receiver on loopback until ctx ends or Close. It
@@ -131,6 +136,10 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.problems = append(r.problems, fmt.Sprintf("delivery %s does not verify with the endpoint's secret: %v", id, err))
 		w.WriteHeader(http.StatusBadRequest)
 		return
+	}
+	if signed, err := strconv.ParseInt(req.Header.Get("webhook-timestamp"), 10, 64); err == nil &&
+		time.Since(time.Unix(signed, 0)).Abs() > time.Minute {
+		r.stats.Skewed++
 	}
 	var event chargeflow.Event
 	if err := json.Unmarshal(body, &event); err != nil {

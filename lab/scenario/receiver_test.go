@@ -40,9 +40,10 @@ func TestReceiverAndCheckWebhooks(t *testing.T) {
 		require.NoError(t, err)
 		return violations
 	}
-	// post sends a delivery as the worker does, signed with key.
-	post := func(r *scenario.Receiver, id, key, body string) int {
-		ts := time.Now().Unix()
+	// postSkewed sends a delivery as a worker whose clock is skew off
+	// does, signed with key; post as one whose clock is right.
+	postSkewed := func(r *scenario.Receiver, id, key, body string, skew time.Duration) int {
+		ts := time.Now().Add(skew).Unix()
 		signature, err := webhook.Sign(key, id, ts, []byte(body))
 		require.NoError(t, err)
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader([]byte(body)))
@@ -55,6 +56,7 @@ func TestReceiverAndCheckWebhooks(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	post := func(r *scenario.Receiver, id, key, body string) int { return postSkewed(r, id, key, body, 0) }
 	eventBody := func(id, charge, state string) string {
 		return fmt.Sprintf(`{"id": %q, "type": "charge.%s", "created_at": "2026-11-30T00:00:00Z", "data": {"id": %q, "status": %q}}`, id, state, charge, state)
 	}
@@ -109,4 +111,13 @@ func TestReceiverAndCheckWebhooks(t *testing.T) {
 	require.Equal(t, http.StatusOK, post(flaky, failedEvent, secret, eventBody(failedEvent, failedCharge, "failed")))
 	require.Empty(t, check(flaky))
 	require.Equal(t, scenario.ReceiverStats{Attempts: 3, Dropped: 1, Failed: 1, Delivered: 1}, flaky.Stats())
+
+	// Signed by a worker four minutes behind, a delivery verifies and is
+	// counted skewed; six minutes behind or ahead, past the five minutes of
+	// tolerance, it is refused.
+	skewed := newReceiver(0)
+	require.Equal(t, http.StatusOK, postSkewed(skewed, failedEvent, secret, eventBody(failedEvent, failedCharge, "failed"), -4*time.Minute))
+	require.Equal(t, http.StatusBadRequest, postSkewed(skewed, failedEvent, secret, eventBody(failedEvent, failedCharge, "failed"), -6*time.Minute))
+	require.Equal(t, http.StatusBadRequest, postSkewed(skewed, failedEvent, secret, eventBody(failedEvent, failedCharge, "failed"), 6*time.Minute))
+	require.Equal(t, scenario.ReceiverStats{Attempts: 3, Forged: 2, Delivered: 1, Skewed: 1}, skewed.Stats())
 }

@@ -77,7 +77,8 @@ func (s *system) startReceiver(ctx context.Context) error {
 // counts it: "webhooks:delivered", "webhooks:redelivered" (an event taken
 // more than once: a worker died between the receiver's answer and the
 // log), "webhooks:failed" (answered 500 on purpose), "webhooks:dropped"
-// (cut while the receiver was down).
+// (cut while the receiver was down), "webhooks:skewed" (verified, though
+// signed more than a minute from the receiver's clock).
 func (s *system) checkWebhooks(ctx context.Context, rep *Report, bound time.Duration) error {
 	if s.receiver == nil {
 		return nil
@@ -100,6 +101,7 @@ func (s *system) checkWebhooks(ctx context.Context, rep *Report, bound time.Dura
 	rep.Fired["webhooks:redelivered"] = stats.Redelivered
 	rep.Fired["webhooks:failed"] = stats.Failed
 	rep.Fired["webhooks:dropped"] = stats.Dropped
+	rep.Fired["webhooks:skewed"] = stats.Skewed
 	return nil
 }
 
