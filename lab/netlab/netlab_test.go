@@ -275,14 +275,21 @@ func TestFlap(t *testing.T) {
 func TestSweepRemovesWhatDeadRunsLeft(t *testing.T) {
 	needNamespaces(t)
 	ctx := context.Background()
-	// A pid no process has: a child that has exited and been waited for.
-	child := exec.Command("true")
-	if err := child.Run(); err != nil {
-		t.Fatal(err)
+	// A pid no process has: a child that has exited and been waited for
+	// (another child is tried if its pid was taken again at once).
+	dead := 0
+	for range 100 {
+		child := exec.Command("true")
+		if err := child.Run(); err != nil {
+			t.Fatal(err)
+		}
+		if !alive(child.Process.Pid) {
+			dead = child.Process.Pid
+			break
+		}
 	}
-	dead := child.Process.Pid
-	if alive(dead) {
-		t.Skip("the pid of an exited child was reused at once")
+	if dead == 0 {
+		t.Fatal("every exited child's pid was taken again at once")
 	}
 	stale := namePrefix + "-" + strconv.Itoa(dead) + "-7-sw"
 	if _, err := run(ctx, "ip", "netns", "add", stale); err != nil {
