@@ -38,6 +38,14 @@ const (
 	// LookupByReference finds a charge by our reference stored with it at
 	// the provider (Stripe: the charge id in the PaymentIntent's metadata).
 	LookupByReference LookupBy = "reference"
+	// LookupByResend means the provider offers no lookup of what it
+	// applied: a lost answer is learned by sending the same request again
+	// with the same idempotency key inside the key window, which the
+	// provider answers with the first request's result, or refuses while
+	// the first is still in flight (Adyen). The caller makes that re-send
+	// through Charge (or Refunder.Refund) with the row's own request; the
+	// adapter's Find is never asked.
+	LookupByResend LookupBy = "resend"
 	// LookupNone means the provider offers no lookup: an unknown outcome
 	// can only be settled by a person.
 	LookupNone LookupBy = "none"
