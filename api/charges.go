@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/ids"
 	"github.com/chargeflow/chargeflow/resource"
+	"github.com/chargeflow/chargeflow/route"
 	"github.com/chargeflow/chargeflow/submit"
 )
 
@@ -64,6 +66,16 @@ func (s *Server) createCharge(c echo.Context) error {
 		return err
 	}
 
+	provider, err := s.routeOf(ctx, t.ID, req.Currency, req.Amount)
+	if err != nil {
+		// As for a body that is not valid: an accepted request's retry is
+		// answered from its record whatever the route says now.
+		if replayed, rerr := s.checkReplay(c, &k); replayed || rerr != nil {
+			return rerr
+		}
+		return err
+	}
+
 	now := s.cfg.Now().UTC().Truncate(time.Microsecond) // Postgres keeps microseconds
 	id := ids.New("ch", now)
 	charge := intent.Charge{
@@ -75,7 +87,7 @@ func (s *Server) createCharge(c echo.Context) error {
 		PaymentMethod: req.PaymentMethod,
 		Description:   req.Description,
 		Metadata:      req.Metadata,
-		Provider:      s.cfg.Provider,
+		Provider:      provider,
 		ProviderKey:   intent.ProviderKeyFor(id),
 		CreatedAt:     now,
 		UpdatedAt:     now,
@@ -111,6 +123,21 @@ func (s *Server) createCharge(c echo.Context) error {
 	}
 	c.Response().Header().Set(echo.HeaderLocation, chargesRoute+"/"+id)
 	return c.Blob(http.StatusCreated, echo.MIMEApplicationJSON, response)
+}
+
+// routeOf is the provider account a new charge of tenantID goes to.
+func (s *Server) routeOf(ctx context.Context, tenantID, currency string, amount int64) (string, error) {
+	if s.cfg.Route == nil {
+		return s.cfg.Provider, nil
+	}
+	provider, err := s.cfg.Route(ctx, tenantID, currency, amount)
+	if errors.Is(err, route.ErrNoRoute) {
+		return "", NewProblem(CodeNoRoute, "no enabled provider account of this tenant's route takes a charge of this currency and amount; nothing was stored")
+	}
+	if err != nil {
+		return "", fmt.Errorf("route the charge: %w", err)
+	}
+	return provider, nil
 }
 
 // keyed is an idempotent POST read up to its replay check.

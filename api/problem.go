@@ -48,6 +48,7 @@ const (
 	CodeKeyWindowPassed       Code = "key_window_passed"
 	CodeMethodNotAllowed      Code = "method_not_allowed"
 	CodeMissingField          Code = "missing_field"
+	CodeNoRoute               Code = "no_route"
 	CodeNotFound              Code = "not_found"
 	CodeNotReady              Code = "not_ready"
 	CodeProviderUnavailable   Code = "provider_unavailable"
@@ -92,6 +93,7 @@ var codeInfo = map[Code]struct {
 	CodeKeyWindowPassed:       {http.StatusConflict, "The provider's idempotency key window has passed"},
 	CodeMethodNotAllowed:      {http.StatusMethodNotAllowed, "Method not allowed"},
 	CodeMissingField:          {http.StatusBadRequest, "Missing field"},
+	CodeNoRoute:               {http.StatusUnprocessableEntity, "No provider account takes the charge"},
 	CodeNotFound:              {http.StatusNotFound, "Not found"},
 	CodeNotReady:              {http.StatusServiceUnavailable, "Not ready"},
 	CodeProviderUnavailable:   {http.StatusServiceUnavailable, "Provider unavailable"},

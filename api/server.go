@@ -76,6 +76,11 @@ type Config struct {
 
 	// Provider names the provider new charges go to. Default "fakepsp".
 	Provider string
+	// Route, when set, names the provider account a new charge goes to
+	// instead (docs/routing.md): the first account of the tenant's route
+	// that takes its currency and amount, Provider for a tenant without a
+	// route, or an error wrapping route.ErrNoRoute (422 no_route).
+	Route func(ctx context.Context, tenantID, currency string, amount int64) (string, error)
 	// MaxBodyBytes caps a request body. Default 64 KiB.
 	MaxBodyBytes int64
 	// ProviderNotifications verifies and reads the provider's notifications
@@ -84,6 +89,10 @@ type Config struct {
 	// provider's protocol and binds its secret (PSP_WEBHOOK_SECRET).
 	ProviderNotifications func(header http.Header, body []byte, now time.Time) (psp.Notification, error)
 	NotificationsFrom     string
+	// NotificationSources, when set, finds the source of the notifications
+	// posted to /v1/provider_webhooks/{name} for a name other than
+	// NotificationsFrom: a provider account's (docs/routing.md).
+	NotificationSources func(ctx context.Context, name string) (NotificationSource, bool)
 
 	// WebhooksAllowPrivate accepts webhook endpoint URLs that resolve to
 	// loopback, private or link-local addresses: for tests and a laptop,
@@ -173,7 +182,7 @@ func Defaults() Config {
 // New fills in defaults, refuses a configuration that makes no sense
 // (Config.check) and builds the handler.
 func New(cfg Config) (*Server, error) {
-	if cfg.DB == nil || cfg.Jobs == nil || cfg.Accept == nil || cfg.Census == nil || (cfg.ProviderNotifications != nil && cfg.Notifications == nil) {
+	if cfg.DB == nil || cfg.Jobs == nil || cfg.Accept == nil || cfg.Census == nil || ((cfg.ProviderNotifications != nil || cfg.NotificationSources != nil) && cfg.Notifications == nil) {
 		return nil, errors.New("api: DB, Jobs, Accept and Census are required, and Notifications with ProviderNotifications")
 	}
 	cfg.Logger = redactLogs(cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)))

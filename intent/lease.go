@@ -13,8 +13,9 @@ import (
 type LeaseParams struct {
 	// Owner names the reconciler; it is stored with the lease for operators.
 	Owner string
-	// Provider restricts the lease to charges of one provider.
-	Provider string
+	// Providers restricts the lease to charges of these providers: the
+	// ones the reconciler can look up.
+	Providers []string
 	// TTL is how long the lease lasts, by the database clock.
 	TTL time.Duration
 	// Limit is the most charges leased at once.
@@ -40,7 +41,7 @@ func Lease(ctx context.Context, db DB, p LeaseParams) ([]Leased, error) {
 	rows, err := db.Query(ctx, `
 WITH due AS (
 	SELECT tenant_id, id FROM charges
-	WHERE provider = $2
+	WHERE provider = ANY($2)
 	  AND ((state = 'unknown' AND next_check_at <= now())
 	    OR (state = 'submitting' AND last_attempt_at < now() - $5::interval))
 	  AND (lease_expires_at IS NULL OR lease_expires_at < now())
@@ -52,7 +53,7 @@ WITH due AS (
 	FROM due WHERE c.tenant_id = due.tenant_id AND c.id = due.id
 	RETURNING c.*
 )
-SELECT `+chargeColumns+`, now() FROM leased`, p.Owner, p.Provider, p.TTL, p.Limit, p.StaleSubmitting)
+SELECT `+chargeColumns+`, now() FROM leased`, p.Owner, p.Providers, p.TTL, p.Limit, p.StaleSubmitting)
 	if err != nil {
 		return nil, fmt.Errorf("lease charges: %w", err)
 	}

@@ -72,18 +72,18 @@ FROM stats, sample`, exactLimit).
 
 // ReconcileLag is how long the most overdue piece of a reconciler's work
 // has been waiting, by the database's clock: the oldest due check of an
-// unknown charge of provider, or the oldest charge sitting in submitting
+// unknown charge of the providers, or the oldest charge sitting in submitting
 // past staleSubmitting (the point at which Lease takes it). Zero means
 // nothing is overdue. Both halves are served by partial indexes.
-func ReconcileLag(ctx context.Context, db DB, provider string, staleSubmitting time.Duration) (time.Duration, error) {
+func ReconcileLag(ctx context.Context, db DB, providers []string, staleSubmitting time.Duration) (time.Duration, error) {
 	var micros int64
 	err := db.QueryRow(ctx, `
 SELECT coalesce((extract(epoch FROM now() - least(
 	(SELECT min(next_check_at) FROM charges
-	  WHERE state = 'unknown' AND provider = $1 AND next_check_at <= now()),
+	  WHERE state = 'unknown' AND provider = ANY($1) AND next_check_at <= now()),
 	(SELECT min(last_attempt_at) + $2::interval FROM charges
-	  WHERE state = 'submitting' AND provider = $1 AND last_attempt_at < now() - $2::interval)
-)) * 1e6)::bigint, 0)`, provider, staleSubmitting).Scan(&micros)
+	  WHERE state = 'submitting' AND provider = ANY($1) AND last_attempt_at < now() - $2::interval)
+)) * 1e6)::bigint, 0)`, providers, staleSubmitting).Scan(&micros)
 	if err != nil {
 		return 0, fmt.Errorf("reconcile lag: %w", err)
 	}

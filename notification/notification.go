@@ -13,6 +13,7 @@ package notification
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -45,11 +46,20 @@ func New(cfg Config) (*Applier, error) {
 	return &Applier{cfg: cfg}, nil
 }
 
-// Apply settles the row a verified notification is about, when it may,
-// and says what it did: "settled", "needs_review:amount_mismatch" (its
-// money or reference is not the row's: a person looks), "no_op" (with
-// why, when the provider contradicts a settled row), or "ignored:" and why.
+// Apply settles the row a verified notification from the configured
+// provider is about, when it may (ApplyFrom).
 func (s *Applier) Apply(ctx context.Context, n psp.Notification) (string, error) {
+	return s.ApplyFrom(ctx, s.cfg.Provider, n)
+}
+
+// ApplyFrom settles the row a verified notification from provider is
+// about, when it may, and says what it did: "settled",
+// "needs_review:amount_mismatch" (its money or reference is not the row's:
+// a person looks), "no_op" (with why, when the provider contradicts a
+// settled row), "alert:late_charge_at_previous_provider" (a provider the
+// charge was rerouted away from says it charged it: recorded on its audit
+// trail for a person), or "ignored:" and why.
+func (s *Applier) ApplyFrom(ctx context.Context, provider string, n psp.Notification) (string, error) {
 	if !n.Actionable() {
 		return "ignored:" + n.Reason, nil
 	}
@@ -64,7 +74,17 @@ func (s *Applier) Apply(ctx context.Context, n psp.Notification) (string, error)
 	switch {
 	case row.Kind != kind:
 		return "ignored:kind_mismatch", nil
-	case row.Provider != s.cfg.Provider:
+	case row.Provider != provider && kind == intent.KindCharge && answer.Status == psp.StatusSucceeded:
+		late, err := intent.RecordLateCharge(ctx, s.cfg.DB, row.TenantID, row.ID, provider, Actor,
+			fmt.Sprintf("%s notified that it charged %d %s (its id %s) after the charge had moved on", provider, answer.Amount, answer.Currency, answer.ID))
+		if err != nil {
+			return "", err
+		}
+		if late {
+			return "alert:" + intent.ActionLateCharge, nil
+		}
+		return "ignored:other_provider", nil
+	case row.Provider != provider:
 		return "ignored:other_provider", nil
 	case n.ProviderKey != "" && n.ProviderKey != row.ProviderKey:
 		// Not this row's request: a provider object under another key is

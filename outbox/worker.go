@@ -45,15 +45,26 @@ import (
 	"github.com/chargeflow/chargeflow/internal/batch"
 	"github.com/chargeflow/chargeflow/internal/pg"
 	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/route"
 	"github.com/chargeflow/chargeflow/settle"
 	"github.com/chargeflow/chargeflow/submit"
 )
 
 // Config configures the worker. Zero values take the defaults.
 type Config struct {
-	DB       *pgxpool.Pool
-	Provider psp.Provider
-	Logger   *slog.Logger
+	DB *pgxpool.Pool
+	// Provider is the processes' own provider: its call timeout bounds
+	// every run. Providers finds the adapter of the account each row was
+	// sent to; nil is Provider alone.
+	Provider  psp.Provider
+	Providers psp.Registry
+	// Routes, when set, lets a charge whose account's breaker is open move
+	// to the next account of its tenant's route (docs/routing.md,
+	// "Failover"); nil never moves a charge.
+	Routes *route.Cache
+	// Breaker configures each account's circuit breaker.
+	Breaker BreakerConfig
+	Logger  *slog.Logger
 	// CrashPoints are armed in tests and scenarios only; nil is disarmed.
 	CrashPoints *crashpoint.Set
 
@@ -87,8 +98,9 @@ type Worker struct {
 	telemetry telemetry
 	// claims and settles make the run's two moves with the runs asking
 	// at the same time (claims.go).
-	claims  *batch.Batcher[intent.Ref, moved]
-	settles *batch.Batcher[intent.Move, moved]
+	claims   *batch.Batcher[intent.Ref, moved]
+	settles  *batch.Batcher[intent.Move, moved]
+	breakers *breakers
 }
 
 // BatchesInFlight is how many claim statements, and how many settling
@@ -103,13 +115,17 @@ func NewWorker(cfg Config) (*Worker, error) {
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	cfg.UnknownCheckAfter = cmp.Or(cfg.UnknownCheckAfter, DefaultUnknownCheckAfter)
+	if cfg.Providers == nil {
+		cfg.Providers = psp.Single(cfg.Provider)
+	}
 	tel, err := newTelemetry(cfg.TracerProvider, cfg.MeterProvider)
 	if err != nil {
 		return nil, err
 	}
 	return &Worker{cfg: cfg, telemetry: tel,
-		claims:  newClaims(cfg.DB),
-		settles: newSettles(cfg.DB, cfg.CrashPoints),
+		claims:   newClaims(cfg.DB),
+		settles:  newSettles(cfg.DB, cfg.CrashPoints),
+		breakers: newBreakers(cfg.Breaker, cfg.Logger),
 	}, nil
 }
 
@@ -195,9 +211,17 @@ func (w *Worker) work(ctx context.Context, job *river.Job[submit.ChargeArgs], lo
 		return err
 	}
 
+	// The account the row is at, unless its breaker is open: then a
+	// charge moves to the next account of its route, or the row waits.
+	charge, provider, done, err := w.account(ctx, log, charge)
+	if err != nil {
+		return w.notSent(ctx, job, log, charge, err)
+	}
+
 	// The row's kind decides the call: a charge, or a refund of its
 	// parent charge (settle.Send).
-	answer, callErr := settle.Send(ctx, w.cfg.DB, w.cfg.Provider, charge)
+	answer, callErr := settle.Send(ctx, w.cfg.DB, provider, charge)
+	done(breakerOutcome(ctx, callErr))
 	if err := w.cfg.CrashPoints.Hit(ctx, crashpoint.WorkerAfterPSPResponseBeforeSave); err != nil {
 		return err
 	}

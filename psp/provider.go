@@ -2,6 +2,8 @@ package psp
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -112,4 +114,37 @@ type LookupRequest struct {
 	// reference can then search around each rather than the whole span,
 	// which a crashed worker's rescue can stretch to minutes.
 	Sends []time.Time
+}
+
+// Registry finds the adapter of the provider a row was sent to, by the
+// name the row carries (its provider account's, or the processes' own
+// provider's: docs/routing.md). The worker, the reconciler, an operator's
+// resolution and the notifications receiver each ask it per row.
+type Registry interface {
+	// Provider is the adapter named name, or an error wrapping
+	// ErrNoSuchProvider when this process cannot call it (no such account,
+	// or its credentials are missing from this process's environment).
+	Provider(ctx context.Context, name string) (Provider, error)
+	// Names lists every provider this process can call, its own first.
+	Names(ctx context.Context) ([]string, error)
+}
+
+// ErrNoSuchProvider is a Registry's answer for a name it cannot call.
+var ErrNoSuchProvider = errors.New("psp: no such provider here")
+
+// Single is the Registry of one provider: a process whose every row goes to
+// the provider it was started with.
+func Single(p Provider) Registry { return single{p} }
+
+type single struct{ p Provider }
+
+func (s single) Provider(_ context.Context, name string) (Provider, error) {
+	if name != s.p.Capabilities().Name {
+		return nil, fmt.Errorf("%w: %q (this process calls %q)", ErrNoSuchProvider, name, s.p.Capabilities().Name)
+	}
+	return s.p, nil
+}
+
+func (s single) Names(context.Context) ([]string, error) {
+	return []string{s.p.Capabilities().Name}, nil
 }

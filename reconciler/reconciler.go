@@ -89,8 +89,13 @@ type Provider struct {
 type Config struct {
 	DB *pgxpool.Pool
 	// Jobs enqueues the charge.submit job of a re-attempt.
-	Jobs        *submit.Queue
+	Jobs *submit.Queue
+	// Provider is the processes' own provider, with the margins every
+	// provider is reconciled with. Providers finds the adapter of every
+	// account whose rows this reconciler leases (docs/routing.md); nil is
+	// Provider.Client alone.
 	Provider    Provider
+	Providers   psp.Registry
 	Logger      *slog.Logger
 	CrashPoints *crashpoint.Set
 
@@ -140,18 +145,15 @@ type Config struct {
 
 // Reconciler resolves unknown charges. Its methods are safe for concurrent use.
 type Reconciler struct {
-	cfg     Config
-	caps    psp.Capabilities
-	limiter *rate.Limiter
-	// proof is how long after the last send a not-found proves that no
-	// charge exists; provable is false when it never does.
-	proof    time.Duration
-	provable bool
-	// resend is how long after a charge's first send a re-send is still
-	// de-duplicated (settle.ResendWindow); zero when the provider never
-	// de-duplicates.
-	resend    time.Duration
+	cfg Config
+	// own is the processes' own provider's account.
+	own       *account
 	telemetry telemetry
+
+	accounts struct {
+		sync.Mutex
+		m map[string]*account
+	}
 
 	totals struct {
 		sync.Mutex
@@ -268,19 +270,16 @@ func New(cfg Config) (*Reconciler, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	caps := p.Client.Capabilities()
-	if caps.KeyWindow > 0 && p.KeyWindowMargin >= caps.KeyWindow {
-		return nil, fmt.Errorf("reconciler: key window margin %s must be shorter than the provider's key window %s", p.KeyWindowMargin, caps.KeyWindow)
+	if cfg.Providers == nil {
+		cfg.Providers = psp.Single(p.Client)
 	}
-	proof, provable := ProofWindow(caps, p.Client.Timeout(), p.MaxApplyDelay, cfg.ApplyMargin)
-	r := &Reconciler{
-		cfg:      cfg,
-		caps:     caps,
-		limiter:  rate.NewLimiter(rate.Limit(p.LookupRate), p.LookupBurst),
-		proof:    proof,
-		provable: provable,
-		resend:   settle.ResendWindow(caps.KeyWindow, p.KeyWindowMargin),
+	r := &Reconciler{cfg: cfg}
+	own, err := r.newAccount(p.Client)
+	if err != nil {
+		return nil, err
 	}
+	r.own = own
+	r.accounts.m = map[string]*account{own.caps.Name: own}
 	tel, err := newTelemetry(cfg, r.lag)
 	if err != nil {
 		return nil, err
@@ -337,7 +336,9 @@ func ApplyWindow(callTimeout, maxApplyDelay, margin time.Duration) time.Duration
 func ProofWindow(caps psp.Capabilities, callTimeout, maxApplyDelay, margin time.Duration) (window time.Duration, provable bool) {
 	apply := ApplyWindow(callTimeout, maxApplyDelay, margin)
 	switch {
-	case caps.Lookup == psp.LookupNone:
+	case caps.Lookup == psp.LookupNone, caps.Lookup == psp.LookupByResend:
+		// A re-send's answer is the first request's result or nothing:
+		// it never says "not found", so no window makes one a proof.
 		return apply, false
 	case caps.Consistency == psp.Eventual && caps.LagBound <= 0:
 		return apply, false
@@ -347,11 +348,65 @@ func ProofWindow(caps psp.Capabilities, callTimeout, maxApplyDelay, margin time.
 	return apply, true
 }
 
+// account is one provider the reconciler looks rows up at, with what its
+// capabilities make of a lookup.
+type account struct {
+	client  psp.Provider
+	caps    psp.Capabilities
+	limiter *rate.Limiter
+	// proof is how long after the last send a not-found proves that no
+	// charge exists; provable is false when it never does.
+	proof    time.Duration
+	provable bool
+	// resend is how long after a charge's first send a re-send is still
+	// de-duplicated (settle.ResendWindow); zero when the provider never
+	// de-duplicates.
+	resend time.Duration
+}
+
+// newAccount derives client's account with the reconciler's margins,
+// refusing a key window the margin does not fit in.
+func (r *Reconciler) newAccount(client psp.Provider) (*account, error) {
+	p, caps := r.cfg.Provider, client.Capabilities()
+	if caps.KeyWindow > 0 && p.KeyWindowMargin >= caps.KeyWindow {
+		return nil, fmt.Errorf("reconciler: key window margin %s must be shorter than the key window %s of provider %s", p.KeyWindowMargin, caps.KeyWindow, caps.Name)
+	}
+	proof, provable := ProofWindow(caps, client.Timeout(), p.MaxApplyDelay, r.cfg.ApplyMargin)
+	return &account{
+		client:   client,
+		caps:     caps,
+		limiter:  rate.NewLimiter(rate.Limit(p.LookupRate), p.LookupBurst),
+		proof:    proof,
+		provable: provable,
+		resend:   settle.ResendWindow(caps.KeyWindow, p.KeyWindowMargin),
+	}, nil
+}
+
+// account is the account called name, made on first use and again when
+// the registry hands out another adapter for it (its settings changed).
+func (r *Reconciler) account(ctx context.Context, name string) (*account, error) {
+	client, err := r.cfg.Providers.Provider(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	r.accounts.Lock()
+	defer r.accounts.Unlock()
+	if a, ok := r.accounts.m[name]; ok && a.client == client {
+		return a, nil
+	}
+	a, err := r.newAccount(client)
+	if err != nil {
+		return nil, err
+	}
+	r.accounts.m[name] = a
+	return a, nil
+}
+
 // ID is the name this reconciler leases under.
 func (r *Reconciler) ID() string { return r.cfg.ID }
 
 // Settle is the apply window in force.
-func (r *Reconciler) Settle() time.Duration { return r.proof }
+func (r *Reconciler) Settle() time.Duration { return r.own.proof }
 
 // Totals is the sum of every RunOnce so far.
 func (r *Reconciler) Totals() Result {
@@ -369,9 +424,10 @@ func (r *Reconciler) Run(ctx context.Context) error { return r.RunUntil(ctx, ctx
 // and cancels ctx after a grace period, which cuts a batch still running
 // short (its leases then expire, as a crashed reconciler's do).
 func (r *Reconciler) RunUntil(ctx context.Context, stop <-chan struct{}) error {
-	r.cfg.Logger.InfoContext(ctx, "reconciler started", "id", r.cfg.ID, "provider", r.caps.Name,
-		"proof_window", r.proof.String(), "not_found_provable", r.provable, "lookup", string(r.caps.Lookup),
-		"consistency", string(r.caps.Consistency), "key_window", r.caps.KeyWindow.String())
+	own := r.own
+	r.cfg.Logger.InfoContext(ctx, "reconciler started", "id", r.cfg.ID, "provider", own.caps.Name,
+		"proof_window", own.proof.String(), "not_found_provable", own.provable, "lookup", string(own.caps.Lookup),
+		"consistency", string(own.caps.Consistency), "key_window", own.caps.KeyWindow.String())
 	ticker := time.NewTicker(r.cfg.Interval)
 	defer ticker.Stop()
 	for {
@@ -412,13 +468,16 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
 
 func (r *Reconciler) runOnce(ctx context.Context) (Result, error) {
 	var res Result
-	var err error
-	if res.Stranded, err = r.requeueStranded(ctx); err != nil {
+	names, err := r.cfg.Providers.Names(ctx)
+	if err != nil {
+		return res, err
+	}
+	if res.Stranded, err = r.requeueStranded(ctx, names); err != nil {
 		return res, err
 	}
 	leased, err := intent.Lease(ctx, r.cfg.DB, intent.LeaseParams{
 		Owner:           r.cfg.ID,
-		Provider:        r.caps.Name,
+		Providers:       names,
 		TTL:             r.cfg.LeaseTTL,
 		Limit:           r.cfg.BatchSize,
 		StaleSubmitting: r.staleAfter(),
@@ -463,11 +522,11 @@ func (r *Reconciler) runOnce(ctx context.Context) (Result, error) {
 // hand), so that no accepted charge waits forever. Each job goes in with a
 // lock on its charge, in one transaction; a live job, even one still
 // "running" in a dead worker, is left to River's rescuer.
-func (r *Reconciler) requeueStranded(ctx context.Context) (int, error) {
+func (r *Reconciler) requeueStranded(ctx context.Context, providers []string) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, r.cfg.DB, func(tx pgx.Tx) error {
 		charges, err := submit.LockStranded(ctx, tx, submit.StrandedParams{
-			Provider: r.caps.Name, OlderThan: r.cfg.StrandedAfter, Limit: r.cfg.BatchSize,
+			Providers: providers, OlderThan: r.cfg.StrandedAfter, Limit: r.cfg.BatchSize,
 		})
 		if err != nil {
 			return err
@@ -487,10 +546,14 @@ func (r *Reconciler) requeueStranded(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// lag is how long the most overdue charge of this reconciler's provider has
-// been waiting for it; MetricLag observes it.
+// lag is how long the most overdue charge of this reconciler's providers
+// has been waiting for it; MetricLag observes it.
 func (r *Reconciler) lag(ctx context.Context) (time.Duration, error) {
-	return intent.ReconcileLag(ctx, r.cfg.DB, r.caps.Name, r.staleAfter())
+	names, err := r.cfg.Providers.Names(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return intent.ReconcileLag(ctx, r.cfg.DB, names, r.staleAfter())
 }
 
 // staleAfter is how long a charge may sit in submitting before the
@@ -532,17 +595,35 @@ func (r *Reconciler) decideAndWrite(ctx context.Context, log *slog.Logger, l int
 		})
 	}
 
-	if err := r.limiter.Wait(ctx); err != nil {
+	a, err := r.account(ctx, c.Provider)
+	if err != nil {
+		// This process cannot call the row's provider (its account's
+		// settings changed since the lease was taken): try again later.
+		log.WarnContext(ctx, "cannot look the row up at its provider here", "provider", c.Provider, "err", err.Error())
+		return r.write(ctx, log, Result{LookupErrors: 1}, func(tx pgx.Tx) error {
+			return intent.RescheduleCheck(ctx, tx, intent.Recheck{TenantID: c.TenantID, ChargeID: c.ID, LeaseToken: c.LeaseToken,
+				After: r.backoff(c.LookupFailures + 1), LookupFailed: true})
+		})
+	}
+	if d, ok := r.beforeResend(a, l); ok {
+		return r.apply(ctx, log, c, d)
+	}
+	if err := a.limiter.Wait(ctx); err != nil {
 		return Result{}, err
 	}
 	// The client bounds the lookup with its call timeout; the row's kind
-	// decides what is looked up (settle.Find).
-	found, lookupErr := settle.Find(ctx, r.cfg.DB, r.cfg.Provider.Client, c)
+	// decides what is looked up, and the provider's capabilities how: a
+	// provider without a lookup is asked by sending the row's own request
+	// again (settle.Find).
+	found, lookupErr := settle.Find(ctx, r.cfg.DB, a.client, c)
 	if err := r.cfg.CrashPoints.Hit(ctx, crashpoint.ReconcilerAfterLookupBeforeUpdate); err != nil {
 		return Result{}, err
 	}
+	return r.apply(ctx, log, c, r.decide(a, l, found, lookupErr))
+}
 
-	d := r.decide(l, found, lookupErr)
+// apply logs decision d about c and writes it, fenced.
+func (r *Reconciler) apply(ctx context.Context, log *slog.Logger, c intent.Charge, d decision) (Result, error) {
 	noun := string(cmp.Or(c.Kind, intent.KindCharge))
 	switch {
 	case d.requeue:
@@ -584,25 +665,56 @@ type decision struct {
 	counts  Result
 }
 
-// decide is the table of the package doc, for one charge and one lookup.
-// Every time it compares comes from the database's clock.
-func (r *Reconciler) decide(l intent.Leased, found psp.Charge, lookupErr error) decision {
-	c, now := l.Charge, l.Now
-	move := intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StateUnknown,
-		Actor: "reconciler:" + r.cfg.ID, LeaseToken: c.LeaseToken}
-	recheck := func(reason string, after time.Duration, failed bool, counts Result) decision {
+// beforeResend is the decision about l made before any call, for a
+// provider whose lookup is a re-send (psp.LookupByResend): past the key
+// window less its margin, a re-send could charge anew, so the row goes to
+// review unsent. ok is false when the re-send may go.
+func (r *Reconciler) beforeResend(a *account, l intent.Leased) (decision, bool) {
+	if a.caps.Lookup != psp.LookupByResend || !r.keyWindowEnding(a, l) {
+		return decision{}, false
+	}
+	rules := r.rules(l)
+	return rules.review("key_window_passed", "the provider's idempotency key window is ending, and it has no lookup: a re-send could charge anew"), true
+}
+
+// keyWindowEnding reports whether a re-send of l's row would no longer be
+// de-duplicated (settle.ResendCovered, the rule an operator's resolution is
+// held to as well). A provider that never de-duplicates has no key window
+// to end; its not-found goes to review in decide.
+func (r *Reconciler) keyWindowEnding(a *account, l intent.Leased) bool {
+	return a.resend > 0 && !settle.ResendCovered(l.Charge, a.resend, l.Now)
+}
+
+// ruleset builds the decisions about one leased row.
+type ruleset struct {
+	move    intent.Move
+	recheck func(reason string, after time.Duration, failed bool, counts Result) decision
+	review  func(reason, why string) decision
+}
+
+func (r *Reconciler) rules(l intent.Leased) ruleset {
+	c := l.Charge
+	rs := ruleset{move: intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StateUnknown,
+		Actor: "reconciler:" + r.cfg.ID, LeaseToken: c.LeaseToken}}
+	rs.recheck = func(reason string, after time.Duration, failed bool, counts Result) decision {
 		return decision{reason: reason, counts: counts, recheck: intent.Recheck{TenantID: c.TenantID, ChargeID: c.ID,
 			LeaseToken: c.LeaseToken, After: max(after, 0), LookupFailed: failed}}
 	}
-	review := func(reason, why string) decision {
+	rs.review = func(reason, why string) decision {
+		move := rs.move
 		move.To, move.Reason, move.ReviewReason = intent.StateNeedsReview, reason, why
 		return decision{reason: reason, move: move, counts: Result{NeedsReview: 1}}
 	}
-	// The key window is ending once a re-send would no longer be
-	// de-duplicated (settle.ResendCovered, the rule an operator's
-	// resolution is held to as well). A provider that never de-duplicates
-	// has no key window to end; its not-found goes to review below.
-	keyWindowEnding := r.resend > 0 && !settle.ResendCovered(c, r.resend, now)
+	return rs
+}
+
+// decide is the table of the package doc, for one charge and one lookup at
+// its provider a. Every time it compares comes from the database's clock.
+func (r *Reconciler) decide(a *account, l intent.Leased, found psp.Charge, lookupErr error) decision {
+	c, now := l.Charge, l.Now
+	rs := r.rules(l)
+	move, recheck, review := rs.move, rs.recheck, rs.review
+	keyWindowEnding := r.keyWindowEnding(a, l)
 	unknownFor := now.Sub(timeOr(c.UnknownSince, now))
 
 	switch {
@@ -620,23 +732,23 @@ func (r *Reconciler) decide(l intent.Leased, found psp.Charge, lookupErr error) 
 		return d
 
 	case errors.Is(lookupErr, psp.ErrNotFound):
-		settledAt := timeOr(c.LastAttemptAt, c.CreatedAt).Add(r.proof)
+		settledAt := timeOr(c.LastAttemptAt, c.CreatedAt).Add(a.proof)
 		switch {
 		case keyWindowEnding:
 			return review("key_window_passed", "the provider's idempotency key window is ending; a not-found can no longer prove that no charge exists")
-		case !r.provable && unknownFor >= r.cfg.MaxUnknownAge:
+		case !a.provable && unknownFor >= r.cfg.MaxUnknownAge:
 			return review("lookup_not_authoritative", "the provider's lookup cannot prove that no charge exists, and the charge has been unknown for "+unknownFor.Round(time.Second).String())
-		case !r.provable:
+		case !a.provable:
 			return recheck("not_found_not_authoritative", r.backoff(c.LookupFailures+1), false, Result{NotYetProven: 1})
 		case now.Before(settledAt):
 			return recheck("not_found_not_yet_proven", settledAt.Sub(now), false, Result{NotYetProven: 1})
-		case r.caps.KeyWindow == 0:
+		case a.caps.KeyWindow == 0:
 			return review("never_deduplicated", "proven not found, but the provider does not de-duplicate idempotency keys, so no attempt is re-sent automatically")
 		case c.Attempts >= r.cfg.MaxAttempts:
 			return review("attempts_exhausted", fmt.Sprintf("proven not found after %d attempts; no further attempt is made automatically", c.Attempts))
 		}
 		move.To, move.Reason = intent.StatePending, "proven_not_found"
-		move.Evidence = fmt.Sprintf("lookup not found %s after the last send (apply window %s)", now.Sub(timeOr(c.LastAttemptAt, now)).Round(time.Millisecond), r.proof)
+		move.Evidence = fmt.Sprintf("lookup not found %s after the last send (apply window %s)", now.Sub(timeOr(c.LastAttemptAt, now)).Round(time.Millisecond), a.proof)
 		return decision{reason: move.Reason, move: move, requeue: true, counts: Result{Requeued: 1}}
 
 	default:

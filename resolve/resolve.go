@@ -67,14 +67,19 @@ type Config struct {
 	DB *pgxpool.Pool
 	// Jobs enqueues the new attempt of a row resolved to pending.
 	Jobs *submit.Queue
-	// Provider looks rows up, to check a resolution against its records.
-	Provider psp.Provider
-	// ResendWindow is how long after a row's first send a new attempt is
-	// still de-duplicated (settle.ResendWindow of the provider's key window
-	// and the reconciler's margin, so the two agree): past it an operator
-	// cannot send the row again; zero when the provider never
-	// de-duplicates.
-	ResendWindow time.Duration
+	// Provider looks rows up, to check a resolution against its records;
+	// Providers finds the adapter of the account a row was sent to (nil:
+	// Provider alone).
+	Provider  psp.Provider
+	Providers psp.Registry
+	// ResendWindow is how long after a row's first send to Provider a new
+	// attempt is still de-duplicated (settle.ResendWindow of the
+	// provider's key window and the reconciler's margin, so the two
+	// agree): past it an operator cannot send the row again; zero when the
+	// provider never de-duplicates. Another account's window is its key
+	// window less KeyWindowMargin (the reconciler's).
+	ResendWindow    time.Duration
+	KeyWindowMargin time.Duration
 	// ReconcileFloor is the least time between an operator's forced
 	// lookup of a row and the previous lookup. Default 30 s.
 	ReconcileFloor time.Duration
@@ -96,6 +101,9 @@ func New(cfg Config) (*Resolver, error) {
 		return nil, errors.New("resolve: DB, Jobs and Provider are required, and ResendWindow cannot be negative")
 	}
 	cfg.ReconcileFloor = cmp.Or(cfg.ReconcileFloor, Defaults().ReconcileFloor)
+	if cfg.Providers == nil {
+		cfg.Providers = psp.Single(cfg.Provider)
+	}
 	if cfg.ReconcileFloor < 0 {
 		return nil, fmt.Errorf("resolve: reconcile floor %s is negative", cfg.ReconcileFloor)
 	}
@@ -202,20 +210,34 @@ func (r *Resolver) Resolve(ctx context.Context, actor, id string, res Resolution
 // refused once a new attempt would no longer be de-duplicated
 // (settle.ResendCovered), since it could then be charged twice. A provider
 // that cannot answer is ErrProviderUnavailable: an operator's word alone
-// settles nothing the provider could contradict.
+// settles nothing the provider could contradict. The one exception is a
+// provider whose only lookup is a re-send (psp.LookupByResend), past its
+// key window: asking could charge anew, so the provider is not asked and
+// the resolution rests on the operator's evidence (docs/provider.md, "The
+// Adyen adapter").
 func (r *Resolver) Verify(ctx context.Context, charge intent.Charge, res Resolution) error {
-	if res.Status == intent.StatePending {
-		now, err := r.now(ctx)
-		if err != nil {
-			return err
-		}
-		if !settle.ResendCovered(charge, r.cfg.ResendWindow, now) {
-			return &Error{Reason: ErrKeyWindowPassed,
-				Detail: "the provider no longer de-duplicates this charge's key, so a new attempt could charge twice; " +
-					"resolve it to succeeded or failed with the provider's records"}
-		}
+	provider, err := r.cfg.Providers.Provider(ctx, charge.Provider)
+	if err != nil {
+		return &Error{Reason: ErrProviderUnavailable, Wait: 5 * time.Second, Err: err,
+			Detail: "this process cannot call the charge's provider " + charge.Provider + "; nothing was changed"}
 	}
-	found, err := settle.Find(ctx, r.cfg.DB, r.cfg.Provider, charge)
+	now, err := r.now(ctx)
+	if err != nil {
+		return err
+	}
+	covered := settle.ResendCovered(charge, r.resendWindow(provider), now)
+	if res.Status == intent.StatePending && !covered {
+		return &Error{Reason: ErrKeyWindowPassed,
+			Detail: "the provider no longer de-duplicates this charge's key, so a new attempt could charge twice; " +
+				"resolve it to succeeded or failed with the provider's records"}
+	}
+	if provider.Capabilities().Lookup == psp.LookupByResend && !covered {
+		// The provider's only lookup is a re-send, which past its key
+		// window could charge anew: nothing can be asked, and the
+		// operator's word, with its evidence, is the record.
+		return nil
+	}
+	found, err := settle.Find(ctx, r.cfg.DB, provider, charge)
 	notFound := errors.Is(err, psp.ErrNotFound)
 	if err != nil && !notFound {
 		return &Error{Reason: ErrProviderUnavailable, Wait: 5 * time.Second, Err: err,
@@ -237,6 +259,15 @@ func (r *Resolver) Verify(ctx context.Context, charge intent.Charge, res Resolut
 		}
 	}
 	return nil
+}
+
+// resendWindow is how long after a row's first send to provider a new
+// attempt is still de-duplicated.
+func (r *Resolver) resendWindow(provider psp.Provider) time.Duration {
+	if provider == r.cfg.Provider {
+		return r.cfg.ResendWindow
+	}
+	return settle.ResendWindow(provider.Capabilities().KeyWindow, r.cfg.KeyWindowMargin)
 }
 
 // now is the time the key window is judged at: Config.Now's when set,

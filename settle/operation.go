@@ -35,8 +35,20 @@ func Send(ctx context.Context, db intent.DB, p psp.Provider, c intent.Charge) (p
 }
 
 // Find looks c up at the provider (LookupOf says with what): a charge, or
-// a refund among its parent charge's.
+// a refund among its parent charge's. A provider whose lookup is a re-send
+// (psp.LookupByResend) is sent c's own request again with its own key,
+// which it answers with the first request's result: an answer that proved
+// nothing applied proves nothing about the first request, so it is an
+// unknown outcome here, never a not-found. The caller sends it only inside
+// the key window (the reconciler's beforeResend).
 func Find(ctx context.Context, db intent.DB, p psp.Provider, c intent.Charge) (psp.Charge, error) {
+	if p.Capabilities().Lookup == psp.LookupByResend {
+		answer, err := Send(ctx, db, p, c)
+		if errors.Is(err, psp.ErrNotApplied) {
+			err = &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "resend_" + psp.ReasonOf(err), Err: err}
+		}
+		return answer, err
+	}
 	q, err := LookupOf(ctx, db, c)
 	if err != nil {
 		return psp.Charge{}, err

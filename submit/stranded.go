@@ -18,7 +18,8 @@ var liveStates = []rivertype.JobState{
 
 // StrandedParams selects pending charges that lost their job.
 type StrandedParams struct {
-	Provider string
+	// Providers restricts the search to charges of these providers.
+	Providers []string
 	// OlderThan is how long a charge must have been pending untouched.
 	OlderThan time.Duration
 	Limit     int
@@ -30,8 +31,8 @@ type Stranded struct {
 	ChargeID string
 }
 
-// LockStranded finds, and locks until tx ends, pending charges of a
-// provider that no live charge.submit job will ever pick up: River
+// LockStranded finds, and locks until tx ends, pending charges of the
+// providers that no live charge.submit job will ever pick up: River
 // discarded or cancelled theirs. Every path that makes a charge pending
 // enqueues its job in the same transaction, so a pending charge without a
 // live job can only mean the job was given up on outside chargeflow's
@@ -48,13 +49,13 @@ func LockStranded(ctx context.Context, tx pgx.Tx, p StrandedParams) ([]Stranded,
 		states[i] = string(s)
 	}
 	rows, err := tx.Query(ctx, `SELECT c.tenant_id, c.id FROM charges c
-		WHERE c.state = 'pending' AND c.provider = $1 AND c.updated_at < now() - $2::interval
+		WHERE c.state = 'pending' AND c.provider = ANY($1) AND c.updated_at < now() - $2::interval
 		  AND NOT EXISTS (SELECT 1 FROM river_job j
 			WHERE j.kind = '`+KindCharge+`' AND j.args->>'charge_id' = c.id AND j.args->>'tenant_id' = c.tenant_id
 			  AND j.state::text = ANY($4) OFFSET 0)
 		ORDER BY c.updated_at
 		LIMIT $3
-		FOR UPDATE SKIP LOCKED`, p.Provider, p.OlderThan, p.Limit, states)
+		FOR UPDATE SKIP LOCKED`, p.Providers, p.OlderThan, p.Limit, states)
 	if err != nil {
 		return nil, fmt.Errorf("find stranded pending charges: %w", err)
 	}

@@ -85,6 +85,9 @@ type roleSetup struct {
 	logger *slog.Logger
 	points *crashpoint.Set
 	tel    *telemetry
+	// getenv reads the variables provider accounts name for their
+	// credentials (docs/routing.md).
+	getenv func(string) string
 }
 
 // setupRole parses a role's flags and builds its loggers, crash points and
@@ -113,7 +116,7 @@ func setupRole(ctx context.Context, e env, role string, c *common, fs *flag.Flag
 	if err != nil {
 		return roleSetup{}, nil, err
 	}
-	return roleSetup{base: base, logger: logger, points: points, tel: tel}, func() { shutdownTelemetry(ctx, tel, telLogger) }, nil
+	return roleSetup{base: base, logger: logger, points: points, tel: tel, getenv: e.getenv}, func() { shutdownTelemetry(ctx, tel, telLogger) }, nil
 }
 
 // options fills into o what every component of the process shares: the
@@ -123,6 +126,7 @@ func (r roleSetup) options(o app.Options, c common, component string) app.Option
 	o.Logger = r.base.With("role", component)
 	o.CrashPoints = r.points
 	o.TracerProvider, o.MeterProvider, o.Metrics = r.tel.tracerProvider, r.tel.meterProvider, r.tel.metrics
+	o.Getenv = r.getenv
 	return o
 }
 

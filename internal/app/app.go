@@ -56,6 +56,7 @@ import (
 	"github.com/chargeflow/chargeflow/reconciler"
 	"github.com/chargeflow/chargeflow/resolve"
 	"github.com/chargeflow/chargeflow/retention"
+	"github.com/chargeflow/chargeflow/route"
 	"github.com/chargeflow/chargeflow/settle"
 	"github.com/chargeflow/chargeflow/submit"
 	"github.com/chargeflow/chargeflow/webhook"
@@ -94,6 +95,14 @@ type Options struct {
 	// ProviderWebhookSecret verifies the provider's notifications to
 	// /v1/provider_webhooks/{fake|stripe}; empty turns them off.
 	ProviderWebhookSecret string
+
+	// Getenv reads the environment variables provider accounts name for
+	// their credentials and webhook secrets (docs/routing.md); nil reads
+	// none, so only accounts that need no credentials can be called.
+	Getenv func(string) string
+	// RouteTTL is how long a process routes by accounts and routes it
+	// read: route.DefaultTTL when zero.
+	RouteTTL time.Duration
 
 	// Jobs configures the submit queue (max attempts, wake-up cooldown).
 	Jobs submit.Config
@@ -171,6 +180,8 @@ type Worker struct {
 	Lab               outbox.Lab
 	// Retry spaces the attempts of a job whose call was provably not applied.
 	Retry outbox.RetryPolicy
+	// Breaker configures the circuit breaker kept for each provider.
+	Breaker outbox.BreakerConfig
 	// RescueAfter is how long a job may run before River reruns it, as
 	// after a crash. It must exceed outbox.JobTimeout of the call timeout;
 	// default that plus two minutes.
@@ -399,8 +410,7 @@ func (a *API) Close() {
 // /readyz checks that every migration is applied.
 func NewAPI(ctx context.Context, o Options) (*API, error) {
 	o = o.withDefaults()
-	provider, err := o.ProviderClient()
-	if err != nil {
+	if _, err := o.ProviderClient(); err != nil {
 		return nil, err
 	}
 	apiPool := o.APIPool
@@ -426,10 +436,19 @@ func NewAPI(ctx context.Context, o Options) (*API, error) {
 		pool.Close()
 		return nil, err
 	}
-	sc := ServerConfig{DB: pool, Jobs: jobs, Provider: provider, Logger: o.Logger, CrashPoints: o.CrashPoints,
-		TracerProvider: o.TracerProvider, MeterProvider: o.MeterProvider,
+	routes := route.NewCache(pool, o.RouteTTL)
+	providers, err := o.Providers(routes)
+	if err != nil {
+		stopJobsUI()
+		pool.Close()
+		return nil, err
+	}
+	provider := providers.Own()
+	sc := ServerConfig{DB: pool, Jobs: jobs, Provider: provider, Providers: providers, Routes: routes, Logger: o.Logger,
+		CrashPoints: o.CrashPoints, TracerProvider: o.TracerProvider, MeterProvider: o.MeterProvider,
 		API: o.API, Ops: o.Ops, Accept: o.Accept, Resolve: o.Resolve, Census: o.Census}
 	sc.API.Provider = provider.Capabilities().Name
+	sc.API.NotificationSources = providers.notificationSources
 	sc.API.WebhooksAllowPrivate, sc.API.WebhookPorts = o.Webhooks.AllowPrivate, o.Webhooks.Ports
 	sc.API.ProviderNotifications, sc.API.NotificationsFrom = o.notifications()
 	sc.API.Metrics = o.Metrics
@@ -437,6 +456,7 @@ func NewAPI(ctx context.Context, o Options) (*API, error) {
 		sc.API.Ready = func(ctx context.Context) error { return migrations.Check(ctx, pool) }
 	}
 	sc.Resolve.ResendWindow = o.resendWindow(provider)
+	sc.Resolve.KeyWindowMargin = cmp.Or(o.Reconciler.Provider.KeyWindowMargin, reconciler.Defaults().Provider.KeyWindowMargin)
 	sc.Ops.JobsUI = ui
 	server, err := NewServer(sc)
 	if err != nil {
@@ -452,9 +472,14 @@ func NewAPI(ctx context.Context, o Options) (*API, error) {
 // points and telemetry they share, and each part's own Config, whose
 // fields of those kinds NewServer fills in.
 type ServerConfig struct {
-	DB             *pgxpool.Pool
-	Jobs           *submit.Queue
-	Provider       psp.Provider
+	DB       *pgxpool.Pool
+	Jobs     *submit.Queue
+	Provider psp.Provider
+	// Providers finds every provider a row may have been sent to (nil:
+	// Provider alone); Routes, when set, routes new charges by their
+	// tenants' routes (docs/routing.md).
+	Providers      psp.Registry
+	Routes         *route.Cache
 	Logger         *slog.Logger
 	CrashPoints    *crashpoint.Set
 	TracerProvider trace.TracerProvider
@@ -491,16 +516,26 @@ func NewServer(sc ServerConfig) (*api.Server, error) {
 		return nil, err
 	}
 	res := sc.Resolve
-	res.DB, res.Jobs, res.Provider = sc.DB, sc.Jobs, sc.Provider
+	res.DB, res.Jobs, res.Provider, res.Providers = sc.DB, sc.Jobs, sc.Provider, sc.Providers
 	resolver, err := resolve.New(res)
 	if err != nil {
 		return nil, err
 	}
 	cfg := sc.API
 	cfg.DB, cfg.Jobs, cfg.Accept, cfg.Census = sc.DB, sc.Jobs, acceptor, counter
+	if sc.Routes != nil {
+		own := cmp.Or(cfg.Provider, api.Defaults().Provider)
+		cfg.Route = func(ctx context.Context, tenantID, currency string, amount int64) (string, error) {
+			table, err := sc.Routes.Table(ctx)
+			if err != nil {
+				return "", err
+			}
+			return table.Pick(tenantID, currency, amount, own)
+		}
+	}
 	cfg.Logger, cfg.CrashPoints = sc.Logger, sc.CrashPoints
 	cfg.TracerProvider, cfg.MeterProvider = sc.TracerProvider, sc.MeterProvider
-	if cfg.ProviderNotifications != nil {
+	if cfg.ProviderNotifications != nil || cfg.NotificationSources != nil {
 		cfg.Notifications, err = notification.New(notification.Config{DB: sc.DB, Provider: cmp.Or(cfg.Provider, api.Defaults().Provider)})
 		if err != nil {
 			return nil, err
@@ -596,13 +631,18 @@ func WorkerPool(ctx context.Context, o Options) (*pgxpool.Pool, error) {
 // periodic retention job on pool. Start it with RunRiver.
 func NewWorker(pool *pgxpool.Pool, o Options) (*river.Client[pgx.Tx], error) {
 	o = o.withDefaults()
-	provider, err := o.ProviderClient()
+	routes := route.NewCache(pool, o.RouteTTL)
+	providers, err := o.Providers(routes)
 	if err != nil {
 		return nil, err
 	}
+	provider := providers.Own()
 	worker, err := outbox.NewWorker(outbox.Config{
 		DB:                pool,
 		Provider:          provider,
+		Providers:         providers,
+		Routes:            routes,
+		Breaker:           o.Worker.Breaker,
 		Logger:            o.Logger,
 		CrashPoints:       o.CrashPoints,
 		UnknownCheckAfter: o.Worker.UnknownCheckAfter,
@@ -676,11 +716,11 @@ func NewReconciler(pool *pgxpool.Pool, jobs *submit.Queue, o Options) (*reconcil
 	o = o.withDefaults()
 	cfg := o.Reconciler
 	cfg.DB, cfg.Jobs = pool, jobs
-	client, err := o.ProviderClient()
+	providers, err := o.Providers(route.NewCache(pool, o.RouteTTL))
 	if err != nil {
 		return nil, err
 	}
-	cfg.Provider.Client = client
+	cfg.Provider.Client, cfg.Providers = providers.Own(), providers
 	cfg.Logger, cfg.CrashPoints = o.Logger, o.CrashPoints
 	cfg.TracerProvider, cfg.MeterProvider = o.TracerProvider, o.MeterProvider
 	return reconciler.New(cfg)

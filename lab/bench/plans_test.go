@@ -134,16 +134,16 @@ func TestQueryPlansStayFlat(t *testing.T) {
 		check{"event", func(db intent.DB) error { _, err := event.Get(ctx, db, tenant, eventID); return err }},
 		check{"delivery log", func(db intent.DB) error { _, err := webhook.Log(ctx, db, tenant, eventID); return err }},
 		check{"reconciler lease", func(db intent.DB) error {
-			_, err := intent.Lease(ctx, db, intent.LeaseParams{Owner: "plans", Provider: "fakepsp", TTL: time.Minute, Limit: 10,
+			_, err := intent.Lease(ctx, db, intent.LeaseParams{Owner: "plans", Providers: []string{"fakepsp"}, TTL: time.Minute, Limit: 10,
 				StaleSubmitting: time.Second})
 			return err
 		}},
 		check{"reconciler lag", func(db intent.DB) error {
-			_, err := intent.ReconcileLag(ctx, db, "fakepsp", time.Second)
+			_, err := intent.ReconcileLag(ctx, db, []string{"fakepsp"}, time.Second)
 			return err
 		}},
 		check{"stranded-pending sweep", func(db intent.DB) error {
-			_, err := submit.LockStranded(ctx, db.(pgx.Tx), submit.StrandedParams{Provider: "fakepsp", OlderThan: time.Second, Limit: 10})
+			_, err := submit.LockStranded(ctx, db.(pgx.Tx), submit.StrandedParams{Providers: []string{"fakepsp"}, OlderThan: time.Second, Limit: 10})
 			return err
 		}},
 		check{"census (metrics, operator page)", func(db intent.DB) error { _, err := intent.TakeCensus(ctx, db); return err }},

@@ -319,15 +319,18 @@ func measureOps(ctx context.Context, db *pgxpool.Pool, tenants []string, n, samp
 		}},
 		{"reconciler lease (rolled back)", func(sample) error {
 			return inTx(func(tx pgx.Tx) error {
-				_, err := intent.Lease(ctx, tx, intent.LeaseParams{Owner: "scale", Provider: "fakepsp", TTL: time.Minute, Limit: 10,
+				_, err := intent.Lease(ctx, tx, intent.LeaseParams{Owner: "scale", Providers: []string{"fakepsp"}, TTL: time.Minute, Limit: 10,
 					StaleSubmitting: 15 * time.Second})
 				return err
 			})
 		}},
-		{"reconciler lag", func(sample) error { _, err := intent.ReconcileLag(ctx, db, "fakepsp", 15*time.Second); return err }},
+		{"reconciler lag", func(sample) error {
+			_, err := intent.ReconcileLag(ctx, db, []string{"fakepsp"}, 15*time.Second)
+			return err
+		}},
 		{"stranded-pending sweep (rolled back)", func(sample) error {
 			return inTx(func(tx pgx.Tx) error {
-				_, err := submit.LockStranded(ctx, tx, submit.StrandedParams{Provider: "fakepsp", OlderThan: time.Minute, Limit: 100})
+				_, err := submit.LockStranded(ctx, tx, submit.StrandedParams{Providers: []string{"fakepsp"}, OlderThan: time.Minute, Limit: 100})
 				return err
 			})
 		}},

@@ -49,6 +49,10 @@ const (
 
 // Config configures an Adapter.
 type Config struct {
+	// Name is the provider's name on the charges sent through the adapter:
+	// a provider account's (docs/routing.md). Defaults to Name.
+	Name string
+
 	// BaseURL is Stripe's API base URL. Defaults to DefaultBaseURL.
 	BaseURL string
 
@@ -90,6 +94,7 @@ type Config struct {
 
 // Adapter is the psp.Provider for Stripe. It is safe for concurrent use.
 type Adapter struct {
+	name       string
 	client     *stripego.Client
 	backend    stripego.Backend
 	apiKey     string
@@ -121,6 +126,7 @@ func New(cfg Config) *Adapter {
 		LeveledLogger: &stripego.LeveledLogger{Level: stripego.LevelNull},
 	})
 	return &Adapter{
+		name:       cmp.Or(cfg.Name, Name),
 		client:     stripego.NewClient(cfg.APIKey, stripego.WithBackends(backends)),
 		backend:    backends.API,
 		apiKey:     cfg.APIKey,
@@ -142,7 +148,7 @@ func (a *Adapter) Timeout() time.Duration { return a.timeout }
 // and signed events (ParseNotification).
 func (a *Adapter) Capabilities() psp.Capabilities {
 	return psp.Capabilities{
-		Name:          Name,
+		Name:          a.name,
 		KeyWindow:     KeyWindow,
 		Lookup:        psp.LookupByReference,
 		Consistency:   psp.Strong,
