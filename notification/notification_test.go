@@ -433,3 +433,42 @@ func TestNotificationNotActionable(t *testing.T) {
 	e.apply(t, e.applier, psp.Notification{Kind: psp.NotificationIgnored, Reason: "unhandled_type", Reference: c.ID}, "ignored:unhandled_type")
 	require.Equal(t, before, e.stored(t, c))
 }
+
+// A provider a charge was rerouted away from says it charged it after all:
+// the proof the move rested on was broken. Nothing moves, but the charge's
+// audit trail says so for a person; a decline from it, or any word from a
+// provider the charge never was at, is ignored.
+func TestLateChargeAtAPreviousProvider(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+
+	c := e.charge(t)
+	n := e.charged(t, c, c.Amount, c.Currency, fakepsp.PaymentMethodVisa, c.ID)
+	_, err := intent.RerouteCharge(ctx, e.pool, intent.Reroute{TenantID: c.TenantID, ChargeID: c.ID, From: provider, To: "backup",
+		Actor: "test", Evidence: "not_applied:connection_refused"})
+	require.NoError(t, err)
+	before := e.stored(t, c)
+	e.apply(t, e.applier, n, "alert:"+intent.ActionLateCharge)
+	row, entries := e.newMoves(t, c, before)
+	require.Equal(t, intent.StatePending, row.State, "nothing moved")
+	require.Equal(t, "backup", row.Provider)
+	require.Len(t, entries, 1)
+	require.Equal(t, intent.ActionLateCharge, entries[0].Action)
+	require.Contains(t, entries[0].Evidence, n.ProviderID)
+
+	declined := e.charge(t)
+	d := e.charged(t, declined, declined.Amount, declined.Currency, fakepsp.PaymentMethodDeclined, declined.ID)
+	_, err = intent.RerouteCharge(ctx, e.pool, intent.Reroute{TenantID: declined.TenantID, ChargeID: declined.ID, From: provider,
+		To: "backup", Actor: "test", Evidence: "not_applied:connection_refused"})
+	require.NoError(t, err)
+	e.apply(t, e.applier, d, "ignored:other_provider")
+
+	elsewhere, err := notification.New(notification.Config{DB: e.pool, Provider: "never-there"})
+	require.NoError(t, err)
+	other := e.charge(t)
+	o := e.charged(t, other, other.Amount, other.Currency, fakepsp.PaymentMethodVisa, other.ID)
+	before = e.stored(t, other)
+	e.apply(t, elsewhere, o, "ignored:other_provider")
+	require.Equal(t, before, e.stored(t, other))
+}

@@ -223,12 +223,14 @@ type Charge struct {
 	Metadata      map[string]string
 	// Key is the idempotency key; default the charge's id.
 	Key string
+	// Provider is the provider (account) it goes to; default fakepsp.
+	Provider string
 	// Job, when set, makes the job row the accept statement writes.
 	Job func(chargeID string) *intent.JobRow
 }
 
 // PendingCharge accepts a charge as the API does — its idempotency record,
-// the charge (pending, provider fakepsp) and its creation event, and its job
+// the charge (pending, at spec.Provider) and its creation event, and its job
 // row when spec.Job says so — on db (a pool, or a test's transaction).
 func PendingCharge(t testing.TB, db pg.Handle, spec Charge) intent.Charge {
 	t.Helper()
@@ -238,7 +240,7 @@ func PendingCharge(t testing.TB, db pg.Handle, spec Charge) intent.Charge {
 		TenantID: spec.TenantID, ID: id, State: intent.StatePending,
 		Amount: cmp.Or(spec.Amount, 1000), Currency: cmp.Or(spec.Currency, "USD"),
 		PaymentMethod: cmp.Or(spec.PaymentMethod, "pm_card_visa"), Metadata: spec.Metadata,
-		Provider: "fakepsp", ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now,
+		Provider: cmp.Or(spec.Provider, "fakepsp"), ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now,
 	}
 	keyHash := sha256.Sum256([]byte(cmp.Or(spec.Key, id)))
 	a := intent.Acceptance{Charge: c, Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:],
