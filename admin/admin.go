@@ -1,16 +1,18 @@
-// Package admin is what an administrator does to tenants, their API keys
-// and operators — create, rotate, revoke — each with its record in the
-// admin audit, written in the action's own transaction so that an action
-// and its record commit together or not at all (docs/operations.md,
-// "Administration"). The CLI (chargeflow tenant, operator, audit),
-// `chargeflow all` and the operator page's administration call it; a
-// record names ids and names, never a key, a token or a hash.
+// Package admin is what an administrator does to tenants, their API keys,
+// operators, provider accounts and routes — create, rotate, revoke, route —
+// each with its record in the admin audit, written in the action's own
+// transaction so that an action and its record commit together or not at
+// all (docs/operations.md, "Administration"). The CLI (chargeflow tenant,
+// operator, account, route, audit), `chargeflow all` and the operator
+// page's administration call it; a record names ids and names, never a
+// key, a token, a hash or a secret.
 package admin
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +21,7 @@ import (
 	"github.com/chargeflow/chargeflow/internal/pg"
 	"github.com/chargeflow/chargeflow/internal/text"
 	"github.com/chargeflow/chargeflow/operator"
+	"github.com/chargeflow/chargeflow/route"
 	"github.com/chargeflow/chargeflow/tenant"
 )
 
@@ -30,6 +33,9 @@ const (
 	OperatorCreated    = "operator.created"
 	OperatorRevoked    = "operator.revoked"
 	OperatorTokenReset = "operator.token_reset"
+	AccountAdded       = "provider_account.added"
+	AccountDisabled    = "provider_account.disabled"
+	RouteSet           = "route.set"
 )
 
 // MaxOverlap is the longest a rotated key may go on working.
@@ -148,6 +154,53 @@ func (s *Service) RevokeOperator(ctx context.Context, actor, name string) (o ope
 		return o.ID, "name " + o.Name, err
 	})
 	return o, err
+}
+
+// AddAccount creates a provider account (route.AddAccount). The record
+// names the account's kind, endpoint and the variables its secrets are
+// read from, never a secret.
+func (s *Service) AddAccount(ctx context.Context, actor string, a route.Account) (added route.Account, err error) {
+	err = s.audited(ctx, actor, AccountAdded, func(tx pgx.Tx) (string, string, error) {
+		added, err = route.AddAccount(ctx, tx, a)
+		detail := fmt.Sprintf("kind %s, endpoint %s", a.Kind, a.Endpoint)
+		if a.CredentialEnv != "" {
+			detail += ", key from $" + a.CredentialEnv
+		}
+		if a.WebhookSecretEnv != "" {
+			detail += ", webhook secret from $" + a.WebhookSecretEnv
+		}
+		if a.MerchantAccount != "" {
+			detail += ", merchant account " + a.MerchantAccount
+		}
+		return a.Name, detail, err
+	})
+	return added, err
+}
+
+// DisableAccount stops new charges from going to the account called name
+// (route.DisableAccount).
+func (s *Service) DisableAccount(ctx context.Context, actor, name string) (a route.Account, err error) {
+	err = s.audited(ctx, actor, AccountDisabled, func(tx pgx.Tx) (string, string, error) {
+		a, err = route.DisableAccount(ctx, tx, name)
+		return name, "no new charges", err
+	})
+	return a, err
+}
+
+// SetRoute replaces a tenant's route (route.SetRoute); none sends its
+// charges to the processes' own provider again.
+func (s *Service) SetRoute(ctx context.Context, actor, tenantID string, entries []route.Entry) error {
+	return s.audited(ctx, actor, RouteSet, func(tx pgx.Tx) (string, string, error) {
+		shown := make([]string, len(entries))
+		for i, e := range entries {
+			shown[i] = e.String()
+		}
+		detail := "the processes' own provider"
+		if len(entries) > 0 {
+			detail = strings.Join(shown, " then ")
+		}
+		return tenantID, detail, route.SetRoute(ctx, tx, tenantID, entries)
+	})
 }
 
 // Audit returns the newest limit records, newest first.
