@@ -81,7 +81,14 @@ func (b *testBundle) newReconciler(t *testing.T, edit ...func(*reconciler.Config
 // outcome is unknown, due for a check now.
 func (b *testBundle) unknownCharge(ctx context.Context, t *testing.T, amount int64) intent.Charge {
 	t.Helper()
-	c := b.submittingCharge(ctx, t, amount)
+	return b.unknownChargePaidWith(ctx, t, amount, "")
+}
+
+// unknownChargePaidWith is unknownCharge with a payment method ("" is the
+// default card).
+func (b *testBundle) unknownChargePaidWith(ctx context.Context, t *testing.T, amount int64, paymentMethod string) intent.Charge {
+	t.Helper()
+	c := b.submittingChargePaidWith(ctx, t, amount, paymentMethod)
 	c, err := intent.MoveCharge(ctx, b.pool, intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StateSubmitting,
 		To: intent.StateUnknown, Actor: "test", Reason: "timeout"})
 	require.NoError(t, err)
@@ -90,7 +97,12 @@ func (b *testBundle) unknownCharge(ctx context.Context, t *testing.T, amount int
 
 func (b *testBundle) submittingCharge(ctx context.Context, t *testing.T, amount int64) intent.Charge {
 	t.Helper()
-	c := dbtest.PendingCharge(t, b.pool, dbtest.Charge{TenantID: b.tenantID, Amount: amount})
+	return b.submittingChargePaidWith(ctx, t, amount, "")
+}
+
+func (b *testBundle) submittingChargePaidWith(ctx context.Context, t *testing.T, amount int64, paymentMethod string) intent.Charge {
+	t.Helper()
+	c := dbtest.PendingCharge(t, b.pool, dbtest.Charge{TenantID: b.tenantID, Amount: amount, PaymentMethod: paymentMethod})
 	c, err := intent.MoveCharge(ctx, b.pool, intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StatePending,
 		To: intent.StateSubmitting, Actor: "test", Reason: "submit", CountAttempt: true})
 	require.NoError(t, err)
