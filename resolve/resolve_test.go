@@ -546,3 +546,55 @@ func TestNewRefuses(t *testing.T) {
 	_, err := resolve.New(valid)
 	require.NoError(t, err)
 }
+
+// resender is e's provider declaring that its only lookup is a re-send
+// (psp.LookupByResend, as Adyen's): the fake de-duplicates keys, so it
+// answers a re-send with the first result as such a provider does.
+type resender struct{ *psp.Client }
+
+func (r resender) Capabilities() psp.Capabilities {
+	caps := r.Client.Capabilities()
+	caps.Lookup = psp.LookupByResend
+	return caps
+}
+
+// A provider whose only lookup is a re-send is asked by one inside the key
+// window, so a resolution is held to the first request's result; past the
+// window nothing is sent — it could charge anew — and a resolution to
+// succeeded or failed rests on the operator's evidence, while pending
+// stays refused.
+func TestResolveWhenTheLookupIsAResend(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	provider := resender{e.client}
+	inside := e.resolver(t, func(c *resolve.Config) { c.Provider = provider })
+	past := e.resolver(t, func(c *resolve.Config) {
+		c.Provider = provider
+		c.Now = func() time.Time { return e.now.Add(window + time.Hour) }
+	})
+	ledger := func() int {
+		entries, err := fakepsp.FetchLedger(ctx, e.provider.URL, true)
+		require.NoError(t, err)
+		return len(entries)
+	}
+
+	held := e.inReview(t)
+	providerID := e.atProvider(t, held, held.Amount, held.Currency, fakepsp.PaymentMethodVisa, held.ID).ID
+	requireRefused(t, inside.Verify(ctx, held, resolve.Resolution{Status: intent.StateFailed, Evidence: evidence}),
+		resolve.ErrEvidenceMismatch)
+	require.NoError(t, inside.Verify(ctx, held, resolve.Resolution{Status: intent.StateSucceeded, Evidence: evidence, ProviderChargeID: providerID}))
+
+	sent := ledger()
+	for _, status := range []intent.State{intent.StateSucceeded, intent.StateFailed} {
+		c := e.inReview(t)
+		res := resolve.Resolution{Status: status, Evidence: evidence, ProviderChargeID: "psp_seen_in_the_customer_area"}
+		require.NoError(t, past.Verify(ctx, c, res), status)
+	}
+	c := e.inReview(t)
+	before := e.stored(t, c)
+	_, err := past.Resolve(ctx, actor, c.ID, resolve.Resolution{Status: intent.StatePending, Evidence: evidence})
+	requireRefused(t, err, resolve.ErrKeyWindowPassed)
+	e.requireUnchanged(t, c, before)
+	require.Equal(t, sent, ledger(), "past the window nothing was re-sent")
+}
