@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -409,12 +410,18 @@ func (t *Table) Next(tenantID, currency string, amount int64, current string, us
 // accounts or routes a process may still route by the old ones.
 const DefaultTTL = 5 * time.Second
 
-// Cache keeps a Table no older than its TTL.
+// Cache keeps a Table no older than its TTL. Reading a fresh table takes
+// no lock; one reader reads it again once it is stale, and the others wait
+// for that read.
 type Cache struct {
 	db  DB
 	ttl time.Duration
 
-	mu     sync.Mutex
+	current atomic.Pointer[cached]
+	mu      sync.Mutex
+}
+
+type cached struct {
 	table  *Table
 	loaded time.Time
 }
@@ -431,15 +438,18 @@ func NewCache(db DB, ttl time.Duration) *Cache {
 // read is an error: routing by a table older than promised could send a
 // charge to an account an administrator disabled.
 func (c *Cache) Table(ctx context.Context) (*Table, error) {
+	if cur := c.current.Load(); cur != nil && time.Since(cur.loaded) < c.ttl {
+		return cur.table, nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.table != nil && time.Since(c.loaded) < c.ttl {
-		return c.table, nil
+	if cur := c.current.Load(); cur != nil && time.Since(cur.loaded) < c.ttl {
+		return cur.table, nil
 	}
 	t, err := Load(ctx, c.db)
 	if err != nil {
 		return nil, err
 	}
-	c.table, c.loaded = t, time.Now()
+	c.current.Store(&cached{table: t, loaded: time.Now()})
 	return t, nil
 }
