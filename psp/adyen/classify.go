@@ -39,9 +39,10 @@ type refundResponse struct {
 }
 
 // serviceError is what classify reads of Adyen's ServiceError, the body of
-// every error answer. Its pspReference names the refused request, not a
-// payment: it never becomes an error's ProviderID (a notification about
-// the payment would then be taken for another payment's).
+// every error answer. Its pspReference never becomes an error's
+// ProviderID: after a refusal there is no payment, and a 704's may name the
+// refused duplicate rather than the payment in flight; a wrong ProviderID
+// would make the payment's own notification look like another payment's.
 type serviceError struct {
 	Status       int    `json:"status"`
 	ErrorCode    string `json:"errorCode"`

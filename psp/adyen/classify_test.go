@@ -159,6 +159,8 @@ func TestClassifyCharge(t *testing.T) {
 		{"500", answered(psp.OpCharge, answer500), want{kind: psp.ErrUnknownOutcome, reason: "status_500", providerCode: "905"}},
 		{"503", answered(psp.OpCharge, answer{503, errorJSON(503, "", "internal"), false}), want{kind: psp.ErrUnknownOutcome, reason: "status_503"}},
 		{"502 from a proxy", answered(psp.OpCharge, answer502Proxy), want{kind: psp.ErrUnknownOutcome, reason: "status_502"}},
+		{"503 703, Adyen's store of keys unavailable", answered(psp.OpCharge, answer{503, errorJSON(503, "703", "internal"), false}),
+			want{kind: psp.ErrUnknownOutcome, reason: "status_503", providerCode: "703"}},
 		{"404", answered(psp.OpCharge, answer{404, `{"status":404,"errorCode":"000","errorType":"validation"}`, false}),
 			want{kind: psp.ErrUnknownOutcome, reason: "status_404", providerCode: "000"}},
 		{"409 without 704", answered(psp.OpCharge, answer{409, errorJSON(409, "999", "validation"), false}),
