@@ -91,18 +91,6 @@ type Client struct {
 
 // NewClient returns a Client for cfg, with zero fields set to their defaults.
 func NewClient(cfg Config) *Client {
-	httpClient := &http.Client{Transport: NewTransport()}
-	if cfg.HTTPClient != nil {
-		copied := *cfg.HTTPClient
-		httpClient = &copied
-	}
-	// A 3xx is classified as an unknown outcome rather than followed: net/http
-	// would turn a redirected POST into a GET, and a provider has no reason to
-	// redirect a charge.
-	httpClient.CheckRedirect = func(*http.Request, []*http.Request) error {
-		return http.ErrUseLastResponse
-	}
-
 	baseURL := strings.TrimRight(cmp.Or(cfg.BaseURL, DefaultBaseURL), "/")
 	caps := cfg.Capabilities
 	caps.Name = cmp.Or(caps.Name, "fakepsp")
@@ -118,7 +106,7 @@ func NewClient(cfg Config) *Client {
 		baseURL:      baseURL,
 		capabilities: caps,
 		timeout:      cmp.Or(cfg.Timeout, DefaultTimeout),
-		httpClient:   httpClient,
+		httpClient:   NewHTTPClient(cfg.HTTPClient),
 		telemetry:    newTelemetry(cfg, baseURL),
 	}
 }
@@ -137,6 +125,23 @@ func (c *Client) Find(ctx context.Context, q LookupRequest) (Charge, error) {
 
 // Client is a Provider.
 var _ Provider = (*Client)(nil)
+
+// NewHTTPClient returns the HTTP client an adapter makes its calls with: a
+// shallow copy of base, or, when base is nil, a client on NewTransport; it
+// never follows a redirect. A 3xx is classified as an unknown outcome
+// rather than followed: net/http would turn a redirected POST into a GET,
+// and a provider has no reason to redirect a charge.
+func NewHTTPClient(base *http.Client) *http.Client {
+	httpClient := &http.Client{Transport: NewTransport()}
+	if base != nil {
+		copied := *base
+		httpClient = &copied
+	}
+	httpClient.CheckRedirect = func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}
+	return httpClient
+}
 
 // MaxIdleConns is how many idle connections NewTransport keeps to a
 // provider: at least as many as a worker may have calls in flight by
@@ -327,16 +332,6 @@ func (c *Client) post(path, key, tag string, body any) func(context.Context) (*h
 		if err != nil {
 			return nil, err
 		}
-		// net/http treats a POST carrying an Idempotency-Key header as
-		// replayable (Request.isReplayable) and, when a reused keep-alive
-		// connection breaks, silently sends it again on a new connection,
-		// using GetBody to rewind the body. That second send would be
-		// invisible here: the caller recorded one attempt, the provider saw
-		// two, and the classification would describe only the last one.
-		// Without GetBody the request is not replayable, so the transport
-		// makes exactly one attempt and reports the broken connection to us
-		// as an unknown outcome.
-		httpReq.GetBody = nil
 		httpReq.Header.Set("Content-Type", "application/json")
 		httpReq.Header.Set("Idempotency-Key", key)
 		if tag != "" {
@@ -353,10 +348,30 @@ func (c *Client) get(path string) func(context.Context) (*http.Request, error) {
 	}
 }
 
-// roundTrip sends httpReq, recording through httptrace whether a connection
-// was obtained and the request written, and reads the answer: the Attempt
-// a classifier decides on.
+// roundTrip sends httpReq once (RoundTrip) with the protocol's Accept and
+// User-Agent.
 func (c *Client) roundTrip(httpReq *http.Request, op Op) Attempt {
+	httpReq.Header.Set("Accept", "application/json")
+	httpReq.Header.Set("User-Agent", "chargeflow-psp/1")
+	return RoundTrip(c.httpClient, httpReq, op)
+}
+
+// RoundTrip sends httpReq through httpClient exactly once, recording
+// through httptrace whether a connection was obtained and the request
+// written, and reads the answer (at most 1 MiB): the Attempt of op a
+// classifier decides on. Adapters that speak their provider's protocol
+// with net/http (psp/adyen) send through it too.
+//
+// net/http treats a POST carrying an Idempotency-Key header as replayable
+// (Request.isReplayable) and, when a reused keep-alive connection breaks,
+// silently sends it again on a new connection, using GetBody to rewind the
+// body. That second send would be invisible here: the caller recorded one
+// attempt, the provider saw two, and the classification would describe only
+// the last one. RoundTrip clears GetBody, so the request is not replayable:
+// the transport makes exactly one attempt and reports the broken connection
+// as an unknown outcome.
+func RoundTrip(httpClient *http.Client, httpReq *http.Request, op Op) Attempt {
+	httpReq.GetBody = nil
 	// The trace hooks run on the transport's goroutines, hence the atomics.
 	var gotConn, wroteRequest atomic.Bool
 	trace := &httptrace.ClientTrace{
@@ -368,10 +383,8 @@ func (c *Client) roundTrip(httpReq *http.Request, op Op) Attempt {
 		},
 	}
 	httpReq = httpReq.WithContext(httptrace.WithClientTrace(httpReq.Context(), trace))
-	httpReq.Header.Set("Accept", "application/json")
-	httpReq.Header.Set("User-Agent", "chargeflow-psp/1")
 
-	resp, err := c.httpClient.Do(httpReq)
+	resp, err := httpClient.Do(httpReq)
 	if err != nil {
 		return Attempt{Op: op, Err: err, GotConn: gotConn.Load(), WroteRequest: wroteRequest.Load()}
 	}

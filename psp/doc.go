@@ -28,7 +28,7 @@
 // The client never retries: retries belong to the caller (River in
 // chargeflow), which records the state it is in before each attempt. To keep
 // that promise it also switches off the silent re-send that net/http performs
-// for requests carrying an Idempotency-Key header; see Client.Charge.
+// for requests carrying an Idempotency-Key header; see RoundTrip.
 //
 // Client is also a Refunder (docs/refunds.md): Refund is one POST
 // /v1/refunds and FindRefund a lookup by key, classified by ClassifyRefund,

@@ -1,10 +1,8 @@
 package psp_test
 
 import (
-	"bufio"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"syscall"
@@ -14,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/psp"
+	"github.com/chargeflow/chargeflow/psp/psptest"
 )
 
 // TestTimedOutCallIsAborted has a provider read a charge and never answer:
@@ -23,31 +22,12 @@ import (
 // heal, after the reconciler proved the charge absent.
 func TestTimedOutCallIsAborted(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	readErr := make(chan error, 1)
-	go func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			readErr <- err
-			return
-		}
-		defer conn.Close()
-		r := bufio.NewReader(conn)
-		if _, err := http.ReadRequest(r); err != nil {
-			readErr <- err
-			return
-		}
-		_, err = io.Copy(io.Discard, r) // until the client's end goes
-		readErr <- err
-	}()
-
-	client := psp.NewClient(psp.Config{BaseURL: "http://" + ln.Addr().String(), Timeout: 200 * time.Millisecond})
-	_, err = client.Charge(t.Context(), visaRequest("pk_aborted"))
+	url, ended := psptest.StartSilentServer(t)
+	client := psp.NewClient(psp.Config{BaseURL: url, Timeout: 200 * time.Millisecond})
+	_, err := client.Charge(t.Context(), visaRequest("pk_aborted"))
 	require.ErrorIs(t, err, psp.ErrUnknownOutcome)
 	select {
-	case err := <-readErr:
+	case err := <-ended:
 		require.True(t, errors.Is(err, syscall.ECONNRESET), "the provider saw %v, want a reset", err)
 	case <-time.After(time.Minute):
 		t.Fatal("the provider's connection never ended")

@@ -78,6 +78,43 @@ func (s *LosingServer) serve(conn net.Conn, dropSecond bool) {
 	}
 }
 
+// StartSilentServer starts, on loopback, a provider that reads the first
+// request of its first connection and never answers, and returns its base
+// URL and a channel that receives, once, how that connection ended for it
+// (nil for a close, an error such as ECONNRESET for a reset): a test times
+// a call out against it and checks that the call was aborted, not merely
+// abandoned. It stops when the test ends.
+func StartSilentServer(t testing.TB) (string, <-chan error) {
+	t.Helper()
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("psptest: listen: %v", err)
+	}
+	ended := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		conn, err := listener.Accept()
+		if err != nil {
+			ended <- err
+			return
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(time.Minute))
+		r := bufio.NewReader(conn)
+		if _, err := http.ReadRequest(r); err != nil {
+			ended <- err
+			return
+		}
+		_, err = io.Copy(io.Discard, r) // until the client's end goes
+		ended <- err
+	})
+	t.Cleanup(func() {
+		_ = listener.Close()
+		wg.Wait()
+	})
+	return "http://" + listener.Addr().String(), ended
+}
+
 // ClosedURL returns the base URL of a loopback port that nothing listens
 // on: a connection to it is refused before any byte is sent, the one
 // failure an adapter may classify as not applied without an answer.

@@ -129,21 +129,15 @@ func (b observedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// newHTTPClient returns the HTTP client stripe-go is given: a shallow copy
-// of base (or a client with its own pool) whose transport is oneAttempt
-// and which never follows a redirect (a redirected POST would be re-sent
-// as a GET; a 3xx is classified instead).
+// newHTTPClient returns the HTTP client stripe-go is given: psp's
+// (psp.NewHTTPClient: a shallow copy of base, or a client with its own
+// pool, that never follows a redirect) with oneAttempt as its transport.
 func newHTTPClient(base *http.Client) *http.Client {
-	client := &http.Client{Transport: psp.NewTransport()}
-	if base != nil {
-		copied := *base
-		client = &copied
-	}
+	client := psp.NewHTTPClient(base)
 	next := client.Transport
 	if next == nil {
 		next = http.DefaultTransport
 	}
 	client.Transport = oneAttempt{next: next}
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return client
 }
