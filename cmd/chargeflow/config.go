@@ -19,6 +19,7 @@ import (
 	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/internal/textlog"
 	"github.com/chargeflow/chargeflow/psp"
+	pspadyen "github.com/chargeflow/chargeflow/psp/adyen"
 	pspstripe "github.com/chargeflow/chargeflow/psp/stripe"
 	"github.com/chargeflow/chargeflow/webhook"
 )
@@ -134,10 +135,12 @@ func (r roleSetup) options(o app.Options, c common, component string) app.Option
 // process that calls the provider: which adapter, its URL and key, and the
 // one call timeout. An empty URL is the adapter's default.
 func bindProvider(fs *flag.FlagSet, o *app.Options) {
-	fs.StringVar(&o.ProviderKind, "psp", app.ProviderFake, "the provider adapter: fake (chargeflow's protocol, as fakepsp serves it) or stripe")
-	fs.StringVar(&o.Provider.BaseURL, "psp-url", "", "the provider's base URL (default "+psp.DefaultBaseURL+" for fake, "+pspstripe.DefaultBaseURL+" for stripe)")
+	fs.StringVar(&o.ProviderKind, "psp", app.ProviderFake, "the provider adapter: fake (chargeflow's protocol, as fakepsp serves it), stripe or adyen")
+	fs.StringVar(&o.Provider.BaseURL, "psp-url", "", "the provider's base URL (default "+psp.DefaultBaseURL+" for fake, "+pspstripe.DefaultBaseURL+" for stripe, "+pspadyen.DefaultBaseURL+" for adyen)")
 	// Registered without a default, so that -h cannot print the key.
 	fs.StringVar(&o.StripeAPIKey, "stripe-api-key", "", "the Stripe secret key, required with --psp stripe (set it from the environment: a flag shows in ps)")
+	fs.StringVar(&o.AdyenAPIKey, "adyen-api-key", "", "the Adyen API key, required with --psp adyen (set it from the environment: a flag shows in ps)")
+	fs.StringVar(&o.AdyenMerchantAccount, "adyen-merchant-account", "", "the Adyen merchant account charges are made for, required with --psp adyen")
 	fs.DurationVar(&o.StripeClockSkew, "stripe-clock-skew", pspstripe.DefaultClockSkew, "how far Stripe's clock may be from the database's; widens a lookup by reference's created-time window on both sides (docs/provider.md)")
 	fs.DurationVar(&o.Provider.Timeout, "call-timeout", psp.DefaultTimeout, "how long one provider call (or lookup) may take before its outcome is unknown; the worker's job timeout and the reconciler's apply window follow from it")
 }
@@ -158,7 +161,7 @@ func bindWebhooks(fs *flag.FlagSet, o *app.Options, allowPrivate bool) {
 	fs.DurationVar(&o.Webhooks.RetryCap, "webhook-retry-cap", delivery.DefaultBackoffCap, "longest wait between webhook delivery attempts")
 	// Registered without a default, so that -h cannot print the secret.
 	fs.StringVar(&o.ProviderWebhookSecret, "psp-webhook-secret", "",
-		"the secret the provider signs its notifications with; turns POST /v1/provider_webhooks/{fake,stripe} on (set it from the environment: a flag shows in ps)")
+		"the secret the provider signs its notifications with (Adyen's: the HMAC key in hex); turns POST /v1/provider_webhooks/{fake,stripe,adyen} on (set it from the environment: a flag shows in ps)")
 }
 
 // portsValue is --webhook-ports: a comma-separated list of ports from 1 to

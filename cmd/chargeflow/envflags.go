@@ -37,6 +37,7 @@ var envAliases = map[string]string{
 	"psp":                    "PSP_KIND",
 	"psp-url":                "PSP_URL",
 	"stripe-api-key":         "STRIPE_API_KEY",
+	"adyen-api-key":          "ADYEN_API_KEY",
 	"psp-webhook-secret":     "PSP_WEBHOOK_SECRET",
 	"webhook-secret":         "PSP_WEBHOOK_SECRET",
 	"webhooks-allow-private": "WEBHOOKS_ALLOW_PRIVATE",
@@ -48,6 +49,7 @@ var envAliases = map[string]string{
 var secretFlags = map[string]bool{
 	"database-url":       true, // may carry a password
 	"stripe-api-key":     true,
+	"adyen-api-key":      true,
 	"psp-webhook-secret": true,
 	"webhook-secret":     true,
 	"api-key":            true,

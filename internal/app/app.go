@@ -52,6 +52,7 @@ import (
 	"github.com/chargeflow/chargeflow/opsplane"
 	"github.com/chargeflow/chargeflow/outbox"
 	"github.com/chargeflow/chargeflow/psp"
+	pspadyen "github.com/chargeflow/chargeflow/psp/adyen"
 	pspstripe "github.com/chargeflow/chargeflow/psp/stripe"
 	"github.com/chargeflow/chargeflow/reconciler"
 	"github.com/chargeflow/chargeflow/resolve"
@@ -83,17 +84,22 @@ type Options struct {
 	// resolves) and say what a lookup proves.
 	Provider psp.Config
 	// ProviderKind picks the adapter Provider configures: ProviderFake
-	// (psp.Client, chargeflow's own protocol; the default) or
-	// ProviderStripe (psp/stripe, whose capabilities are Stripe's own, so
-	// Provider.Capabilities is not used). StripeAPIKey is the secret key
-	// the Stripe adapter needs; it is never logged.
-	ProviderKind string
-	StripeAPIKey string
+	// (psp.Client, chargeflow's own protocol; the default), ProviderStripe
+	// (psp/stripe) or ProviderAdyen (psp/adyen), whose capabilities are
+	// their provider's own, so Provider.Capabilities is not used.
+	// StripeAPIKey is the secret key the Stripe adapter needs, AdyenAPIKey
+	// and AdyenMerchantAccount what the Adyen adapter needs; keys are never
+	// logged.
+	ProviderKind         string
+	StripeAPIKey         string
+	AdyenAPIKey          string
+	AdyenMerchantAccount string
 	// StripeClockSkew is how far Stripe's clock may be from ours
 	// (pspstripe.Config.ClockSkew); 0 is the adapter's default.
 	StripeClockSkew time.Duration
 	// ProviderWebhookSecret verifies the provider's notifications to
-	// /v1/provider_webhooks/{fake|stripe}; empty turns them off.
+	// /v1/provider_webhooks/{fake|stripe|adyen} (for Adyen, the HMAC key
+	// in hex); empty turns them off.
 	ProviderWebhookSecret string
 
 	// Getenv reads the environment variables provider accounts name for
@@ -317,6 +323,7 @@ func OpenPool(ctx context.Context, databaseURL, role string, p Pool) (*pgxpool.P
 const (
 	ProviderFake   = "fake"
 	ProviderStripe = "stripe"
+	ProviderAdyen  = "adyen"
 )
 
 // ProviderClient is the provider every component of o talks to, as
@@ -338,8 +345,14 @@ func (o Options) ProviderClient() (psp.Provider, error) {
 			BaseURL: cfg.BaseURL, APIKey: o.StripeAPIKey, Timeout: cfg.Timeout, HTTPClient: cfg.HTTPClient,
 			ApplyDelay: o.Reconciler.Provider.MaxApplyDelay, ClockSkew: o.StripeClockSkew, TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider,
 		}), nil
+	case ProviderAdyen:
+		if o.AdyenAPIKey == "" || o.AdyenMerchantAccount == "" {
+			return nil, errors.New("the adyen provider needs an API key (ADYEN_API_KEY) and a merchant account (--adyen-merchant-account)")
+		}
+		return pspadyen.New(pspadyen.Config{BaseURL: cfg.BaseURL, APIKey: o.AdyenAPIKey, MerchantAccount: o.AdyenMerchantAccount,
+			Timeout: cfg.Timeout, HTTPClient: cfg.HTTPClient, TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider}), nil
 	default:
-		return nil, fmt.Errorf("provider kind %q: want %s or %s", o.ProviderKind, ProviderFake, ProviderStripe)
+		return nil, fmt.Errorf("provider kind %q: want %s, %s or %s", o.ProviderKind, ProviderFake, ProviderStripe, ProviderAdyen)
 	}
 }
 
@@ -351,10 +364,15 @@ func (o Options) notifications() (func(http.Header, []byte, time.Time) (psp.Noti
 	if secret == "" {
 		return nil, ""
 	}
-	if o.ProviderKind == ProviderStripe {
+	switch o.ProviderKind {
+	case ProviderStripe:
 		return func(h http.Header, body []byte, now time.Time) (psp.Notification, error) {
 			return pspstripe.ParseNotification(secret, h, body, now, 0)
 		}, ProviderStripe
+	case ProviderAdyen:
+		// Adyen's are read by the account sources, which take batches and
+		// answer with Adyen's acknowledgement (notificationSources).
+		return nil, ""
 	}
 	return func(h http.Header, body []byte, now time.Time) (psp.Notification, error) {
 		return psp.ParseNotification(secret, h, body, now, 0)

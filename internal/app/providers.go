@@ -9,6 +9,7 @@ import (
 
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/psp"
+	pspadyen "github.com/chargeflow/chargeflow/psp/adyen"
 	pspstripe "github.com/chargeflow/chargeflow/psp/stripe"
 	"github.com/chargeflow/chargeflow/route"
 )
@@ -128,14 +129,21 @@ func (o Options) accountProvider(a route.Account) (psp.Provider, error) {
 		return pspstripe.New(pspstripe.Config{Name: a.Name, BaseURL: a.Endpoint, APIKey: key, Timeout: timeout,
 			HTTPClient: o.Provider.HTTPClient, ApplyDelay: o.Reconciler.Provider.MaxApplyDelay, ClockSkew: o.StripeClockSkew,
 			TracerProvider: o.TracerProvider, MeterProvider: o.MeterProvider}), nil
+	case route.KindAdyen:
+		return pspadyen.New(pspadyen.Config{Name: a.Name, BaseURL: a.Endpoint, APIKey: key, MerchantAccount: a.MerchantAccount,
+			Timeout: timeout, HTTPClient: o.Provider.HTTPClient, TracerProvider: o.TracerProvider, MeterProvider: o.MeterProvider}), nil
 	}
 	return nil, fmt.Errorf("%w: provider account %q is of kind %q, which this build cannot call", psp.ErrNoSuchProvider, a.Name, a.Kind)
 }
 
 // notificationSources finds the source of an account's notifications:
 // its kind's parser with the secret its variable holds here. An account
-// without a secret here receives none (404).
+// without a secret here receives none (404). The processes' own provider,
+// when it is Adyen, is found here too, under "adyen".
 func (p *Providers) notificationSources(ctx context.Context, name string) (api.NotificationSource, bool) {
+	if p.o.ProviderKind == ProviderAdyen && name == ProviderAdyen && p.o.ProviderWebhookSecret != "" {
+		return adyenSource(p.own.Capabilities().Name, p.o.ProviderWebhookSecret), true
+	}
 	table, err := p.routes.Table(ctx)
 	if err != nil {
 		return api.NotificationSource{}, false
@@ -160,8 +168,19 @@ func (p *Providers) notificationSources(ctx context.Context, name string) (api.N
 			n, err := pspstripe.ParseNotification(secret, h, body, now, 0)
 			return []psp.Notification{n}, err
 		}
+	case route.KindAdyen:
+		return adyenSource(a.Name, secret), true
 	default:
 		return api.NotificationSource{}, false
 	}
 	return src, true
+}
+
+// adyenSource reads Adyen's notifications for the provider called name,
+// verified with the HMAC key hmacKeyHex, and answers them as Adyen expects.
+func adyenSource(name, hmacKeyHex string) api.NotificationSource {
+	return api.NotificationSource{Provider: name, Ack: pspadyen.NotificationAccepted,
+		Parse: func(_ http.Header, body []byte, _ time.Time) ([]psp.Notification, error) {
+			return pspadyen.ParseNotifications(hmacKeyHex, body)
+		}}
 }
