@@ -114,8 +114,9 @@ const (
 
 	// kindSavedError is an idempotency key whose saved first answer is an
 	// error and that applied nothing: under Stripe's key rules, the 500 of
-	// error_before_apply, and under both protocols a refused refund
-	// (FailureCode). It has no id, status or money.
+	// error_before_apply, and under every protocol a refused refund
+	// (FailureCode). It has no status or money, and no id but a refund's
+	// that was acknowledged with one before it was decided.
 	kindSavedError = "saved_error"
 
 	// kindRefund is a refund that moved money: a line of its own, after

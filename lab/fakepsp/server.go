@@ -110,12 +110,12 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Faults.Validate(); err != nil {
 		return nil, fmt.Errorf("fakepsp: Config.Faults: %w", err)
 	}
-	if err := checkNotifications(cfg.Notifications); err != nil {
-		return nil, err
-	}
 	protocol := cmp.Or(cfg.Protocol, ProtocolFake)
 	if protocol != ProtocolFake && protocol != ProtocolStripe {
 		return nil, fmt.Errorf("%w %q: want %q or %q", ErrUnknownProtocol, cfg.Protocol, ProtocolFake, ProtocolStripe)
+	}
+	if err := checkNotifications(cfg.Notifications); err != nil {
+		return nil, err
 	}
 
 	logger := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
@@ -159,11 +159,7 @@ func New(cfg Config) (*Server, error) {
 	ledger.start()
 	notifying := cfg.Notifications.URL != ""
 	if notifying {
-		header, word := psp.NotificationSignatureHeader, eventWording(fakeEvent)
-		if protocol == ProtocolStripe {
-			header, word = StripeSignatureHeader, stripeNotification
-		}
-		s.notifier = newNotifier(cfg.Notifications, header, word, logger, now)
+		s.notifier = newNotifier(cfg.Notifications, notificationSchemeOf(protocol), logger, now)
 	}
 
 	logger.Info("fakepsp: ready", slog.String("protocol", protocol), slog.String("ledger", cfg.LedgerPath),
@@ -184,6 +180,16 @@ func (s *Server) linkLocked(c *record) error {
 		return fmt.Errorf("refund %s of charge %s, which no earlier line holds", c.ID, c.Charge)
 	}
 	return nil
+}
+
+// notificationSchemeOf is how protocol notifies.
+func notificationSchemeOf(protocol string) notificationScheme {
+	switch protocol {
+	case ProtocolStripe:
+		return notificationScheme{word: stripeNotification, header: StripeSignatureHeader, accepts: accepted2xx}
+	default:
+		return notificationScheme{word: fakeEvent, header: psp.NotificationSignatureHeader, accepts: accepted2xx}
+	}
 }
 
 // routes is the whole HTTP surface on one screen: the protocol's routes,
