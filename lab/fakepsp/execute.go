@@ -49,7 +49,7 @@ type request struct {
 	// "re_" under Stripe's.
 	idPrefix string
 
-	// newID, when set, makes the id instead.
+	// newID, when set, makes the id instead (Adyen's pspReference).
 	newID func() string
 }
 
@@ -111,6 +111,13 @@ var (
 	// given once execution started is saved for the key, a 500 that
 	// applied nothing included (error_before_apply).
 	keysAtExecution = keyRules{atExecution: true, savesErrorBeforeApply: true, marksReplays: true}
+
+	// keysAdyen are Adyen's rules as its documentation gives them: the key
+	// is locked from the start of execution (a concurrent request is
+	// refused, 422 704), the result of an execution is saved for the key,
+	// and a replay carries no marker. error_before_apply's 500 is a
+	// failure in front of execution, so a retry with the key executes.
+	keysAdyen = keyRules{atExecution: true}
 )
 
 // chargeParams are the validated parameters of a charge request.
@@ -124,6 +131,9 @@ type chargeParams struct {
 	// charge so that reads show them.
 	Description string
 	Metadata    map[string]string
+
+	// MerchantAccount is an Adyen payment's.
+	MerchantAccount string
 }
 
 // on makes chargeParams an operation: a charge draws the charge rules.
@@ -135,7 +145,7 @@ func (chargeParams) on() string {
 func (p chargeParams) fillLocked(_ *Server, c *record) {
 	c.Amount, c.Currency = p.Amount, p.Currency
 	c.Status, c.DeclineCode = outcome(p.PaymentMethod)
-	c.Description, c.Metadata = p.Description, p.Metadata
+	c.Description, c.Metadata, c.MerchantAccount = p.Description, p.Metadata, p.MerchantAccount
 }
 
 // record is a ledger record in memory: a processed charge, a refund, or
@@ -517,7 +527,8 @@ func (s *Server) apply(req request, options applyOptions) (c *record, replayed b
 }
 
 // notify hands the notifier what an execution recorded, which the
-// protocol notifies or not, with the notification faults drawn for it once it is
+// protocol notifies or not (a charge or a refund always; a refused refund
+// under Adyen's), with the notification faults drawn for it once it is
 // to be notified. Queuing never waits for the receiver, so the answer is
 // not held up.
 func (s *Server) notify(c *record) {

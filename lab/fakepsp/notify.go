@@ -59,8 +59,10 @@ type Notifications struct {
 	// refund applied: an absolute http or https URL. Empty sends nothing.
 	URL string
 
-	// Secret signs every notification (HMAC-SHA256, as Stripe signs its
-	// events). Required with URL; never logged.
+	// Secret signs every notification with HMAC-SHA256: as Stripe signs
+	// its events under the fake and Stripe protocols, as Adyen signs its
+	// notification items under Adyen's, where it is the HMAC key in hex.
+	// Required with URL; never logged.
 	Secret string
 
 	// RetryFor bounds how long a notification the receiver did not answer
@@ -200,8 +202,9 @@ type notifier struct {
 	stats    NotificationStats
 }
 
-// checkNotifications refuses a configuration that cannot send.
-func checkNotifications(cfg Notifications) error {
+// checkNotifications refuses a configuration that cannot send under
+// protocol.
+func checkNotifications(cfg Notifications, protocol string) error {
 	if cfg.URL == "" {
 		return nil
 	}
@@ -213,6 +216,8 @@ func checkNotifications(cfg Notifications) error {
 		return fmt.Errorf("%w: a URL needs a Secret to sign with", ErrNotificationConfig)
 	case cfg.RetryFor < 0 || cfg.Backoff < 0 || cfg.MaxBackoff < 0 || cfg.Timeout < 0:
 		return fmt.Errorf("%w: durations must not be negative", ErrNotificationConfig)
+	case protocol == ProtocolAdyen && !isHexKey(cfg.Secret):
+		return fmt.Errorf("%w: the adyen protocol signs with an HMAC key in hex, as Adyen gives it; the Secret is not hex", ErrNotificationConfig)
 	}
 	return nil
 }

@@ -56,9 +56,12 @@ type refundParams struct {
 	// Metadata is a Stripe refund's, kept so that reads show it.
 	Metadata map[string]string
 
+	// MerchantAccount is an Adyen refund's.
+	MerchantAccount string
+
 	// Acknowledged says the protocol answers the request with the id it
-	// makes whatever the decision, so a refusal keeps that id: a replay
-	// and the refusal's notification name it.
+	// makes whatever the decision (Adyen's 201 "received"), so a refusal
+	// keeps that id: a replay and the refusal's notification name it.
 	Acknowledged bool
 }
 
@@ -73,7 +76,7 @@ func (refundParams) on() string {
 // more than the charge. A refund refused applies nothing: c becomes the
 // key's saved answer, with the failure code and what was left.
 func (p refundParams) fillLocked(s *Server, c *record) {
-	c.Charge, c.Reason, c.Metadata = p.Charge, p.Reason, p.Metadata
+	c.Charge, c.Reason, c.Metadata, c.MerchantAccount = p.Charge, p.Reason, p.Metadata, p.MerchantAccount
 	charge := s.findLocked(kindCharge, p.Charge)
 	if charge == nil || charge.Status != psp.StatusSucceeded {
 		if charge != nil {
