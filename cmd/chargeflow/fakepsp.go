@@ -5,6 +5,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -43,26 +45,34 @@ func (f *fakepspFlags) bind(fs *flag.FlagSet, e env, addrFlag string) {
 // bindProtocol binds --protocol, the wire protocol the provider serves.
 func (f *fakepspFlags) bindProtocol(fs *flag.FlagSet) {
 	fs.StringVar(&f.protocol, "protocol", fakepsp.ProtocolFake,
-		`wire protocol: "fake" (chargeflow's own, docs/provider.md) or "stripe" (Stripe's PaymentIntents, for stripe-go); same ledger, faults and admin endpoints`)
+		`wire protocol: "fake" (chargeflow's own, docs/provider.md), "stripe" (Stripe's PaymentIntents, for stripe-go) or "adyen" (Adyen's Checkout v71 payments and refunds); same ledger, faults and admin endpoints`)
 }
 
 // bindWebhook binds --webhook-url and --webhook-secret. The secret has no
 // default, which -h would print; it comes from the environment
-// (CHARGEFLOW_WEBHOOK_SECRET or PSP_WEBHOOK_SECRET) after parsing.
+// (CHARGEFLOW_WEBHOOK_SECRET or PSP_WEBHOOK_SECRET) after parsing. Under
+// --protocol adyen it is the HMAC key in hex, as Adyen gives it.
 func (f *fakepspFlags) bindWebhook(fs *flag.FlagSet) {
 	fs.StringVar(&f.webhookURL, "webhook-url", "",
 		"send a signed notification of every charge and refund applied to this URL (docs/notifications.md); none when empty")
 	fs.StringVar(&f.webhookSecret, "webhook-secret", "",
-		"the secret notifications are signed with, required with --webhook-url (set it from the environment: a flag shows in ps)")
+		"the secret notifications are signed with, required with --webhook-url; under --protocol adyen the HMAC key in hex, as Adyen gives it (set it from the environment: a flag shows in ps)")
 }
 
 // newFakePSP opens the fake provider's ledger and applies the flags.
 func newFakePSP(f fakepspFlags, logger *slog.Logger) (*fakepsp.Server, error) {
-	if f.protocol != "" && f.protocol != fakepsp.ProtocolFake && f.protocol != fakepsp.ProtocolStripe {
-		return nil, fmt.Errorf("--protocol is %q, want %q or %q", f.protocol, fakepsp.ProtocolFake, fakepsp.ProtocolStripe)
+	switch f.protocol {
+	case "", fakepsp.ProtocolFake, fakepsp.ProtocolStripe, fakepsp.ProtocolAdyen:
+	default:
+		return nil, fmt.Errorf("--protocol is %q, want %q, %q or %q", f.protocol, fakepsp.ProtocolFake, fakepsp.ProtocolStripe, fakepsp.ProtocolAdyen)
 	}
 	if f.webhookURL != "" && f.webhookSecret == "" {
 		return nil, fmt.Errorf("--webhook-url needs a secret to sign with: PSP_WEBHOOK_SECRET, CHARGEFLOW_WEBHOOK_SECRET or --webhook-secret")
+	}
+	if f.webhookURL != "" && f.protocol == fakepsp.ProtocolAdyen {
+		if _, err := hex.DecodeString(f.webhookSecret); err != nil {
+			return nil, errors.New("--protocol adyen signs notifications with an HMAC key in hex, as Adyen gives it: the webhook secret (PSP_WEBHOOK_SECRET, CHARGEFLOW_WEBHOOK_SECRET or --webhook-secret) is not hex")
+		}
 	}
 	cfg := fakepsp.Config{LedgerPath: f.ledger, Protocol: f.protocol, Logger: logger,
 		Notifications: fakepsp.Notifications{URL: f.webhookURL, Secret: f.webhookSecret}}

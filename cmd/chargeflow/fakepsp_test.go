@@ -4,9 +4,16 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,13 +52,54 @@ func TestFakePSPProtocolFlag(t *testing.T) {
 		require.False(t, state.Dedupe, "--no-dedupe applies to the Stripe protocol too")
 	})
 
+	t.Run("adyen", func(t *testing.T) {
+		t.Parallel()
+
+		p := start(t, nil, "fakepsp", "--addr", "127.0.0.1:0", "--protocol", "adyen",
+			"--ledger", filepath.Join(t.TempDir(), "ledger.jsonl"))
+		url := p.listenAddr()
+
+		status, body := postAdyenPayment(t, url, "cf_cmd")
+		require.Equal(t, http.StatusOK, status, "body: %s", body)
+		require.Contains(t, body, `"resultCode":"Authorised"`)
+
+		// A checker reading the ledger finds it by our reference.
+		ledger, err := fakepsp.FetchLedger(t.Context(), url, false)
+		require.NoError(t, err)
+		require.Len(t, ledger, 1)
+		require.Equal(t, "ch_cf_cmd", ledger[0].Reference)
+		require.Equal(t, "tn_cmd", ledger[0].TenantTag)
+	})
+
 	t.Run("unknown", func(t *testing.T) {
 		t.Parallel()
 
 		err := run(context.Background(), []string{"fakepsp", "--protocol", "paypal", "--ledger", filepath.Join(t.TempDir(), "ledger.jsonl")},
 			func(string) string { return "" }, io.Discard, io.Discard)
-		require.ErrorContains(t, err, `--protocol is "paypal"`)
+		require.ErrorContains(t, err, `--protocol is "paypal", want "fake", "stripe" or "adyen"`)
 	})
+}
+
+// postAdyenPayment sends the payment chargeflow's Adyen adapter sends for
+// the reference "ch_" + key to the fake at url, and returns the answer.
+func postAdyenPayment(t *testing.T, url, key string) (int, string) {
+	t.Helper()
+
+	payment := `{"amount":{"currency":"EUR","value":1000},"merchantAccount":"ChargeflowECOM","reference":"ch_` + key + `",` +
+		`"paymentMethod":{"type":"scheme","storedPaymentMethodId":"pm_card_visa"},"shopperReference":"tn_cmd",` +
+		`"shopperInteraction":"ContAuth","recurringProcessingModel":"UnscheduledCardOnFile",` +
+		`"returnUrl":"https://chargeflow.example/return","metadata":{"chargeflow_tenant":"tn_cmd"}}`
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/v71/payments", strings.NewReader(payment))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-API-Key", "AQE_cmd")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	return resp.StatusCode, string(body)
 }
 
 // `chargeflow fakepsp --webhook-url` notifies what it applied, signed with
@@ -93,6 +141,60 @@ func TestFakePSPWebhookFlags(t *testing.T) {
 		d := receiver.Next(t, 30*time.Second)
 		_, err = psp.ParseNotification(secret, d.Header, d.Body, time.Now(), 0)
 		require.NoError(t, err)
+	})
+
+	t.Run("adyen signs with its HMAC key", func(t *testing.T) {
+		t.Parallel()
+
+		const key = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
+		receiver := fakepsptest.StartReceiver(t, nil)
+		p := start(t, []string{"PSP_WEBHOOK_SECRET=" + key}, "fakepsp", "--addr", "127.0.0.1:0", "--protocol", "adyen",
+			"--log-level", "debug", "--webhook-url", receiver.URL, "--ledger", filepath.Join(t.TempDir(), "ledger.jsonl"))
+		status, body := postAdyenPayment(t, p.listenAddr(), "cf_notified")
+		require.Equal(t, http.StatusOK, status, "body: %s", body)
+
+		var webhook struct {
+			NotificationItems []struct {
+				NotificationRequestItem struct {
+					AdditionalData map[string]string `json:"additionalData"`
+					Amount         struct {
+						Currency string
+						Value    int64
+					} `json:"amount"`
+					EventCode           string `json:"eventCode"`
+					MerchantAccountCode string `json:"merchantAccountCode"`
+					MerchantReference   string `json:"merchantReference"`
+					PSPReference        string `json:"pspReference"`
+					Success             string `json:"success"`
+				} `json:"NotificationRequestItem"`
+			} `json:"notificationItems"`
+		}
+		d := receiver.Next(t, 30*time.Second)
+		require.NoError(t, json.Unmarshal(d.Body, &webhook))
+		require.Len(t, webhook.NotificationItems, 1)
+		item := webhook.NotificationItems[0].NotificationRequestItem
+		require.Equal(t, "AUTHORISATION", item.EventCode)
+		require.Equal(t, "ch_cf_notified", item.MerchantReference)
+
+		// Adyen's HMAC: the hex-decoded key over the item's fields.
+		secret, err := hex.DecodeString(key)
+		require.NoError(t, err)
+		mac := hmac.New(sha256.New, secret)
+		mac.Write([]byte(strings.Join([]string{item.PSPReference, "", item.MerchantAccountCode, item.MerchantReference,
+			strconv.FormatInt(item.Amount.Value, 10), item.Amount.Currency, item.EventCode, item.Success}, ":")))
+		require.Equal(t, base64.StdEncoding.EncodeToString(mac.Sum(nil)), item.AdditionalData["hmacSignature"])
+		p.waitLog("notification sent")
+		require.NotContains(t, p.stderr.String(), key)
+	})
+
+	t.Run("adyen refuses a secret that is not hex", func(t *testing.T) {
+		t.Parallel()
+
+		err := run(context.Background(), []string{"fakepsp", "--protocol", "adyen", "--webhook-url", "http://127.0.0.1:1/hook",
+			"--ledger", filepath.Join(t.TempDir(), "ledger.jsonl")},
+			func(name string) string { return map[string]string{"PSP_WEBHOOK_SECRET": secret}[name] }, io.Discard, io.Discard)
+		require.ErrorContains(t, err, "not hex")
+		require.NotContains(t, err.Error(), secret)
 	})
 
 	t.Run("a URL without a secret", func(t *testing.T) {

@@ -290,14 +290,13 @@ func decodeChargeParams(w http.ResponseWriter, r *http.Request) (chargeParams, b
 // 400 or 413 and returns false; what names the object ("charge",
 // "refund").
 func readJSONBody(w http.ResponseWriter, r *http.Request, v any, what string) bool {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxChargeBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", "the request body is larger than 64 KiB")
-		} else {
-			writeError(w, http.StatusBadRequest, "invalid_request", "the request body could not be read")
-		}
+	data, tooLarge, err := readBody(w, r)
+	switch {
+	case tooLarge:
+		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", "the request body is larger than 64 KiB")
+		return false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "invalid_request", "the request body could not be read")
 		return false
 	}
 	decoder := json.NewDecoder(bytes.NewReader(data))
@@ -311,6 +310,14 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, v any, what string) bo
 		return false
 	}
 	return true
+}
+
+// readBody reads a request body of at most 64 KiB; tooLarge says it was
+// larger. Each protocol words the refusal its own way.
+func readBody(w http.ResponseWriter, r *http.Request) (data []byte, tooLarge bool, err error) {
+	data, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxChargeBodyBytes))
+	var maxBytes *http.MaxBytesError
+	return data, errors.As(err, &maxBytes), err
 }
 
 // parseAmount accepts a JSON integer literal above zero: no sign, fraction,

@@ -3,8 +3,8 @@
 // key, keeps a durable ledger that survives restarts, and fails in every way
 // a network and a provider can fail, on demand and reproducibly.
 //
-// It serves one of two wire protocols (Config.Protocol) from the same ledger,
-// faults and admin endpoints. ProtocolFake is the protocol of
+// It serves one of three wire protocols (Config.Protocol) from the same
+// ledger, faults and admin endpoints. ProtocolFake is the protocol of
 // docs/provider.md, the one chargeflow/psp speaks:
 //
 //	POST /v1/charges                  create a charge (Idempotency-Key required)
@@ -23,7 +23,15 @@
 //	GET  /v1/refunds/{id}             retrieve a refund, strongly consistent
 //	GET  /v1/refunds                  list refunds newest first, of one PaymentIntent or all
 //
-// Both protocols share the admin endpoints:
+// ProtocolAdyen is the part of Adyen's Checkout API v71 that docs/provider.md
+// ("The Adyen protocol") lists, every answer one that Adyen's published
+// description allows but a 404 and not_processed's 429, which it lists
+// for no route:
+//
+//	POST /v71/payments                              a payment with a stored card (JSON)
+//	POST /v71/payments/{paymentPspReference}/refunds a refund, acknowledged 201, told by notification
+//
+// Every protocol shares the admin endpoints:
 //
 //	GET  /_admin/ledger[?all=true]    the ground truth: charges that moved money, with their refunds
 //	GET  /_admin/audit                charges per key, refunds per reference, totals per tenant tag and currency
@@ -50,8 +58,9 @@
 // refund beyond what is left of the charge, or of a charge the provider does
 // not hold or that was declined, is refused: nothing is applied, and the
 // refusal is the key's saved answer (409 refund_exceeds_charge,
-// charge_not_refundable; Stripe's own errors under the Stripe protocol).
-// docs/refunds.md is the contract.
+// charge_not_refundable; Stripe's own errors under the Stripe protocol;
+// under Adyen's the 201 that acknowledges every refund, the refusal told
+// by a REFUND notification). docs/refunds.md is the contract.
 //
 // # Ledger
 //
@@ -87,8 +96,9 @@
 //
 // With Config.Notifications (chargeflow fakepsp --webhook-url) the provider
 // POSTs a signed notification of every charge it applies or declines and
-// every refund it applies, in its protocol's words: the fake protocol's
-// events (PSP-Signature) or Stripe's (Stripe-Signature). They are queued in
+// every refund it applies (under Adyen's protocol, or refuses), in its
+// protocol's words: the fake protocol's events (PSP-Signature), Stripe's
+// (Stripe-Signature) or Adyen's standard webhook (its HMAC in the item). They are queued in
 // memory and sent by one sender, never on the way of an answer, and retried
 // with backoff for a bounded time; a provider that closes loses what it had
 // not sent. Rules "on": "notification" duplicate, reorder, delay, drop or
@@ -106,6 +116,15 @@
 // (apply_then_timeout, apply_then_reset) act on it. A request refused before
 // execution (validation, not_processed, drop_before_apply) saves nothing.
 //
+// # Adyen's key rules
+//
+// Under the Adyen protocol a key is locked from the start of execution too,
+// refused 422 704 to a concurrent request, and the result of an execution
+// is saved and answered to every later request with the key, whatever its
+// body: Adyen does not document comparing bodies. error_before_apply's 500
+// comes in front of execution, saving nothing, and a replay carries no
+// marker. Adyen has no lookup, so lookup faults have nothing to act on.
+//
 // Logs name keys, references and faults, never payment methods,
-// descriptions or metadata.
+// descriptions, metadata, API keys or notification secrets.
 package fakepsp

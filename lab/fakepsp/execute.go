@@ -48,6 +48,17 @@ type request struct {
 	// under the fake protocol, a Stripe PaymentIntent's "pi_" and refund's
 	// "re_" under Stripe's.
 	idPrefix string
+
+	// newID, when set, makes the id instead (Adyen's pspReference).
+	newID func() string
+}
+
+// id is a new id for what the request makes.
+func (r request) id() string {
+	if r.newID != nil {
+		return r.newID()
+	}
+	return r.idPrefix + rand.Text()
 }
 
 // operation is what a request asks the provider to do, a charge
@@ -67,24 +78,46 @@ type operation interface {
 }
 
 // keyRules are the idempotency rules of a protocol: when a key starts to
-// count, and which answers it keeps.
-type keyRules int
+// count, and which answers it keeps. With de-duplication off every protocol
+// has the same rules: no key is remembered, locked or saved.
+type keyRules struct {
+	// atExecution locks a key from the moment its request starts
+	// executing, so a concurrent request with the key is refused rather
+	// than made to wait, and answers a key with a saved answer from it
+	// before anything executes. Without it (keysAtApply) a key counts
+	// once its record is applied.
+	atExecution bool
 
-const (
+	// savesErrorBeforeApply makes error_before_apply's 500, given once
+	// execution started, the key's saved answer. Without it that 500 is
+	// given in front of the key layer, so nothing is locked or saved.
+	savesErrorBeforeApply bool
+
+	// marksReplays sets Idempotent-Replayed: true on an answer replayed
+	// for a known key.
+	marksReplays bool
+}
+
+var (
 	// keysAtApply are the fake protocol's rules: a key is remembered when
 	// its charge or refund is applied, and a request for a key whose record
 	// is being applied waits for that record. Nothing is saved for a request
 	// that applied nothing, but for a refused refund: the refusal is the
 	// provider's decision about the request, as a decline is.
-	keysAtApply keyRules = iota
+	keysAtApply = keyRules{marksReplays: true}
 
-	// keysAtExecution are Stripe's rules: a key is locked from the moment
-	// its request starts executing, so a concurrent request with the key is
-	// refused (409) rather than made to wait, and the first answer given
-	// once execution started is saved for the key, a 500 that applied
-	// nothing included (error_before_apply). A request whose key has a
-	// saved answer is answered from it before anything executes.
-	keysAtExecution
+	// keysAtExecution are Stripe's rules: the key is locked from the start
+	// of execution (409 to a concurrent request), and the first answer
+	// given once execution started is saved for the key, a 500 that
+	// applied nothing included (error_before_apply).
+	keysAtExecution = keyRules{atExecution: true, savesErrorBeforeApply: true, marksReplays: true}
+
+	// keysAdyen are Adyen's rules as its documentation gives them: the key
+	// is locked from the start of execution (a concurrent request is
+	// refused, 422 704), the result of an execution is saved for the key,
+	// and a replay carries no marker. error_before_apply's 500 is a
+	// failure in front of execution, so a retry with the key executes.
+	keysAdyen = keyRules{atExecution: true}
 )
 
 // chargeParams are the validated parameters of a charge request.
@@ -98,6 +131,9 @@ type chargeParams struct {
 	// charge so that reads show them.
 	Description string
 	Metadata    map[string]string
+
+	// MerchantAccount is an Adyen payment's.
+	MerchantAccount string
 }
 
 // on makes chargeParams an operation: a charge draws the charge rules.
@@ -109,7 +145,7 @@ func (chargeParams) on() string {
 func (p chargeParams) fillLocked(_ *Server, c *record) {
 	c.Amount, c.Currency = p.Amount, p.Currency
 	c.Status, c.DeclineCode = outcome(p.PaymentMethod)
-	c.Description, c.Metadata = p.Description, p.Metadata
+	c.Description, c.Metadata, c.MerchantAccount = p.Description, p.Metadata, p.MerchantAccount
 }
 
 // record is a ledger record in memory: a processed charge, a refund, or
@@ -209,8 +245,8 @@ type applyOptions struct {
 // remembered, locked or saved.
 func (s *Server) run(w http.ResponseWriter, r *http.Request, req request, answers answers, rules keyRules) {
 	decision := s.drawFault(req.op.on(), req.key, nil)
-	if rules == keysAtExecution && decision.dedupe {
-		s.runExecution(w, r, req, answers, decision)
+	if rules.atExecution && decision.dedupe {
+		s.runExecution(w, r, req, answers, rules, decision)
 		return
 	}
 
@@ -240,21 +276,24 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, req request, answer
 		answers.failure(w, s.applyFailure(err))
 		return
 	}
-	s.deliver(w, r, answers, decision, c, replayed)
+	s.deliver(w, r, answers, rules, decision, c, replayed)
 }
 
-// runExecution is run under Stripe's key rules (keysAtExecution) with
-// de-duplication on.
-func (s *Server) runExecution(w http.ResponseWriter, r *http.Request, req request, answers answers, decision decision) {
+// runExecution is run under rules that lock a key at execution (Stripe's,
+// Adyen's) with de-duplication on.
+func (s *Server) runExecution(w http.ResponseWriter, r *http.Request, req request, answers answers, rules keyRules, decision decision) {
 	// In front of the idempotency layer: the request never starts
 	// executing, so nothing is locked or saved.
-	switch decision.fault {
-	case FaultDropBeforeApply:
+	switch {
+	case decision.fault == FaultDropBeforeApply:
 		s.hold(r.Context(), decision.duration)
 		s.dropConnection(w, false)
 		return
-	case FaultNotProcessed:
+	case decision.fault == FaultNotProcessed:
 		answers.failure(w, failNotProcessed)
+		return
+	case decision.fault == FaultErrorBeforeApply && !rules.savesErrorBeforeApply:
+		answers.failure(w, failErrorBeforeApply)
 		return
 	}
 
@@ -274,7 +313,7 @@ func (s *Server) runExecution(w http.ResponseWriter, r *http.Request, req reques
 		default:
 			decision.fault = ""
 		}
-		s.deliver(w, r, answers, decision, known, true)
+		s.deliver(w, r, answers, rules, decision, known, true)
 		return
 	}
 
@@ -301,7 +340,7 @@ func (s *Server) runExecution(w http.ResponseWriter, r *http.Request, req reques
 		answers.failure(w, s.applyFailure(err))
 		return
 	}
-	s.deliver(w, r, answers, decision, c, false)
+	s.deliver(w, r, answers, rules, decision, c, false)
 }
 
 // applyOptions are the options of the apply a decision leads to; reserved
@@ -382,7 +421,7 @@ func (s *Server) saveError(req request, status int) error {
 // deliver answers with c, through the faults that act after the request
 // was applied (or, for a known key, replayed): they only change how the
 // answer is delivered.
-func (s *Server) deliver(w http.ResponseWriter, r *http.Request, answers answers, decision decision, c *record, replayed bool) {
+func (s *Server) deliver(w http.ResponseWriter, r *http.Request, answers answers, rules keyRules, decision decision, c *record, replayed bool) {
 	switch decision.fault {
 	case FaultApplyThenTimeout:
 		s.hold(r.Context(), decision.duration)
@@ -397,7 +436,9 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, answers answers
 	}
 
 	if replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
+		if rules.marksReplays {
+			w.Header().Set("Idempotent-Replayed", "true")
+		}
 		if c.ReplayStatus != 0 {
 			answers.failure(w, failReplayedError)
 			return
@@ -453,7 +494,7 @@ func (s *Server) apply(req request, options applyOptions) (c *record, replayed b
 
 	rec := ledgerRecord{
 		LedgerEntry: LedgerEntry{
-			ID:             req.idPrefix + rand.Text(),
+			ID:             req.id(),
 			IdempotencyKey: req.key,
 			Reference:      req.reference,
 			TenantTag:      req.tag,
@@ -485,15 +526,16 @@ func (s *Server) apply(req request, options applyOptions) (c *record, replayed b
 	return c, false, nil
 }
 
-// notify hands the notifier what an execution applied, a charge or a
-// refund, with the notification faults drawn for it; a saved answer
-// applied nothing and is not notified. Queuing never waits for the
-// receiver, so the answer is not held up.
+// notify hands the notifier what an execution recorded, which the
+// protocol notifies or not (a charge or a refund always; a refused refund
+// under Adyen's), with the notification faults drawn for it once it is
+// to be notified. Queuing never waits for the receiver, so the answer is
+// not held up.
 func (s *Server) notify(c *record) {
-	if s.notifier == nil || (!c.isCharge() && !c.isRefund()) {
+	if s.notifier == nil {
 		return
 	}
-	s.notifier.notify(c, s.drawFault(OnNotification, c.IdempotencyKey, nil))
+	s.notifier.notify(c, func() decision { return s.drawFault(OnNotification, c.IdempotencyKey, nil) })
 }
 
 // addLocked files c in memory: under its key, and a charge or a refund in

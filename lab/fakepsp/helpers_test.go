@@ -265,3 +265,44 @@ func (b *testBundle) refundFound(t *testing.T, key string) bool {
 	require.Equal(t, "refund_not_found", resp.errorCode(t))
 	return false
 }
+
+// sendWhileExecuting sends twice with send, which makes one request with a
+// fixed key under a latency fault: the second only once the first is
+// executing (its latency fault has fired), however slow the machine. It
+// returns what the request that executed answered and the other's error.
+func sendWhileExecuting[T any](t *testing.T, b *testBundle, send func() (T, error)) (succeeded T, refused error) {
+	t.Helper()
+
+	type result struct {
+		answer T
+		err    error
+	}
+	results := make(chan result, 2)
+	var wg sync.WaitGroup
+	start := func() {
+		wg.Go(func() {
+			answer, err := send()
+			results <- result{answer, err}
+		})
+	}
+	start()
+	require.Eventually(t, func() bool {
+		state, err := fakepsp.FetchFaults(t.Context(), b.url)
+		return err == nil && state.Fired[fakepsp.FaultLatency] > 0
+	}, 10*time.Second, 10*time.Millisecond, "the first request is executing")
+	start()
+	wg.Wait()
+	close(results)
+
+	executed := 0
+	for r := range results {
+		if r.err == nil {
+			succeeded = r.answer
+			executed++
+		} else {
+			refused = r.err
+		}
+	}
+	require.Equal(t, 1, executed, "one request executed, the other was refused: %v", refused)
+	return succeeded, refused
+}

@@ -114,8 +114,9 @@ const (
 
 	// kindSavedError is an idempotency key whose saved first answer is an
 	// error and that applied nothing: under Stripe's key rules, the 500 of
-	// error_before_apply, and under both protocols a refused refund
-	// (FailureCode). It has no id, status or money.
+	// error_before_apply, and under every protocol a refused refund
+	// (FailureCode). It has no status or money, and no id but an Adyen
+	// refund's, which was acknowledged with one before it was refused.
 	kindSavedError = "saved_error"
 
 	// kindRefund is a refund that moved money: a line of its own, after
@@ -149,6 +150,10 @@ type ledgerRecord struct {
 	// shows them as Stripe would.
 	Description string            `json:"description,omitempty"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
+
+	// MerchantAccount is the Adyen merchant account a payment or refund
+	// was made for, which its answers and notifications name.
+	MerchantAccount string `json:"merchant_account,omitempty"`
 
 	// RequestHash fingerprints the request parameters, so a reused key with
 	// different parameters is refused after a restart too, without the file

@@ -59,8 +59,10 @@ type Notifications struct {
 	// refund applied: an absolute http or https URL. Empty sends nothing.
 	URL string
 
-	// Secret signs every notification (HMAC-SHA256, as Stripe signs its
-	// events). Required with URL; never logged.
+	// Secret signs every notification with HMAC-SHA256: as Stripe signs
+	// its events under the fake and Stripe protocols, as Adyen signs its
+	// notification items under Adyen's, where it is the HMAC key in hex.
+	// Required with URL; never logged.
 	Secret string
 
 	// RetryFor bounds how long a notification the receiver did not answer
@@ -125,9 +127,31 @@ type event struct {
 
 // eventWording is how a protocol words a notification of c, made at
 // created with the event id: ok is false for a record no notification is
-// made of. Forging one with another amount words the same event of an
+// made of. A protocol that signs inside the body (Adyen) signs what it
+// signs with sign; the others sign the whole body in a header when it is
+// sent. Forging one with another amount words the same event of an
 // altered record.
-type eventWording func(c *record, id string, created time.Time) (e event, ok bool, err error)
+type eventWording func(c *record, id string, created time.Time, sign func(data []byte) string) (e event, ok bool, err error)
+
+// notificationScheme is how a protocol notifies: its words, where its
+// signature goes, and what a receiver answers to take a notification.
+type notificationScheme struct {
+	word eventWording
+
+	// header, when set, carries the signature of the whole body, Stripe's
+	// scheme (sign), computed anew at each attempt. Empty: the wording
+	// signs inside the body with signBody, once.
+	header   string
+	signBody func(secret string, data []byte) string
+
+	// accepts says whether the receiver took a delivery by its answer.
+	accepts func(status int, body []byte) bool
+}
+
+// accepted2xx is the fake protocol's and Stripe's acceptance: any 2xx.
+func accepted2xx(status int, _ []byte) bool {
+	return status >= 200 && status <= 299
+}
 
 // delivery is one notification to send: a genuine one, or a forgery.
 type delivery struct {
@@ -155,8 +179,7 @@ type delivery struct {
 // notifier sends a Server's notifications.
 type notifier struct {
 	cfg    Notifications
-	header string // the protocol's signature header
-	word   eventWording
+	scheme notificationScheme
 	logger *slog.Logger
 	now    func() time.Time // the signature's and the event's time
 	client *http.Client
@@ -179,8 +202,9 @@ type notifier struct {
 	stats    NotificationStats
 }
 
-// checkNotifications refuses a configuration that cannot send.
-func checkNotifications(cfg Notifications) error {
+// checkNotifications refuses a configuration that cannot send under
+// protocol.
+func checkNotifications(cfg Notifications, protocol string) error {
 	if cfg.URL == "" {
 		return nil
 	}
@@ -192,13 +216,15 @@ func checkNotifications(cfg Notifications) error {
 		return fmt.Errorf("%w: a URL needs a Secret to sign with", ErrNotificationConfig)
 	case cfg.RetryFor < 0 || cfg.Backoff < 0 || cfg.MaxBackoff < 0 || cfg.Timeout < 0:
 		return fmt.Errorf("%w: durations must not be negative", ErrNotificationConfig)
+	case protocol == ProtocolAdyen && !isHexKey(cfg.Secret):
+		return fmt.Errorf("%w: the adyen protocol signs with an HMAC key in hex, as Adyen gives it; the Secret is not hex", ErrNotificationConfig)
 	}
 	return nil
 }
 
-// newNotifier starts the sender for cfg, whose URL is set, wording events
-// with word and signing them under header.
-func newNotifier(cfg Notifications, header string, word eventWording, logger *slog.Logger, now func() time.Time) *notifier {
+// newNotifier starts the sender for cfg, whose URL is set, notifying in
+// scheme's words and signatures.
+func newNotifier(cfg Notifications, scheme notificationScheme, logger *slog.Logger, now func() time.Time) *notifier {
 	cfg.RetryFor = cmp.Or(cfg.RetryFor, DefaultNotificationRetryFor)
 	cfg.Backoff = cmp.Or(cfg.Backoff, DefaultNotificationBackoff)
 	cfg.MaxBackoff = max(cmp.Or(cfg.MaxBackoff, DefaultNotificationMaxBackoff), cfg.Backoff)
@@ -213,8 +239,7 @@ func newNotifier(cfg Notifications, header string, word eventWording, logger *sl
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &notifier{
 		cfg:    cfg,
-		header: header,
-		word:   word,
+		scheme: scheme,
 		logger: logger,
 		now:    now,
 		client: &http.Client{
@@ -224,7 +249,7 @@ func newNotifier(cfg Notifications, header string, word eventWording, logger *sl
 			// the 3xx is a failed attempt, retried.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		forgeSecret: "forged_" + rand.Text(),
+		forgeSecret: hex.EncodeToString([]byte(rand.Text())), // hex, as an Adyen key is
 		ctx:         ctx,
 		cancel:      cancel,
 		wake:        make(chan struct{}, 1),
@@ -235,11 +260,17 @@ func newNotifier(cfg Notifications, header string, word eventWording, logger *sl
 	return n
 }
 
-// notify makes the notification of c, which was just applied, and queues
-// it as decision says; it never waits for the receiver.
-func (n *notifier) notify(c *record, d decision) {
+// notify makes the notification of c, which was just recorded, when the
+// protocol notifies it, and queues it as the decision draw gives; it never
+// waits for the receiver. draw is called only for a notification made, so
+// records no notification is made of shift no fault's draws.
+func (n *notifier) notify(c *record, draw func() decision) {
 	id, created := "evt_"+rand.Text(), n.now().UTC()
-	genuine, ok, err := n.word(c, id, created)
+	var signed []byte // what the genuine body's own signature covers (Adyen)
+	genuine, ok, err := n.word(c, id, created, func(data []byte) string {
+		signed = data
+		return n.scheme.signBody(n.cfg.Secret, data)
+	})
 	if !ok {
 		return
 	}
@@ -247,15 +278,25 @@ func (n *notifier) notify(c *record, d decision) {
 		n.logger.Error("fakepsp: cannot word a notification", slog.String("id", c.ID), slog.Any("error", err))
 		return
 	}
-	altersBody := d.fault == FaultForge && n.nextForgeAltersBody()
-	var altered event
-	if altersBody {
+	d := draw()
+	forged := d.fault == FaultForge
+	altersBody := forged && n.nextForgeAltersBody()
+	var forgery event
+	switch {
+	case altersBody:
+		// The same event of an altered record, under the genuine
+		// signature: a header's over the genuine body, or the genuine
+		// item's own.
 		tampered := *c
 		tampered.Amount *= 100
-		if altered, _, err = n.word(&tampered, id, created); err != nil {
-			n.logger.Error("fakepsp: cannot word a forged notification", slog.String("id", c.ID), slog.Any("error", err))
-			return
-		}
+		forgery, _, err = n.word(&tampered, id, created, func([]byte) string { return n.scheme.signBody(n.cfg.Secret, signed) })
+	case forged && n.scheme.header == "":
+		// The genuine body, its own signature made with a wrong key.
+		forgery, _, err = n.word(c, id, created, func(data []byte) string { return n.scheme.signBody(n.forgeSecret, data) })
+	}
+	if err != nil {
+		n.logger.Error("fakepsp: cannot word a forged notification", slog.String("id", c.ID), slog.Any("error", err))
+		return
 	}
 
 	now := time.Now()
@@ -283,8 +324,8 @@ func (n *notifier) notify(c *record, d decision) {
 	case FaultForge:
 		n.stats.Forged++
 		first.forged = true
-		if altersBody {
-			first.body = altered.body // the genuine signature, over the genuine body
+		if forgery.body != nil {
+			first.body = forgery.body // a header's signature stays the genuine body's
 		} else {
 			first.secret = n.forgeSecret
 		}
@@ -397,8 +438,8 @@ func (n *notifier) next(now time.Time) (*delivery, time.Duration) {
 // again after a backoff, or given up on. A forgery is sent once.
 func (n *notifier) send(d *delivery) {
 	start := time.Now()
-	status, err := n.post(d)
-	delivered := err == nil && status >= 200 && status <= 299
+	status, answer, err := n.post(d)
+	delivered := err == nil && n.scheme.accepts(status, answer)
 
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -440,22 +481,30 @@ func (n *notifier) send(d *delivery) {
 	n.pushLocked(d)
 }
 
-// post sends d once, signed now, and returns the receiver's status.
-func (n *notifier) post(d *delivery) (int, error) {
+// post sends d once, signed now when the protocol signs in a header, and
+// returns the receiver's status and (the start of) its answer.
+func (n *notifier) post(d *delivery) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(n.ctx, http.MethodPost, n.cfg.URL, bytes.NewReader(d.body))
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "chargeflow-fakepsp")
-	req.Header.Set(n.header, sign(d.secret, n.now(), d.signedBody))
+	if n.scheme.header != "" {
+		req.Header.Set(n.scheme.header, sign(d.secret, n.now(), d.signedBody))
+	}
 	resp, err := n.client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxReceiverAnswerBytes))
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxReceiverAnswerBytes))
 	_ = resp.Body.Close()
-	return resp.StatusCode, nil
+	return resp.StatusCode, answer, nil
+}
+
+// word words c in the protocol's words.
+func (n *notifier) word(c *record, id string, created time.Time, sign func(data []byte) string) (event, bool, error) {
+	return n.scheme.word(c, id, created, sign)
 }
 
 // sign is the signature header of both protocols, Stripe's scheme:
@@ -517,7 +566,7 @@ func (q *deliveryQueue) Pop() any {
 // fakeEvent words a notification in the fake protocol
 // (psp.NotificationEnvelope): a charge applied or declined, a refund
 // applied; nothing for a saved answer, which applied nothing.
-func fakeEvent(c *record, id string, created time.Time) (event, bool, error) {
+func fakeEvent(c *record, id string, created time.Time, _ func([]byte) string) (event, bool, error) {
 	var typ string
 	var data any
 	switch {

@@ -55,6 +55,14 @@ type refundParams struct {
 
 	// Metadata is a Stripe refund's, kept so that reads show it.
 	Metadata map[string]string
+
+	// MerchantAccount is an Adyen refund's.
+	MerchantAccount string
+
+	// Acknowledged says the protocol answers the request with the id it
+	// makes whatever the decision (Adyen's 201 "received"), so a refusal
+	// keeps that id: a replay and the refusal's notification name it.
+	Acknowledged bool
 }
 
 // on makes refundParams an operation: a refund draws the refund rules.
@@ -68,13 +76,13 @@ func (refundParams) on() string {
 // more than the charge. A refund refused applies nothing: c becomes the
 // key's saved answer, with the failure code and what was left.
 func (p refundParams) fillLocked(s *Server, c *record) {
-	c.Charge, c.Reason, c.Metadata = p.Charge, p.Reason, p.Metadata
+	c.Charge, c.Reason, c.Metadata, c.MerchantAccount = p.Charge, p.Reason, p.Metadata, p.MerchantAccount
 	charge := s.findLocked(kindCharge, p.Charge)
 	if charge == nil || charge.Status != psp.StatusSucceeded {
 		if charge != nil {
 			c.Currency = charge.Currency
 		}
-		c.refuse(chargeNotRefundable, p.Amount, 0)
+		p.refuse(c, chargeNotRefundable, 0)
 		return
 	}
 	c.Currency = charge.Currency
@@ -83,15 +91,20 @@ func (p refundParams) fillLocked(s *Server, c *record) {
 	left := max(charge.Amount-charge.refunded, 0)
 	amount := cmp.Or(p.Amount, left)
 	if amount == 0 || amount > left {
-		c.refuse(refundExceedsCharge, p.Amount, left)
+		p.refuse(c, refundExceedsCharge, left)
 		return
 	}
 	c.Kind, c.Amount, c.Status, c.charge = kindRefund, amount, psp.StatusSucceeded, charge
 }
 
-// refuse makes c a refused refund: no id, no money, only the key's answer.
-func (c *record) refuse(code string, asked, left int64) {
-	c.Kind, c.ID, c.FailureCode, c.Amount, c.Refundable = kindSavedError, "", code, asked, left
+// refuse makes c a refused refund: no money, only the key's answer, with
+// the amount asked and what was left. It keeps its id only when the
+// request was acknowledged with it.
+func (p refundParams) refuse(c *record, code string, left int64) {
+	c.Kind, c.FailureCode, c.Amount, c.Refundable = kindSavedError, code, p.Amount, left
+	if !p.Acknowledged {
+		c.ID = ""
+	}
 }
 
 // refundEntry is a refund as the admin ledger reports it.

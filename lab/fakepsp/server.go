@@ -33,6 +33,12 @@ const (
 	// one call, retrieved, searched and listed, and their refunds, created,
 	// retrieved and listed.
 	ProtocolStripe = "stripe"
+
+	// ProtocolAdyen is the part of Adyen's Checkout API v71 that
+	// docs/provider.md ("The Adyen protocol") lists: a payment with a
+	// stored card, and its refunds, decided at once and told by
+	// notification.
+	ProtocolAdyen = "adyen"
 )
 
 // Config configures a Server.
@@ -43,8 +49,8 @@ type Config struct {
 	LedgerPath string
 
 	// Protocol is the wire protocol served: ProtocolFake (the default when
-	// empty) or ProtocolStripe. Both share the ledger, the faults and the
-	// admin endpoints.
+	// empty), ProtocolStripe or ProtocolAdyen. All share the ledger, the
+	// faults and the admin endpoints.
 	Protocol string
 
 	// Dedupe switches the provider's own idempotency key de-duplication.
@@ -110,12 +116,12 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Faults.Validate(); err != nil {
 		return nil, fmt.Errorf("fakepsp: Config.Faults: %w", err)
 	}
-	if err := checkNotifications(cfg.Notifications); err != nil {
-		return nil, err
-	}
 	protocol := cmp.Or(cfg.Protocol, ProtocolFake)
-	if protocol != ProtocolFake && protocol != ProtocolStripe {
-		return nil, fmt.Errorf("%w %q: want %q or %q", ErrUnknownProtocol, cfg.Protocol, ProtocolFake, ProtocolStripe)
+	if protocol != ProtocolFake && protocol != ProtocolStripe && protocol != ProtocolAdyen {
+		return nil, fmt.Errorf("%w %q: want %q, %q or %q", ErrUnknownProtocol, cfg.Protocol, ProtocolFake, ProtocolStripe, ProtocolAdyen)
+	}
+	if err := checkNotifications(cfg.Notifications, protocol); err != nil {
+		return nil, err
 	}
 
 	logger := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
@@ -159,11 +165,7 @@ func New(cfg Config) (*Server, error) {
 	ledger.start()
 	notifying := cfg.Notifications.URL != ""
 	if notifying {
-		header, word := psp.NotificationSignatureHeader, eventWording(fakeEvent)
-		if protocol == ProtocolStripe {
-			header, word = StripeSignatureHeader, stripeNotification
-		}
-		s.notifier = newNotifier(cfg.Notifications, header, word, logger, now)
+		s.notifier = newNotifier(cfg.Notifications, notificationSchemeOf(protocol), logger, now)
 	}
 
 	logger.Info("fakepsp: ready", slog.String("protocol", protocol), slog.String("ledger", cfg.LedgerPath),
@@ -186,11 +188,27 @@ func (s *Server) linkLocked(c *record) error {
 	return nil
 }
 
+// notificationSchemeOf is how protocol notifies.
+func notificationSchemeOf(protocol string) notificationScheme {
+	switch protocol {
+	case ProtocolStripe:
+		return notificationScheme{word: stripeNotification, header: StripeSignatureHeader, accepts: accepted2xx}
+	case ProtocolAdyen:
+		return notificationScheme{word: adyenNotification, signBody: adyenHMAC, accepts: adyenAccepted}
+	default:
+		return notificationScheme{word: fakeEvent, header: psp.NotificationSignatureHeader, accepts: accepted2xx}
+	}
+}
+
 // routes is the whole HTTP surface on one screen: the protocol's routes,
 // then the admin endpoints every protocol shares.
 func (s *Server) routes(protocol string) http.Handler {
 	mux := http.NewServeMux()
 	switch protocol {
+	case ProtocolAdyen:
+		mux.Handle("POST /v71/payments", s.adyen(s.handleAdyenPayment))
+		mux.Handle("POST /v71/payments/{paymentPspReference}/refunds", s.adyen(s.handleAdyenRefund))
+		mux.Handle("/v71/", s.adyen(handleAdyenNotFound))
 	case ProtocolStripe:
 		mux.Handle("POST /v1/payment_intents", s.stripe(s.handleStripeCreate))
 		mux.Handle("GET /v1/payment_intents/search", s.stripe(s.handleStripeSearch))

@@ -4,8 +4,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -260,14 +258,13 @@ func readStripeForm(w http.ResponseWriter, r *http.Request) (url.Values, bool) {
 			Message: "Send the parameters form-encoded (application/x-www-form-urlencoded), not as JSON."})
 		return nil, false
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxChargeBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeStripeError(w, http.StatusRequestEntityTooLarge, stripeError{Type: stripeInvalidRequest, Message: "The request body is larger than 64 KiB."})
-		} else {
-			writeStripeError(w, http.StatusBadRequest, stripeError{Type: stripeInvalidRequest, Message: "The request body could not be read."})
-		}
+	data, tooLarge, err := readBody(w, r)
+	switch {
+	case tooLarge:
+		writeStripeError(w, http.StatusRequestEntityTooLarge, stripeError{Type: stripeInvalidRequest, Message: "The request body is larger than 64 KiB."})
+		return nil, false
+	case err != nil:
+		writeStripeError(w, http.StatusBadRequest, stripeError{Type: stripeInvalidRequest, Message: "The request body could not be read."})
 		return nil, false
 	}
 	form, err := url.ParseQuery(string(data))

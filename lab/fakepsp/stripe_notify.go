@@ -62,7 +62,7 @@ type stripeEventRequest struct {
 // last_payment_error), or a refund created (refund.created, succeeded at
 // once, as the fake's refunds are). The object is the one every read
 // shows (stripeIntent, stripeRefundObject).
-func stripeNotification(c *record, id string, created time.Time) (event, bool, error) {
+func stripeNotification(c *record, id string, created time.Time, _ func([]byte) string) (event, bool, error) {
 	var typ string
 	var object any
 	switch {

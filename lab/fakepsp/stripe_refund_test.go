@@ -390,7 +390,7 @@ func TestStripeRefundIdempotency(t *testing.T) {
 		b := setupStripe(t, fakepsp.Config{})
 		intent := b.visaIntent(t, "cf_1")
 		require.NoError(t, b.provider.SetFaults(faults(always(fakepsp.OnRefund, fakepsp.FaultLatency, 3000))))
-		succeeded, refused := sendWhileExecuting(t, b, func() (*stripe.Refund, error) {
+		succeeded, refused := sendWhileExecuting(t, b.testBundle, func() (*stripe.Refund, error) {
 			return b.createRefund(t, "cf_busy", refundOf(intent.ID, "re_busy", 100))
 		})
 		require.NotNil(t, succeeded, "one request executed")

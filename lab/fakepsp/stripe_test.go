@@ -166,7 +166,7 @@ func TestStripeKeyInFlightIsRefused(t *testing.T) {
 		// meanwhile; the second is sent only once the first is executing
 		// (its latency fault has fired), however slow the machine.
 		b := setupStripe(t, fakepsp.Config{Faults: faults(always(fakepsp.OnCharge, fakepsp.FaultLatency, 3000))})
-		succeeded, refused := sendWhileExecuting(t, b, func() (*stripe.PaymentIntent, error) {
+		succeeded, refused := sendWhileExecuting(t, b.testBundle, func() (*stripe.PaymentIntent, error) {
 			return b.create(t, "cf_busy", intentParams("ch_busy", fakepsp.PaymentMethodVisa))
 		})
 		require.NotNil(t, succeeded, "one request executed")

@@ -89,6 +89,10 @@ func (p *Provider) Refunds(t testing.TB) []fakepsp.RefundEntry {
 	return refunds
 }
 
+// AdyenAcknowledgement is the body with which a receiver takes an Adyen
+// notification.
+const AdyenAcknowledgement = "[accepted]"
+
 // Delivery is one notification a Receiver got: the request's headers and
 // body, exactly as sent, and the status the receiver answered.
 type Delivery struct {
@@ -100,7 +104,9 @@ type Delivery struct {
 // Receiver stands in for whoever receives the provider's notifications
 // (fakepsp.Notifications.URL): a loopback HTTP server that keeps every
 // delivery, in the order they arrived, and answers each with the status
-// its answer function gives.
+// its answer function gives. A 2xx answer's body is "[accepted]", Adyen's
+// acknowledgement, without which the Adyen protocol retries; the other
+// protocols read the status alone.
 type Receiver struct {
 	// URL is the receiver's address, for fakepsp.Notifications.URL.
 	URL string
@@ -138,6 +144,9 @@ func StartReceiver(t testing.TB, answer func(n int, d Delivery) int) *Receiver {
 		r.deliveries = append(r.deliveries, d)
 		r.mu.Unlock()
 		w.WriteHeader(d.Status)
+		if d.Status >= 200 && d.Status <= 299 {
+			_, _ = io.WriteString(w, AdyenAcknowledgement)
+		}
 		r.arrived <- d
 	}))
 	t.Cleanup(server.Close)
