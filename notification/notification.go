@@ -63,6 +63,29 @@ func (s *Applier) ApplyFrom(ctx context.Context, provider string, n psp.Notifica
 	if !n.Actionable() {
 		return "ignored:" + n.Reason, nil
 	}
+	// A row the worker moves while the notification is applied (submitting
+	// to unknown: the call's answer was lost, or only acknowledged) can
+	// still be settled: the notification is read against the row again.
+	// A provider that is answered does not send it again.
+	for range maxRaces {
+		action, err := s.applyOnce(ctx, provider, n)
+		if !errors.Is(err, errMovedMeanwhile) {
+			return action, err
+		}
+	}
+	return "no_op", nil
+}
+
+// maxRaces bounds how often a notification is read against a row that
+// keeps moving under it; each move is the worker's or the reconciler's,
+// and a row makes at most a few before it settles.
+const maxRaces = 3
+
+// errMovedMeanwhile is applyOnce's word that the row moved to another
+// state a notification may still settle.
+var errMovedMeanwhile = errors.New("notification: the row moved meanwhile")
+
+func (s *Applier) applyOnce(ctx context.Context, provider string, n psp.Notification) (string, error) {
 	row, err := intent.Find(ctx, s.cfg.DB, n.Reference)
 	if errors.Is(err, intent.ErrNotFound) {
 		return "ignored:unknown_reference", nil
@@ -113,6 +136,9 @@ func (s *Applier) ApplyFrom(ctx context.Context, provider string, n psp.Notifica
 		return nil
 	})
 	var conflict *intent.ConflictError
+	if errors.As(err, &conflict) && (conflict.Current == intent.StateSubmitting || conflict.Current == intent.StateUnknown) {
+		return "", errMovedMeanwhile
+	}
 	if errors.As(err, &conflict) {
 		return "no_op", nil // settled meanwhile, by the worker or the reconciler
 	}

@@ -472,3 +472,47 @@ func TestLateChargeAtAPreviousProvider(t *testing.T) {
 	e.apply(t, elsewhere, o, "ignored:other_provider")
 	require.Equal(t, before, e.stored(t, other))
 }
+
+// A notification that arrives while the worker moves the row to unknown
+// (an Adyen refund is acknowledged, then notified at once) settles it
+// still: read against the row again, not dropped as a lost race.
+func TestNotificationRacingTheWorkersMoveToUnknown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.charge(t, intent.StateSubmitting)
+	n := e.charged(t, c, c.Amount, c.Currency, fakepsp.PaymentMethodVisa, c.ID)
+
+	// The worker's move, not yet committed, holds the row.
+	tx, err := e.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = intent.MoveCharge(ctx, tx, intent.Move{TenantID: c.TenantID, ChargeID: c.ID, From: intent.StateSubmitting,
+		To: intent.StateUnknown, Actor: "worker", Reason: "unknown:refund_received"})
+	require.NoError(t, err)
+
+	type result struct {
+		action string
+		err    error
+	}
+	applied := make(chan result, 1)
+	go func() {
+		action, err := e.applier.Apply(ctx, n)
+		applied <- result{action, err}
+	}()
+	// The notification read the row as submitting and now waits on its lock.
+	require.Eventually(t, func() bool {
+		var waiting int
+		require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
+		return waiting > 0
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, tx.Commit(ctx))
+
+	got := <-applied
+	require.NoError(t, got.err)
+	require.Equal(t, "settled", got.action)
+	row := e.find(t, c)
+	require.Equal(t, intent.StateSucceeded, row.State)
+	require.Equal(t, n.ProviderID, row.ProviderChargeID)
+}

@@ -49,28 +49,40 @@ func runAll(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	defer done()
-	if o.ProviderKind == app.ProviderStripe {
-		// The bundled fake speaks Stripe's API too: every role uses the
-		// Stripe adapter against it, with a test key the fake accepts. No
-		// other key is needed or used: the provider is always this fake.
-		p.protocol, o.StripeAPIKey = fakepsp.ProtocolStripe, "sk_test_chargeflow_all"
-	}
-
 	// The bundled provider tells the API what it applied, signed with a
 	// secret made for this run unless one is given: an unknown outcome
-	// then settles on the provider's word before the reconciler asks.
+	// then settles on the provider's word before the reconciler asks (and
+	// under Adyen, whose refunds are only acknowledged, a refund settles on
+	// it).
+	newSecret := func() string { return "whsec_" + rand.Text() }
+	// The bundled fake speaks Stripe's and Adyen's APIs too: every role
+	// uses that adapter against it, with a test key the fake accepts. No
+	// other key is needed or used: the provider is always this fake.
+	switch o.ProviderKind {
+	case app.ProviderStripe:
+		p.protocol, o.StripeAPIKey = fakepsp.ProtocolStripe, "sk_test_chargeflow_all"
+	case app.ProviderAdyen:
+		p.protocol, o.AdyenAPIKey = fakepsp.ProtocolAdyen, "chargeflow_all_test_key"
+		o.AdyenMerchantAccount = cmp.Or(o.AdyenMerchantAccount, "ChargeflowDemo")
+		// Adyen signs with an HMAC key, given in hex.
+		newSecret = func() string {
+			key := make([]byte, 32)
+			_, _ = rand.Read(key)
+			return hex.EncodeToString(key)
+		}
+	}
 	if o.ProviderWebhookSecret == "" {
-		o.ProviderWebhookSecret = "whsec_" + rand.Text()
+		o.ProviderWebhookSecret = newSecret()
 	}
 	p.webhookSecret = o.ProviderWebhookSecret
-	apiHost, apiPort, err := net.SplitHostPort(addr)
+	// The API listens first, so that the provider's notifications are sent
+	// to the port it really has (--addr may ask for any: port 0).
+	apiListener, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("--addr %q: %w", addr, err)
+		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	if apiHost == "" || apiHost == "0.0.0.0" || apiHost == "::" {
-		apiHost = "127.0.0.1"
-	}
-	p.webhookURL = "http://" + net.JoinHostPort(apiHost, apiPort) + "/v1/provider_webhooks/" + cmp.Or(o.ProviderKind, app.ProviderFake)
+	defer apiListener.Close()
+	p.webhookURL = displayURL(apiListener.Addr()) + "/v1/provider_webhooks/" + cmp.Or(o.ProviderKind, app.ProviderFake)
 
 	pspLogger := r.base.With("role", "fakepsp")
 	provider, err := newFakePSP(p, pspLogger)
@@ -88,10 +100,16 @@ func runAll(ctx context.Context, e env, args []string) error {
 	g.Go(func() error {
 		return serveFakePSP(work, provider, p.addr, pspLogger, func(addr net.Addr) { pspListening <- displayURL(addr) })
 	})
+	var pspURL string
 	select {
-	case o.Provider.BaseURL = <-pspListening:
+	case pspURL = <-pspListening:
 	case <-ctx.Done():
 		return g.Wait()
+	}
+	o.Provider.BaseURL = pspURL
+	if o.ProviderKind == app.ProviderAdyen {
+		// Adyen's base URL names the API's version.
+		o.Provider.BaseURL += "/v71"
 	}
 
 	// Every component works on the API's pool.
@@ -133,8 +151,8 @@ func runAll(ctx context.Context, e env, args []string) error {
 	var once sync.Once
 	g.Go(func() error {
 		return serveHTTP(ctx, addr, a.Server.Handler(), r.base.With("role", "api"), serveOptions{ready: func(listening net.Addr) {
-			once.Do(func() { printQuickstart(e, displayURL(listening), o.Provider.BaseURL, demoID, apiKey, opsToken) })
-		}, drain: a.Server.Drain, grace: grace})
+			once.Do(func() { printQuickstart(e, displayURL(listening), pspURL, demoID, apiKey, opsToken) })
+		}, drain: a.Server.Drain, grace: grace, listener: apiListener})
 	})
 	return g.Wait()
 }

@@ -211,14 +211,21 @@ type serveOptions struct {
 	grace time.Duration
 	// beforeShutdown runs when the drain is over, before the listener closes.
 	beforeShutdown func()
+	// listener, when set, is served instead of a new one on addr: a caller
+	// that must know the bound port before serving (addr's port 0) listens
+	// first.
+	listener net.Listener
 }
 
 // serveHTTP serves handler on addr until ctx is done, drains (o.drain), then
 // closes the listener and waits for the requests in flight to finish.
 func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *slog.Logger, o serveOptions) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
+	ln := o.listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("listen on %s: %w", addr, err)
+		}
 	}
 	server := &http.Server{
 		Handler:           handler,

@@ -52,36 +52,57 @@ func TestBindProvider(t *testing.T) {
 	require.Equal(t, "sk_test_flag", o.StripeAPIKey)
 }
 
-// `chargeflow all --psp stripe` runs its fake speaking Stripe's API and
-// every role through the Stripe adapter: the quickstart's charge succeeds.
-func TestAllWithStripe(t *testing.T) {
+// `chargeflow all --psp stripe` and `--psp adyen` run their fake speaking
+// that provider's API and every role through its adapter: the quickstart's
+// charge succeeds, and so does a refund of it — Adyen's only acknowledged,
+// then settled by its signed REFUND notification.
+func TestAllWithOtherProviders(t *testing.T) {
 	t.Parallel()
-	dbURL := dbtest.URL(t)
+	for _, tc := range []struct{ kind, secret string }{
+		{"stripe", "sk_test_chargeflow_all"},
+		{"adyen", "chargeflow_all_test_key"},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			t.Parallel()
+			dbURL := dbtest.URL(t)
+			all := start(t, []string{"DATABASE_URL=" + dbURL}, "all", "--psp", tc.kind, "--addr", "127.0.0.1:0", "--psp-addr", "127.0.0.1:0",
+				"--max-conns", "6", "--concurrency", "4", "--ledger", filepath.Join(t.TempDir(), "ledger.jsonl"))
+			b := waitBanner(t, all)
+			require.Contains(t, all.stderr.String(), `"protocol":"`+tc.kind+`"`, "the fake speaks the provider's API")
+			apiURL, apiKey := b.apiURL, b.apiKey
 
-	all := start(t, []string{"DATABASE_URL=" + dbURL}, "all", "--psp", "stripe", "--addr", "127.0.0.1:0", "--psp-addr", "127.0.0.1:0",
-		"--max-conns", "6", "--concurrency", "4", "--ledger", filepath.Join(t.TempDir(), "ledger.jsonl"))
-	b := waitBanner(t, all)
-	require.Contains(t, all.stderr.String(), `"protocol":"stripe"`, "the fake speaks Stripe")
-	apiURL, apiKey := b.apiURL, b.apiKey
+			posted := postCharge(apiURL, apiKey, tc.kind+"-quickstart-order-1", `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa"}`)
+			require.NoError(t, posted.err)
+			require.Equal(t, http.StatusCreated, posted.status, posted.body)
+			var charge struct{ ID string }
+			require.NoError(t, json.Unmarshal([]byte(posted.body), &charge))
+			waitStatus(t, apiURL, apiKey, "/v1/charges/"+charge.ID, "succeeded")
 
-	posted := postCharge(apiURL, apiKey, "stripe-quickstart-order-1", `{"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa"}`)
-	require.NoError(t, posted.err)
-	require.Equal(t, http.StatusCreated, posted.status, posted.body)
-	var charge struct {
-		ID, Status string
+			refunded := postTo(apiURL+"/v1/refunds", apiKey, tc.kind+"-quickstart-refund-1", `{"charge": "`+charge.ID+`", "amount": 400}`)
+			require.NoError(t, refunded.err)
+			require.Equal(t, http.StatusCreated, refunded.status, refunded.body)
+			var refund struct{ ID string }
+			require.NoError(t, json.Unmarshal([]byte(refunded.body), &refund))
+			waitStatus(t, apiURL, apiKey, "/v1/refunds/"+refund.ID, "succeeded")
+			require.NotContains(t, all.stderr.String(), tc.secret, "the key is never logged")
+		})
 	}
-	require.NoError(t, json.Unmarshal([]byte(posted.body), &charge))
+}
+
+// waitStatus waits until the object at path has status.
+func waitStatus(t *testing.T, apiURL, apiKey, path, status string) {
+	t.Helper()
+	var got struct{ Status string }
 	require.Eventually(t, func() bool {
-		req, _ := http.NewRequest(http.MethodGet, apiURL+"/v1/charges/"+charge.ID, nil)
+		req, _ := http.NewRequest(http.MethodGet, apiURL+path, nil)
 		req.Header.Set("Authorization", "Bearer "+apiKey)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return false
 		}
 		defer resp.Body.Close()
-		return json.NewDecoder(resp.Body).Decode(&charge) == nil && charge.Status == "succeeded"
-	}, 30*time.Second, 10*time.Millisecond)
-	require.NotContains(t, all.stderr.String(), "sk_test_chargeflow_all", "the key is never logged")
+		return json.NewDecoder(resp.Body).Decode(&got) == nil && got.Status == status
+	}, 30*time.Second, 10*time.Millisecond, "%s never reached %s (last %q)", path, status, got.Status)
 }
 
 // The Stripe adapter wired into real processes: the API, a worker and a
