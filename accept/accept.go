@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -159,7 +160,7 @@ func (a *Acceptor) Accept(ctx context.Context, acc intent.Acceptance) (intent.Id
 		return err
 	})
 	if err != nil {
-		return rec, inserted, err
+		return rec, inserted, a.whoseLock(ctx, acc, err)
 	}
 	keyHash := [32]byte(acc.KeyHash)
 	if inserted {
@@ -169,6 +170,31 @@ func (a *Acceptor) Accept(ctx context.Context, acc intent.Acceptance) (intent.Id
 		a.replays.put(acc.Charge.TenantID, keyHash, rec)
 	}
 	return rec, inserted, nil
+}
+
+// ErrBusy is an accept that gave up waiting for a lock its key does not
+// hold — a sibling refund's charge, or PostgreSQL's queue of notifications
+// while a commit holding it waits for the synchronous standby — so it
+// wrote nothing, and no request with its key is in flight: answering
+// request_in_progress would tell the client something false.
+var ErrBusy = errors.New("accept: the database was too busy to take the request in time")
+
+// keyProbeWait bounds KeyInFlight's own wait.
+const keyProbeWait = 100 * time.Millisecond
+
+// whoseLock tells apart the lock timeouts of err: one on acc's own key,
+// held by a request still in flight, stays as it is (request_in_progress);
+// any other becomes ErrBusy.
+func (a *Acceptor) whoseLock(ctx context.Context, acc intent.Acceptance, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		return err
+	}
+	held, probeErr := intent.KeyInFlight(ctx, a.cfg.DB, acc.Charge.TenantID, acc.KeyHash, keyProbeWait)
+	if probeErr != nil || held {
+		return err
+	}
+	return fmt.Errorf("%w (%v)", ErrBusy, err)
 }
 
 // acceptOnce is Accept without the cache and the confirmation: committed

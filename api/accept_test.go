@@ -54,6 +54,33 @@ func TestAcceptOneStatement(t *testing.T) {
 		require.Equal(t, stored{Charges: 2, IdempotencyKeys: 2, Events: 2, Jobs: 2}, b.Stored(t))
 	})
 
+	// A lock the key does not hold — here on the jobs' table, as when a
+	// commit holding PostgreSQL's notification queue waits for the standby —
+	// is no request in progress: 503, nothing stored, and the same request
+	// goes through once the lock is free.
+	t.Run("ALockOtherThanTheKeysIsBusyNotInProgress", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, func(o *setupOpts) { o.LockTimeout = "100ms" })
+		ctx := context.Background()
+		tx, err := b.Pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		_, err = tx.Exec(ctx, `LOCK TABLE river_job IN SHARE MODE`)
+		require.NoError(t, err)
+
+		before := b.Stored(t)
+		busy := b.Post(t, b.TenantA, "busy-charge-key-0001", apitest.ValidBody)
+		apitest.RequireProblem(t, busy, http.StatusServiceUnavailable, api.CodeDatabaseUnavailable)
+		require.Equal(t, "1", busy.Header.Get("Retry-After"))
+		require.Contains(t, string(busy.Body), "too busy")
+		require.Equal(t, before, b.Stored(t), "nothing stored")
+
+		require.NoError(t, tx.Rollback(ctx))
+		done := b.Post(t, b.TenantA, "busy-charge-key-0001", apitest.ValidBody)
+		require.Equal(t, http.StatusCreated, done.Status, "body: %s", done.Body)
+		require.Empty(t, done.Header.Get("Idempotent-Replayed"), "the first request stored nothing")
+	})
+
 	// The job carries the configured max attempts, and River's insert
 	// notification goes out at most once per cooldown: with an hour's
 	// cooldown the first charge sends it and the second does not (a

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
 
+	"github.com/chargeflow/chargeflow/accept"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/pg"
 )
@@ -190,6 +191,11 @@ func ProblemFor(err error) *Problem {
 	switch {
 	case errors.Is(err, intent.ErrNotFound):
 		return NewProblem(CodeNotFound, "no such charge")
+	case errors.Is(err, accept.ErrBusy):
+		p := NewProblem(CodeDatabaseUnavailable, "the database was too busy to take this request in time; nothing was stored, retry with the same Idempotency-Key")
+		p.RetryAfter = 1
+		p.Cause = err
+		return p
 	case lockTimeout(err):
 		p := NewProblem(CodeRequestInProgress, "a request with this Idempotency-Key is still being processed; retry shortly")
 		p.RetryAfter = 1

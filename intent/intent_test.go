@@ -718,3 +718,35 @@ func eventFacts(events []intent.AuditEntry) [][]any {
 	}
 	return out
 }
+
+// KeyInFlight tells a key another transaction holds from one that is free
+// or committed, and writes nothing either way.
+func TestKeyInFlight(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	hash := func(key string) []byte { h := sha256.Sum256([]byte(key)); return h[:] }
+
+	free, err := intent.KeyInFlight(ctx, b.pool, b.tenantID, hash("in-flight-free-0001"), 50*time.Millisecond)
+	require.NoError(t, err)
+	require.False(t, free)
+
+	b.accept(ctx, t, "in-flight-done-0001")
+	committed, err := intent.KeyInFlight(ctx, b.pool, b.tenantID, hash("in-flight-done-0001"), 50*time.Millisecond)
+	require.NoError(t, err)
+	require.False(t, committed)
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	c := dbtest.PendingCharge(t, tx, dbtest.Charge{TenantID: b.tenantID, Key: "in-flight-held-0001"})
+	held, err := intent.KeyInFlight(ctx, b.pool, b.tenantID, hash("in-flight-held-0001"), 50*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, held)
+	require.NoError(t, tx.Rollback(ctx))
+
+	var records int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys`).Scan(&records))
+	require.Equal(t, 1, records, "the probes wrote nothing")
+	_, err = intent.Get(ctx, b.pool, b.tenantID, c.ID)
+	require.ErrorIs(t, err, intent.ErrNotFound)
+}

@@ -467,3 +467,38 @@ func Find(ctx context.Context, db DB, id string) (Charge, error) {
 	}
 	return c, nil
 }
+
+// KeyInFlight reports whether another transaction holds the tenant's
+// idempotency key right now: it inserted the key and has not ended (a
+// request still in its transaction, or one whose commit waits for the
+// synchronous standby). It tells a lock timeout of that request's key —
+// request_in_progress — from one on any other lock an accept may wait for
+// (a sibling refund's charge row, PostgreSQL's queue of notifications),
+// which says nothing of the key. The probe inserts the key alone, waiting
+// at most wait, and never commits: a key free or committed ends in an
+// error of the probe's own or in nothing inserted, both rolled back.
+func KeyInFlight(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, tenantID string, keyHash []byte, wait time.Duration) (bool, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("probe idempotency key: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", max(wait.Milliseconds(), 1))); err != nil {
+		return false, fmt.Errorf("probe idempotency key: %w", err)
+	}
+	// The endpoint named exists nowhere: if the key is free, the insert
+	// fails its foreign key once the unique index has let it through.
+	_, err = tx.Exec(ctx, `INSERT INTO idempotency_keys (tenant_id, key_hash, fingerprint, endpoint_id, status_code, response_body,
+		created_at, expires_at) VALUES ($1, $2, $2, 'we_probe', 200, '', now(), now() + interval '1 second')
+		ON CONFLICT (tenant_id, key_hash) DO NOTHING`, tenantID, keyHash)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil, errors.As(err, &pgErr) && pgErr.Code == "23503":
+		return false, nil
+	case errors.As(err, &pgErr) && pgErr.Code == "55P03":
+		return true, nil
+	}
+	return false, fmt.Errorf("probe idempotency key: %w", err)
+}
