@@ -129,9 +129,9 @@ func (a Account) Check() error {
 	case hasUserinfo(a.Endpoint):
 		// It would be stored, shown and written to the admin audit.
 		return invalid("the endpoint carries no user or password: credentials come from the variables it names")
-	case a.CredentialEnv != "" && !envPattern.MatchString(a.CredentialEnv):
+	case a.CredentialEnv != "" && !IsVariableName(a.CredentialEnv):
 		return invalid("the credential is the name of an environment variable (A-Z, 0-9, _), never the secret itself")
-	case a.WebhookSecretEnv != "" && !envPattern.MatchString(a.WebhookSecretEnv):
+	case a.WebhookSecretEnv != "" && !IsVariableName(a.WebhookSecretEnv):
 		return invalid("the webhook secret is the name of an environment variable (A-Z, 0-9, _), never the secret itself")
 	case a.Kind != KindFake && a.CredentialEnv == "":
 		return invalid("a %s account needs the name of the environment variable holding its API key", a.Kind)
@@ -142,6 +142,11 @@ func (a Account) Check() error {
 	}
 	return nil
 }
+
+// IsVariableName reports whether s can name the environment variable an
+// account reads a secret from (CredentialEnv, WebhookSecretEnv): a value
+// that cannot may be the secret itself, and is not to be shown again.
+func IsVariableName(s string) bool { return envPattern.MatchString(s) }
 
 // hasUserinfo reports whether endpoint names a user (and maybe a
 // password) before its host, or cannot be read as a URL at all.
@@ -177,6 +182,31 @@ func (e Entry) String() string {
 		s += ":" + bound(e.MinAmount) + "-" + bound(e.MaxAmount)
 	}
 	return s
+}
+
+// Describe says in words which charges e takes: "every charge", "EUR or
+// GBP, any amount", "any currency, up to 100000 in minor units".
+func (e Entry) Describe() string {
+	if len(e.Currencies) == 0 && e.MinAmount == 0 && e.MaxAmount == 0 {
+		return "every charge"
+	}
+	currencies := "any currency"
+	if n := len(e.Currencies); n > 0 {
+		currencies = e.Currencies[n-1]
+		if n > 1 {
+			currencies = strings.Join(e.Currencies[:n-1], ", ") + " or " + currencies
+		}
+	}
+	amounts := "any amount"
+	switch {
+	case e.MinAmount > 0 && e.MaxAmount > 0:
+		amounts = fmt.Sprintf("%d to %d in minor units", e.MinAmount, e.MaxAmount)
+	case e.MinAmount > 0:
+		amounts = fmt.Sprintf("from %d in minor units", e.MinAmount)
+	case e.MaxAmount > 0:
+		amounts = fmt.Sprintf("up to %d in minor units", e.MaxAmount)
+	}
+	return currencies + ", " + amounts
 }
 
 func bound(n int64) string {

@@ -52,6 +52,10 @@ func TestEntries(t *testing.T) {
 	require.Equal(t, "a:EUR,GBP:100-5000", e.String())
 	require.Equal(t, "a::-900", route.Entry{Account: "a", MaxAmount: 900}.String())
 	require.Equal(t, "a", route.Entry{Account: "a"}.String())
+	require.Equal(t, "EUR or GBP, 100 to 5000 in minor units", e.Describe())
+	require.Equal(t, "any currency, up to 900 in minor units", route.Entry{Account: "a", MaxAmount: 900}.Describe())
+	require.Equal(t, "USD, JPY or EUR, from 5 in minor units", route.Entry{Account: "a", Currencies: []string{"USD", "JPY", "EUR"}, MinAmount: 5}.Describe())
+	require.Equal(t, "every charge", route.Entry{Account: "a"}.Describe())
 
 	require.NoError(t, route.CheckEntries([]route.Entry{{Account: "a"}, e, {Account: "b"}}[1:]))
 	for name, entries := range map[string][]route.Entry{
