@@ -14,17 +14,21 @@ import (
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/internal/apitest"
 	"github.com/chargeflow/chargeflow/operator"
+	"github.com/chargeflow/chargeflow/route"
 	"github.com/chargeflow/chargeflow/tenant"
 )
 
 // adminState is what an administrator's action changes: the admin audit,
-// every key with its end, the active operators and the page's sessions.
-// Equal before and after is the proof that a refusal changed nothing.
+// every key with its end, the active operators, the page's sessions, the
+// provider accounts and the routes. Equal before and after is the proof
+// that a refusal changed nothing.
 type adminState struct {
 	Audit     int
 	Keys      string
 	Operators string
 	Sessions  int
+	Accounts  string
+	Routes    string
 }
 
 func (b *testBundle) adminState(t testing.TB) adminState {
@@ -34,7 +38,10 @@ func (b *testBundle) adminState(t testing.TB) adminState {
 		(SELECT count(*) FROM admin_audit),
 		(SELECT coalesce(string_agg(id || ':' || coalesce(revoked_at::text, '-'), ',' ORDER BY id), '') FROM api_keys),
 		(SELECT coalesce(string_agg(id || ':' || coalesce(revoked_at::text, '-'), ',' ORDER BY id), '') FROM operators),
-		(SELECT count(*) FROM operator_sessions)`).Scan(&s.Audit, &s.Keys, &s.Operators, &s.Sessions)
+		(SELECT count(*) FROM operator_sessions),
+		(SELECT coalesce(string_agg(name || ':' || coalesce(disabled_at::text, '-'), ',' ORDER BY name), '') FROM provider_accounts),
+		(SELECT coalesce(string_agg(tenant_id || ':' || position || ':' || account, ',' ORDER BY tenant_id, position), '') FROM tenant_routes)`).
+		Scan(&s.Audit, &s.Keys, &s.Operators, &s.Sessions, &s.Accounts, &s.Routes)
 	require.NoError(t, err)
 	return s
 }
@@ -138,6 +145,10 @@ func TestOpsAdminFormsRefused(t *testing.T) {
 	admins := apitest.SignIn(t, b.URL, b.Admin.Token)
 	viewer := apitest.SignIn(t, b.URL, b.Viewer.Token)
 	keyA := b.keyIDs(t, b.TenantA.ID)[0]
+	// An account and a route to disable and clear, made without a record.
+	_, err := route.AddAccount(context.Background(), b.Pool, route.Account{Name: "backup", Kind: route.KindFake, Endpoint: "http://127.0.0.1:9091"})
+	require.NoError(t, err)
+	require.NoError(t, route.SetRoute(context.Background(), b.Pool, b.TenantA.ID, []route.Entry{{Account: "backup"}}))
 	forms := []struct {
 		path string
 		form func() url.Values
@@ -145,6 +156,12 @@ func TestOpsAdminFormsRefused(t *testing.T) {
 		{"/ops/admin/tenants/" + b.TenantA.ID + "/rotate-key", func() url.Values { return url.Values{"overlap": {"1h"}} }},
 		{"/ops/admin/tenants/" + b.TenantA.ID + "/keys/" + keyA + "/revoke", func() url.Values { return url.Values{} }},
 		{"/ops/admin/operators/revoke", func() url.Values { return url.Values{"name": {b.Viewer.Name}} }},
+		{"/ops/admin/accounts", func() url.Values {
+			return url.Values{"name": {"eu"}, "kind": {"fake"}, "endpoint": {"http://127.0.0.1:9092"}}
+		}},
+		{"/ops/admin/accounts/disable", func() url.Values { return url.Values{"name": {"backup"}} }},
+		{"/ops/admin/tenants/" + b.TenantB.ID + "/route", func() url.Values { return url.Values{"entries": {"backup"}} }},
+		{"/ops/admin/tenants/" + b.TenantA.ID + "/route/clear", func() url.Values { return url.Values{} }},
 	}
 	before := b.adminState(t)
 
@@ -164,7 +181,7 @@ func TestOpsAdminFormsRefused(t *testing.T) {
 	require.Equal(t, before, b.adminState(t), "no refusal changed anything")
 	require.Empty(t, b.audit(t), "no refusal is in the admin audit")
 	b.requireKeyWorks(t, b.TenantA.Key, b.TenantA.ID, true)
-	_, err := operator.Authenticate(context.Background(), b.Pool, b.Viewer.Token)
+	_, err = operator.Authenticate(context.Background(), b.Pool, b.Viewer.Token)
 	require.NoError(t, err, "the viewer is still active")
 	require.Equal(t, http.StatusOK, viewer.Get(t, "/ops/admin").Status, "and still signed in")
 }
@@ -349,4 +366,156 @@ func TestOpsAdminRevokeOperator(t *testing.T) {
 	apitest.RequirePage(t, page, http.StatusOK, "revoked")
 	require.NotContains(t, string(page.Body), `name="name" value="`+b.Viewer.Name+`"`)
 	requireNoSecret(t, "the logs", []byte(b.Logs.String()), b.Admin.Token, b.Viewer.Token, b.TenantA.Key, b.TenantB.Key)
+}
+
+// An admin adds provider accounts on the page, routes a tenant through
+// them, disables one and clears the route: each change one admin audit
+// record signed with the operator, the same package admin the CLI calls.
+// Every refusal is the page again under the problem's status, the problem
+// beside the form and the form as sent — less a value that may be a
+// secret — and stores nothing. Every operator reads the accounts (the
+// variables' names, never a secret) and the routes.
+func TestOpsAdminAccountsAndRoutes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	admins := apitest.SignIn(t, b.URL, b.Admin.Token)
+	viewer := apitest.SignIn(t, b.URL, b.Viewer.Token)
+	const typedSecret, password = "sk_live_canary_5e2a1", "pw_canary_90c3"
+	adyen := func(change ...string) url.Values {
+		form := url.Values{"name": {"eu-adyen"}, "kind": {"adyen"}, "endpoint": {"https://checkout-test.adyen.com/v71"},
+			"credential_env": {"ADYEN_EU_KEY"}, "webhook_secret_env": {"ADYEN_EU_HMAC"}, "merchant_account": {"ShopEU"}}
+		for i := 0; i+1 < len(change); i += 2 {
+			form[change[i]] = []string{change[i+1]}
+		}
+		return form
+	}
+	var answers strings.Builder // every page the admin was answered with
+	post := func(path string, form url.Values) response {
+		t.Helper()
+		resp := admins.Post(t, path, form)
+		answers.Write(resp.Body)
+		return resp
+	}
+	refused := func(path string, form url.Values, status int, code api.Code, contains ...string) response {
+		t.Helper()
+		before := b.adminState(t)
+		resp := post(path, form)
+		apitest.RequirePage(t, resp, status, append(contains, string(code))...)
+		require.Equal(t, before, b.adminState(t), "a refusal stores nothing: %v", form)
+		return resp
+	}
+
+	// Accounts refused: the page again, under the problem's status, with
+	// the form as sent.
+	const accounts = "/ops/admin/accounts"
+	resp := refused(accounts, adyen("name", "stripe"), 400, api.CodeInvalidField, "the name of the processes&#39; own provider",
+		`id="add-account"`, `class="form-problem"`, `name="name" value="stripe"`, `value="ShopEU"`, `id="tenants"`)
+	require.Contains(t, string(resp.Body), `href="#add-account"`, "the banner leads to the form")
+	refused(accounts, adyen("credential_env", typedSecret), 400, api.CodeInvalidField, "never the secret itself",
+		"Left empty, as what was sent may be a secret: the API key variable.", `name="credential_env" value=""`, `value="ADYEN_EU_HMAC"`)
+	refused(accounts, adyen("webhook_secret_env", "whsec "+typedSecret), 400, api.CodeInvalidField, "never the secret itself",
+		"the webhook secret variable", `value="ADYEN_EU_KEY"`)
+	refused(accounts, adyen("endpoint", "https://ws:"+password+"@checkout-test.adyen.com/v71"), 400, api.CodeInvalidField,
+		"no user or password", "the endpoint.", `name="endpoint" value=""`)
+	refused(accounts, adyen("merchant_account", ""), 400, api.CodeInvalidField, "needs its merchant account")
+	refused(accounts, adyen("kind", "paypal"), 400, api.CodeInvalidField, "kind &#34;paypal&#34;")
+	refused(accounts, adyen("endpoint", "https://checkout-test.adyen.com/v71\x00"), 400, api.CodeInvalidField, "(NUL)", `value="https://checkout-test.adyen.com/v71`)
+	refused(accounts, adyen("name", "eu\xff"), 400, api.CodeInvalidUTF8)
+	twice := adyen()
+	twice.Add("name", "other")
+	refused(accounts, twice, 400, api.CodeDuplicateMember)
+	refused(accounts, url.Values{}, 400, api.CodeInvalidField, "an account&#39;s name")
+	require.Empty(t, b.audit(t))
+
+	// Added: a redirect, then the account on the page, with its
+	// variables' names.
+	resp = post(accounts, adyen())
+	require.Equal(t, http.StatusSeeOther, resp.Status, "body: %s", resp.Body)
+	require.Equal(t, "/ops/admin?done=account_added", resp.Header.Get("Location"))
+	apitest.RequirePage(t, admins.Get(t, resp.Header.Get("Location")), http.StatusOK, "Provider account added.",
+		`id="account-eu-adyen"`, "$ADYEN_EU_KEY", "$ADYEN_EU_HMAC", "ShopEU", "https://checkout-test.adyen.com/v71")
+	resp = post(accounts, url.Values{"name": {"backup"}, "kind": {"fake"}, "endpoint": {"http://127.0.0.1:9091"}})
+	require.Equal(t, http.StatusSeeOther, resp.Status, "body: %s", resp.Body)
+	refused(accounts, adyen(), 400, api.CodeInvalidField, "a provider account has that name already")
+
+	// Routes: the same entries as the CLI takes, one a line or
+	// space-separated.
+	routeA := "/ops/admin/tenants/" + b.TenantA.ID + "/route"
+	resp = refused(routeA, url.Values{"entries": {"eu-adyen:eur\nbackup"}}, 400, api.CodeInvalidField,
+		`entry &#34;eu-adyen:eur&#34;: currency &#34;eur&#34;`, `<details class="edit" open>`, ">eu-adyen:eur\nbackup</textarea>",
+		`href="#route-`+b.TenantA.ID+`"`)
+	require.Equal(t, 1, strings.Count(string(resp.Body), "<details class=\"edit\" open>"), "only the form sent is open")
+	refused(routeA, url.Values{"entries": {"backup::500-100"}}, 400, api.CodeInvalidField, "the largest amount")
+	refused(routeA, url.Values{"entries": {"backup eu-adyen backup"}}, 400, api.CodeInvalidField, "in the route twice")
+	refused(routeA, url.Values{"entries": {"eu-adyen nowhere"}}, 404, api.CodeNotFound, "no provider account has that name",
+		">eu-adyen nowhere</textarea>")
+	refused(routeA, url.Values{"entries": {" \n "}}, 400, api.CodeMissingField, "Clear route")
+	refused(routeA, url.Values{}, 400, api.CodeMissingField)
+	refused(routeA, url.Values{"entries": {"backup", "eu-adyen"}}, 400, api.CodeDuplicateMember)
+	unknownTenant := "tn_" + strings.Repeat("0", 26)
+	refused("/ops/admin/tenants/"+unknownTenant+"/route", url.Values{"entries": {"backup"}}, 404, api.CodeNotFound, "no such tenant")
+	refused("/ops/admin/tenants/tn_nope/route", url.Values{"entries": {"backup"}}, 404, api.CodeNotFound, "no such tenant")
+	refused("/ops/admin/tenants/"+unknownTenant+"/route/clear", url.Values{}, 404, api.CodeNotFound, "no such tenant")
+	require.Len(t, b.audit(t), 2, "the two accounts, and no refusal")
+
+	resp = post(routeA, url.Values{"entries": {"eu-adyen:EUR,GBP\r\n backup::-100000 \r\n"}})
+	require.Equal(t, http.StatusSeeOther, resp.Status, "body: %s", resp.Body)
+	require.Equal(t, "/ops/admin?done=route_set", resp.Header.Get("Location"))
+	entries, err := route.Route(ctx, b.Pool, b.TenantA.ID)
+	require.NoError(t, err)
+	require.Equal(t, []route.Entry{{Account: "eu-adyen", Currencies: []string{"EUR", "GBP"}}, {Account: "backup", MaxAmount: 100_000}}, entries)
+	apitest.RequirePage(t, admins.Get(t, "/ops/admin?done=route_set"), http.StatusOK, "Route set.",
+		"<code>eu-adyen:EUR,GBP</code>", "EUR or GBP, any amount", "<code>backup::-100000</code>", "any currency, up to 100000 in minor units",
+		">eu-adyen:EUR,GBP\nbackup::-100000</textarea>", `action="/ops/admin/tenants/`+b.TenantA.ID+`/route/clear"`)
+
+	// Disabled: it stays in the route, passed over.
+	const disable = "/ops/admin/accounts/disable"
+	refused(disable, url.Values{"name": {"nowhere"}}, 404, api.CodeNotFound, "no provider account has that name")
+	refused(disable, url.Values{}, 400, api.CodeMissingField)
+	refused(disable, url.Values{"name": {"backup\x00"}}, 400, api.CodeInvalidField)
+	resp = post(disable, url.Values{"name": {"backup"}})
+	require.Equal(t, http.StatusSeeOther, resp.Status, "body: %s", resp.Body)
+	require.Equal(t, "/ops/admin?done=account_disabled", resp.Header.Get("Location"))
+	page := admins.Get(t, resp.Header.Get("Location"))
+	apitest.RequirePage(t, page, http.StatusOK, "Provider account disabled.", "disabled: passed over")
+	require.NotContains(t, string(page.Body), `name="name" value="backup"`, "nothing left to disable")
+
+	// Cleared: the processes' own provider again.
+	resp = post(routeA+"/clear", url.Values{})
+	require.Equal(t, http.StatusSeeOther, resp.Status, "body: %s", resp.Body)
+	require.Equal(t, "/ops/admin?done=route_cleared", resp.Header.Get("Location"))
+	entries, err = route.Route(ctx, b.Pool, b.TenantA.ID)
+	require.NoError(t, err)
+	require.Empty(t, entries)
+
+	records := b.audit(t)
+	var got []string
+	for _, e := range records {
+		require.Equal(t, "operator:"+b.Admin.Name, e.Actor)
+		got = append(got, e.Action+" "+e.Subject+": "+e.Detail)
+	}
+	require.Equal(t, []string{
+		admin.RouteSet + " " + b.TenantA.ID + ": the processes' own provider",
+		admin.AccountDisabled + " backup: no new charges",
+		admin.RouteSet + " " + b.TenantA.ID + ": eu-adyen:EUR,GBP then backup::-100000",
+		admin.AccountAdded + " backup: kind fake, endpoint http://127.0.0.1:9091",
+		admin.AccountAdded + " eu-adyen: kind adyen, endpoint https://checkout-test.adyen.com/v71, key from $ADYEN_EU_KEY, " +
+			"webhook secret from $ADYEN_EU_HMAC, merchant account ShopEU",
+	}, got, "each change once, newest first")
+
+	// A viewer reads both sections, with no form.
+	page = viewer.Get(t, "/ops/admin")
+	apitest.RequirePage(t, page, http.StatusOK, `id="accounts"`, `id="account-eu-adyen"`, "$ADYEN_EU_KEY", `id="routes"`,
+		`id="route-`+b.TenantA.ID+`"`, "No route: the processes' own provider.")
+	require.NotContains(t, string(page.Body), `action="/ops/admin/`)
+	answers.Write(page.Body)
+
+	for _, secret := range []string{typedSecret, password} {
+		require.NotContains(t, answers.String(), secret, "no answer shows a secret typed where a variable's name belongs")
+		require.NotContains(t, b.Logs.String(), secret, "nor does the log")
+		for _, e := range records {
+			require.NotContains(t, e.Detail, secret)
+		}
+	}
 }

@@ -72,6 +72,11 @@ func withJobsUI(t *testing.T) func(*setupOpts) {
 // the new key once, and revokes another tenant's key; River's job UI runs under the same sign-in and the same
 // security headers; signing out ends it. No page breaks its
 // Content-Security-Policy.
+//
+// Then, on the same page, the admin adds a provider account (after a
+// refusal that shows the form again without the secret typed into it),
+// routes tenant A through it and a fake one (after a refused entry),
+// disables the fake one and clears the route.
 func TestOpsPageInBrowser(t *testing.T) {
 	t.Parallel()
 	browserPath := chromium(t)
@@ -303,6 +308,86 @@ func TestOpsPageInBrowser(t *testing.T) {
 		saveScreenshot(t, tab, path)
 	}
 
+	// Provider accounts: a secret typed where a variable's name belongs is
+	// refused, the form shown again without it; then the account is added,
+	// and a fake one beside it.
+	value := func(selector string) string {
+		t.Helper()
+		v, err := chromedp.Run(tab, chromedp.Value(chromedp.CSS(selector)))
+		require.NoError(t, err)
+		return v
+	}
+	const typedSecret = "sk_test_browser_canary"
+	add := "#add-account "
+	fillAccount := func(fields map[string]string) {
+		t.Helper()
+		for name, v := range fields {
+			tag := "input"
+			if name == "kind" {
+				tag = "select"
+			}
+			do(chromedp.SetValue(chromedp.CSS(add+tag+`[name="`+name+`"]`), v))
+		}
+	}
+	fillAccount(map[string]string{"name": "eu-adyen", "kind": "adyen", "endpoint": "https://checkout-test.adyen.com/v71",
+		"credential_env": typedSecret, "webhook_secret_env": "ADYEN_EU_HMAC", "merchant_account": "ShopEU"})
+	require.EqualValues(t, http.StatusBadRequest, navigate(chromedp.Click(chromedp.CSS(add+`button[type="submit"]`))))
+	require.Contains(t, text("#outcome"), "never the secret itself")
+	require.Contains(t, text(add+".form-problem"), "Left empty, as what was sent may be a secret: the API key variable.")
+	require.Empty(t, value(add+`input[name="credential_env"]`))
+	require.Equal(t, "eu-adyen", value(add+`input[name="name"]`), "the rest as typed")
+	require.Equal(t, "adyen", value(add+`select[name="kind"]`))
+	fillAccount(map[string]string{"credential_env": "ADYEN_EU_KEY"})
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(add+`button[type="submit"]`))))
+	require.Equal(t, "/ops/admin?done=account_added", location())
+	accounts := text("#accounts")
+	require.Contains(t, accounts, "eu-adyen")
+	require.Contains(t, accounts, "$ADYEN_EU_KEY")
+	require.Empty(t, value(add+`input[name="name"]`), "the form is empty again")
+	fillAccount(map[string]string{"name": "backup", "kind": "fake", "endpoint": "http://127.0.0.1:9091"})
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(add+`button[type="submit"]`))))
+	require.Contains(t, text("#accounts"), "backup")
+
+	// Tenant A's route, in the entries the CLI takes: a bad one is shown
+	// again, open, as typed; then it is set.
+	routeA := "#route-" + b.TenantA.ID + " "
+	do(chromedp.Click(chromedp.CSS(routeA + "summary")))
+	do(chromedp.SetValue(chromedp.CSS(routeA+`textarea[name="entries"]`), "eu-adyen:eur\nbackup"))
+	require.EqualValues(t, http.StatusBadRequest, navigate(chromedp.Click(chromedp.CSS(routeA+`.set-route button[type="submit"]`))))
+	require.Equal(t, 1, count(routeA+"details[open]"))
+	require.Contains(t, text(routeA+".form-problem"), `entry "eu-adyen:eur": currency "eur"`)
+	require.Equal(t, "eu-adyen:eur\nbackup", value(routeA+`textarea[name="entries"]`))
+	do(chromedp.SetValue(chromedp.CSS(routeA+`textarea[name="entries"]`), "eu-adyen:EUR,GBP\nbackup::-100000"))
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(routeA+`.set-route button[type="submit"]`))))
+	require.Equal(t, "/ops/admin?done=route_set", location())
+	routeText := text(routeA + "ol.route")
+	require.Contains(t, routeText, "eu-adyen:EUR,GBP EUR or GBP, any amount")
+	require.Contains(t, routeText, "backup::-100000 any currency, up to 100000 in minor units")
+	if path := os.Getenv(screenshotEnv + "_ADMIN_ROUTES"); path != "" {
+		// With tenant A's route form open, as an admin changing it sees it.
+		do(chromedp.Click(chromedp.CSS(routeA + "summary")))
+		saveScreenshot(t, tab, path)
+		do(chromedp.Click(chromedp.CSS(routeA + "summary")))
+	}
+
+	// The backup account disabled, through its confirmation: the route
+	// keeps it, passed over. Then the route cleared.
+	do(chromedp.Click(chromedp.CSS("#account-backup summary")))
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS("#account-backup button.danger"))))
+	require.Equal(t, "/ops/admin?done=account_disabled", location())
+	require.Contains(t, text(routeA+"ol.route"), "disabled: passed over")
+	do(chromedp.Click(chromedp.CSS(routeA + "summary")))
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(routeA+".clear-route button"))))
+	require.Equal(t, "/ops/admin?done=route_cleared", location())
+	require.Contains(t, text(routeA+"td"), "tenant-a")
+	require.Equal(t, 0, count(routeA+"ol.route"))
+	audit = text("#audit")
+	for _, action := range []string{"provider_account.added", "provider_account.disabled", "route.set"} {
+		require.Contains(t, audit, action)
+	}
+	require.NotContains(t, text("main"), typedSecret)
+	require.NotContains(t, b.Logs.String(), typedSecret)
+
 	// River's job UI runs under the same session: its script application
 	// loads and draws its navigation.
 	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(`header nav a[href="/ops/jobs/"]`))))
@@ -356,8 +441,10 @@ func (b *testBundle) lostCall(t *testing.T, tt testTenant, id string) {
 // saveScreenshot saves the whole page as a PNG; a relative path is from
 // the repository's root. README.md shows the charge page's
 // (CHARGEFLOW_SCREENSHOT); CHARGEFLOW_SCREENSHOT_REFUND,
-// CHARGEFLOW_SCREENSHOT_ADMIN and CHARGEFLOW_SCREENSHOT_ADMIN_KEY save the
-// refund's page, the administration page and the rotated key's answer.
+// CHARGEFLOW_SCREENSHOT_ADMIN, CHARGEFLOW_SCREENSHOT_ADMIN_KEY and
+// CHARGEFLOW_SCREENSHOT_ADMIN_ROUTES save the refund's page, the
+// administration page, the rotated key's answer and the administration page
+// with an account and a route.
 func saveScreenshot(t *testing.T, tab context.Context, path string) {
 	t.Helper()
 	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))

@@ -4,11 +4,12 @@
 // in session.go, the administration page in admin.go, templates in page/),
 // for people with a browser. Both only parse, call and render: every action
 // on a charge is package resolve's — a forced lookup, a resolution held to
-// the provider's records —, every action on tenants' keys and operators is
-// package admin's, with its admin audit record, and the counts by state are
-// package census's. It is mounted on the merchant API's server
-// (api.Server.Mount), so every route shares its middleware, its request log
-// and its one mapping of errors to problems.
+// the provider's records —, every action on tenants' keys, operators,
+// provider accounts and routes is package admin's, with its admin audit
+// record (a route's entries read by route.ParseEntries, as the CLI reads
+// them), and the counts by state are package census's. It is mounted on
+// the merchant API's server (api.Server.Mount), so every route shares its
+// middleware, its request log and its one mapping of errors to problems.
 package opsplane
 
 import (
@@ -120,6 +121,10 @@ func (p *Plane) Routes(e *echo.Echo, s *api.Server) {
 	page.POST("/admin/tenants/:tenant/rotate-key", p.pageRotateKey, p.signedIn, p.checkCSRF, requireAdmin)
 	page.POST("/admin/tenants/:tenant/keys/:key/revoke", p.pageRevokeKey, p.signedIn, p.checkCSRF, requireAdmin)
 	page.POST("/admin/operators/revoke", p.pageRevokeOperator, p.signedIn, p.checkCSRF, requireAdmin)
+	page.POST("/admin/accounts", p.pageAddAccount, p.signedIn, p.checkCSRF, requireAdmin)
+	page.POST("/admin/accounts/disable", p.pageDisableAccount, p.signedIn, p.checkCSRF, requireAdmin)
+	page.POST("/admin/tenants/:tenant/route", p.pageSetRoute, p.signedIn, p.checkCSRF, requireAdmin)
+	page.POST("/admin/tenants/:tenant/route/clear", p.pageClearRoute, p.signedIn, p.checkCSRF, requireAdmin)
 	page.GET("/jobs", redirectTo("/ops/jobs/"))
 	page.Any("/jobs/*", p.pageJobs, pageHeaders(jobsCSP), p.signedIn, viewersOnlyRead)
 }

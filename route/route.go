@@ -19,8 +19,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,6 +96,9 @@ var ErrNoAccount = errors.New("route: no such provider account")
 // ErrAccountExists means the name is taken.
 var ErrAccountExists = errors.New("route: a provider account with that name exists")
 
+// ErrNoTenant means no tenant has the id.
+var ErrNoTenant = errors.New("route: no such tenant")
+
 // ErrNoRoute means the tenant's route has no enabled account that takes a
 // charge of that currency and amount.
 var ErrNoRoute = errors.New("route: no account of the tenant's route takes the charge")
@@ -122,9 +127,12 @@ func (a Account) Check() error {
 		return invalid("kind %q: want fake, stripe or adyen", a.Kind)
 	case len(a.Endpoint) > 2048 || !endpointPattern.MatchString(a.Endpoint):
 		return invalid("the endpoint is an http:// or https:// URL of at most 2048 bytes")
-	case a.CredentialEnv != "" && !envPattern.MatchString(a.CredentialEnv):
+	case hasUserinfo(a.Endpoint):
+		// It would be stored, shown and written to the admin audit.
+		return invalid("the endpoint carries no user or password: credentials come from the variables it names")
+	case a.CredentialEnv != "" && !IsVariableName(a.CredentialEnv):
 		return invalid("the credential is the name of an environment variable (A-Z, 0-9, _), never the secret itself")
-	case a.WebhookSecretEnv != "" && !envPattern.MatchString(a.WebhookSecretEnv):
+	case a.WebhookSecretEnv != "" && !IsVariableName(a.WebhookSecretEnv):
 		return invalid("the webhook secret is the name of an environment variable (A-Z, 0-9, _), never the secret itself")
 	case a.Kind != KindFake && a.CredentialEnv == "":
 		return invalid("a %s account needs the name of the environment variable holding its API key", a.Kind)
@@ -134,6 +142,18 @@ func (a Account) Check() error {
 		return invalid("an adyen account needs its merchant account")
 	}
 	return nil
+}
+
+// IsVariableName reports whether s can name the environment variable an
+// account reads a secret from (CredentialEnv, WebhookSecretEnv): a value
+// that cannot may be the secret itself, and is not to be shown again.
+func IsVariableName(s string) bool { return envPattern.MatchString(s) }
+
+// hasUserinfo reports whether endpoint names a user (and maybe a
+// password) before its host, or cannot be read as a URL at all.
+func hasUserinfo(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	return err != nil || u.User != nil
 }
 
 // Entry is one account of a route, with the charges it takes.
@@ -163,6 +183,31 @@ func (e Entry) String() string {
 		s += ":" + bound(e.MinAmount) + "-" + bound(e.MaxAmount)
 	}
 	return s
+}
+
+// Describe says in words which charges e takes: "every charge", "EUR or
+// GBP, any amount", "any currency, up to 100000 in minor units".
+func (e Entry) Describe() string {
+	if len(e.Currencies) == 0 && e.MinAmount == 0 && e.MaxAmount == 0 {
+		return "every charge"
+	}
+	currencies := "any currency"
+	if n := len(e.Currencies); n > 0 {
+		currencies = e.Currencies[n-1]
+		if n > 1 {
+			currencies = strings.Join(e.Currencies[:n-1], ", ") + " or " + currencies
+		}
+	}
+	amounts := "any amount"
+	switch {
+	case e.MinAmount > 0 && e.MaxAmount > 0:
+		amounts = fmt.Sprintf("%d to %d in minor units", e.MinAmount, e.MaxAmount)
+	case e.MinAmount > 0:
+		amounts = fmt.Sprintf("from %d in minor units", e.MinAmount)
+	case e.MaxAmount > 0:
+		amounts = fmt.Sprintf("up to %d in minor units", e.MaxAmount)
+	}
+	return currencies + ", " + amounts
 }
 
 func bound(n int64) string {
@@ -200,6 +245,93 @@ func CheckEntries(entries []Entry) error {
 		seen[e.Account] = true
 	}
 	return nil
+}
+
+// ParseEntry reads one entry as Entry.String shows it and the CLI takes
+// it: account[:CUR,CUR][:min-max] — "eu-adyen:EUR,GBP", "us-stripe::-100000",
+// "big:USD:100000-", "backup". Anything else is ErrInvalid, with a message
+// that quotes the entry and says what is wrong with it.
+func ParseEntry(s string) (Entry, error) {
+	bad := func(format string, args ...any) error {
+		return invalid("entry %q: %s", s, fmt.Sprintf(format, args...))
+	}
+	parts := strings.Split(s, ":")
+	if len(parts) > 3 {
+		return Entry{}, bad("want account[:CUR,CUR][:min-max], at most two colons")
+	}
+	e := Entry{Account: parts[0]}
+	if !namePattern.MatchString(e.Account) {
+		return Entry{}, bad("%q is not an account's name: a lower-case letter, then up to 39 of a-z, 0-9, _ and -", e.Account)
+	}
+	if len(parts) == 2 && parts[1] == "" {
+		return Entry{}, bad("nothing after the colon: leave it out to take every charge")
+	}
+	if len(parts) == 2 && parts[1] != "-" && amountsPattern.MatchString(parts[1]) {
+		return Entry{}, bad("the currencies come first; amounts alone are %s::%s", e.Account, parts[1])
+	}
+	if len(parts) >= 2 && parts[1] != "" {
+		for c := range strings.SplitSeq(parts[1], ",") {
+			switch {
+			case !currencyPattern.MatchString(c):
+				return Entry{}, bad("currency %q is not three upper-case letters (ISO 4217, such as EUR)", c)
+			case slices.Contains(e.Currencies, c):
+				return Entry{}, bad("currency %s is there twice", c)
+			}
+			e.Currencies = append(e.Currencies, c)
+		}
+		if len(e.Currencies) > 32 {
+			return Entry{}, bad("at most 32 currencies")
+		}
+	}
+	if len(parts) == 3 {
+		m := amountsPattern.FindStringSubmatch(parts[2])
+		if m == nil || parts[2] == "-" {
+			return Entry{}, bad("amounts %q: want min-max in minor units, either side left out for no bound (100-5000, -5000, 100-)", parts[2])
+		}
+		for i, side := range []*int64{&e.MinAmount, &e.MaxAmount} {
+			if m[i+1] == "" {
+				continue
+			}
+			n, err := strconv.ParseInt(m[i+1], 10, 64)
+			switch {
+			case err != nil:
+				return Entry{}, bad("amount %s is too large", m[i+1])
+			case n == 0:
+				return Entry{}, bad("amounts start at 1; leave a side out for no bound")
+			}
+			*side = n
+		}
+		if e.MaxAmount > 0 && e.MaxAmount < e.MinAmount {
+			return Entry{}, bad("the largest amount, %d, is below the smallest, %d", e.MaxAmount, e.MinAmount)
+		}
+	}
+	return e, nil
+}
+
+// amountsPattern is an entry's amounts: min-max, digits, either side empty.
+var amountsPattern = regexp.MustCompile(`^([0-9]*)-([0-9]*)$`)
+
+// ParseEntries reads a route: entries as ParseEntry takes them, separated
+// by white space (spaces, tabs or lines), checked together as CheckEntries
+// does. No entry at all is an empty route, which callers refuse or take
+// for "no route" as they mean to.
+func ParseEntries(text string) ([]Entry, error) {
+	words := strings.Fields(text)
+	if len(words) > MaxEntries {
+		return nil, invalid("a route has at most %d accounts; this one has %d", MaxEntries, len(words))
+	}
+	entries := make([]Entry, 0, len(words))
+	for _, w := range words {
+		e, err := ParseEntry(w)
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, e)
+	}
+	if err := CheckEntries(entries); err != nil {
+		return nil, err
+	}
+	return entries, nil
 }
 
 // AddAccount creates a.
@@ -262,10 +394,18 @@ func Accounts(ctx context.Context, db DB) ([]Account, error) {
 }
 
 // SetRoute replaces tenantID's route with entries (none: the tenant's
-// charges go to the processes' own provider again). Every account must
-// exist; a disabled one may stay in a route, and is skipped.
+// charges go to the processes' own provider again). The tenant must exist
+// (ErrNoTenant), and every account (ErrNoAccount); a disabled one may stay
+// in a route, and is skipped.
 func SetRoute(ctx context.Context, db DB, tenantID string, entries []Entry) error {
 	if err := CheckEntries(entries); err != nil {
+		return err
+	}
+	// The tenant is read, and kept from being deleted until db's
+	// transaction ends, before anything is written: emptying the route of
+	// a tenant that does not exist would otherwise succeed, with nothing
+	// to say it did not.
+	if err := lockTenant(ctx, db, tenantID); err != nil {
 		return err
 	}
 	if _, err := db.Exec(ctx, `DELETE FROM tenant_routes WHERE tenant_id = $1`, tenantID); err != nil {
@@ -283,7 +423,7 @@ func SetRoute(ctx context.Context, db DB, tenantID string, entries []Entry) erro
 			return fmt.Errorf("%w: %q", ErrNoAccount, e.Account)
 		}
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" {
-			return fmt.Errorf("%w: no tenant %q", ErrInvalid, tenantID)
+			return fmt.Errorf("%w: %q", ErrNoTenant, tenantID)
 		}
 		if err != nil {
 			return fmt.Errorf("set route of %s: %w", tenantID, err)
@@ -292,10 +432,58 @@ func SetRoute(ctx context.Context, db DB, tenantID string, entries []Entry) erro
 	return nil
 }
 
+// lockTenant is ErrNoTenant when no tenant has the id, and otherwise keeps
+// the tenant from being deleted until db's transaction ends.
+func lockTenant(ctx context.Context, db DB, tenantID string) error {
+	rows, err := db.Query(ctx, `SELECT 1 FROM tenants WHERE id = $1 FOR KEY SHARE`, tenantID)
+	if err != nil {
+		return fmt.Errorf("read tenant %s: %w", tenantID, err)
+	}
+	_, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %q", ErrNoTenant, tenantID)
+	}
+	if err != nil {
+		return fmt.Errorf("read tenant %s: %w", tenantID, err)
+	}
+	return nil
+}
+
+// Route reads tenantID's route, in order: empty when it has none,
+// ErrNoTenant when no tenant has the id.
+func Route(ctx context.Context, db DB, tenantID string) ([]Entry, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1)`, tenantID).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("read the route of %s: %w", tenantID, err)
+	}
+	if !exists {
+		return nil, fmt.Errorf("%w: %q", ErrNoTenant, tenantID)
+	}
+	rows, err := db.Query(ctx, `SELECT `+entryColumns+` FROM tenant_routes WHERE tenant_id = $1 ORDER BY position`, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("read the route of %s: %w", tenantID, err)
+	}
+	entries, err := pgx.CollectRows(rows, scanEntry)
+	if err != nil {
+		return nil, fmt.Errorf("read the route of %s: %w", tenantID, err)
+	}
+	return entries, nil
+}
+
+const entryColumns = `account, coalesce(currencies, '{}'), coalesce(min_amount, 0), coalesce(max_amount, 0)`
+
+func scanEntry(row pgx.CollectableRow) (Entry, error) {
+	var e Entry
+	err := row.Scan(&e.Account, &e.Currencies, &e.MinAmount, &e.MaxAmount)
+	if len(e.Currencies) == 0 {
+		e.Currencies = nil
+	}
+	return e, err
+}
+
 // Routes reads every tenant's route, in order.
 func Routes(ctx context.Context, db DB) (map[string][]Entry, error) {
-	rows, err := db.Query(ctx, `SELECT tenant_id, account, coalesce(currencies, '{}'), coalesce(min_amount, 0), coalesce(max_amount, 0)
-		FROM tenant_routes ORDER BY tenant_id, position`)
+	rows, err := db.Query(ctx, `SELECT tenant_id, `+entryColumns+` FROM tenant_routes ORDER BY tenant_id, position`)
 	if err != nil {
 		return nil, fmt.Errorf("read routes: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/chargeflow/chargeflow/internal/app"
 	"github.com/chargeflow/chargeflow/migrations"
 	"github.com/chargeflow/chargeflow/operator"
+	"github.com/chargeflow/chargeflow/route"
 	"github.com/chargeflow/chargeflow/tenant"
 )
 
@@ -114,13 +115,18 @@ func (a *adminFlags) show(e env, v any, table func(w io.Writer)) error {
 	return tw.Flush()
 }
 
-// adminError gives a refusal its exit code: not found, or refused.
+// adminError gives a refusal its exit code: not found, or refused; nil
+// stays nil.
 func adminError(name string, err error) error {
 	switch {
-	case errors.Is(err, tenant.ErrNotFound), errors.Is(err, operator.ErrNotFound):
+	case err == nil:
+		return nil
+	case errors.Is(err, tenant.ErrNotFound), errors.Is(err, operator.ErrNotFound),
+		errors.Is(err, route.ErrNoAccount), errors.Is(err, route.ErrNoTenant):
 		return withExit(exitNotFound, fmt.Errorf("%s: %w", name, err))
 	case errors.Is(err, tenant.ErrNameTaken), errors.Is(err, tenant.ErrInvalidName),
-		errors.Is(err, operator.ErrNameTaken), errors.Is(err, operator.ErrInvalid), errors.Is(err, admin.ErrInvalidActor):
+		errors.Is(err, operator.ErrNameTaken), errors.Is(err, operator.ErrInvalid), errors.Is(err, admin.ErrInvalidActor),
+		errors.Is(err, route.ErrInvalid), errors.Is(err, route.ErrAccountExists):
 		return withExit(exitRefused, fmt.Errorf("%s: %w", name, err))
 	}
 	return fmt.Errorf("%s: %w", name, err)

@@ -248,8 +248,12 @@ func parseArgs(fs *flag.FlagSet, e env, args []string, fromEnv func(string) bool
 }
 
 // positional checks a command's positional arguments: exactly the names
-// given, and returns them.
+// given, and returns them. A last name ending in "..." ("ENTRY...") takes
+// the rest, any number; the command says whether none will do.
 func positional(fs *flag.FlagSet, names ...string) ([]string, error) {
+	if n := len(names); n > 0 && strings.HasSuffix(names[n-1], "...") && fs.NArg() >= n-1 {
+		return fs.Args(), nil
+	}
 	if fs.NArg() == len(names) {
 		return fs.Args(), nil
 	}

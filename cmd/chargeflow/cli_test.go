@@ -55,7 +55,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		})
 		require.Empty(t, stderr.String())
 	}
-	for _, group := range [][]string{nil, {"charge"}, {"tenant"}, {"operator"}} {
+	for _, group := range [][]string{nil, {"charge"}, {"tenant"}, {"operator"}, {"account"}, {"route"}} {
 		var stdout bytes.Buffer
 		err := run(context.Background(), append(slices.Clone(group), "--help"), noEnv, &stdout, io.Discard)
 		require.ErrorIs(t, err, flag.ErrHelp)
@@ -121,6 +121,11 @@ func TestExitCodes(t *testing.T) {
 		{"ServerError", withKey, []string{"charge", "get", "ch_anything"}, exitUnavailable},
 		{"Unreachable", map[string]string{"CHARGEFLOW_API_KEY": "cfk_test", "CHARGEFLOW_API_URL": closed.URL}, []string{"charge", "get", "ch_found"}, exitUnavailable},
 		{"NoSuchTenant", map[string]string{"DATABASE_URL": dbtest.URL(t)}, []string{"tenant", "keys", "tn_01m8vq2jb81v9s1tm5ee58zbc8"}, exitNotFound},
+		{"NoSuchAccount", map[string]string{"DATABASE_URL": dbtest.URL(t)}, []string{"account", "disable", "nowhere"}, exitNotFound},
+		{"NoSuchTenantToRoute", map[string]string{"DATABASE_URL": dbtest.URL(t)}, []string{"route", "show", "tn_01m8vq2jb81v9s1tm5ee58zbc8"}, exitNotFound},
+		{"AccountRefused", nil, []string{"account", "add", "--name", "stripe", "--kind", "stripe", "--endpoint", "https://api.stripe.com", "--credential-env", "K"}, exitRefused},
+		{"BadRouteEntry", nil, []string{"route", "set", "tn_01m8vq2jb81v9s1tm5ee58zbc8", "eu:eur"}, exitUsage},
+		{"NoRouteEntry", nil, []string{"route", "set", "tn_01m8vq2jb81v9s1tm5ee58zbc8"}, exitUsage},
 		{"UnmigratedDatabase", map[string]string{"DATABASE_URL": dbtest.Empty(t)}, []string{"tenant", "list"}, exitUsage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -161,6 +166,9 @@ func TestCompletion(t *testing.T) {
 		"chargeflow charge ":              {"create", "events", "get", "list", "reconcile", "refund", "resolve"},
 		"chargeflow charge get ch_1 --o":  {"--output"},
 		"chargeflow tenant rotate-key --": {"--actor", "--database-url", "--log-format", "--log-level", "--output", "--overlap"},
+		"chargeflow account ":             {"add", "disable", "list"},
+		"chargeflow route ":               {"clear", "set", "show"},
+		"chargeflow account add --c":      {"--credential-env"},
 		"chargeflow nothing":              nil,
 	} {
 		require.Equal(t, want, completions(line), "%q", line)

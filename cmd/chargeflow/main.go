@@ -6,6 +6,8 @@
 //	chargeflow migrate                  apply every migration (River's included)
 //	chargeflow tenant create --name N   create a tenant, print {"tenant_id","api_key"}
 //	chargeflow operator create --name N --role admin|viewer   create an operator, print {"operator_id","token"}
+//	chargeflow account add|list|disable  provider accounts (the names of the variables their secrets are in)
+//	chargeflow route set|show|clear     a tenant's route through provider accounts
 //	chargeflow api                      the HTTP API
 //	chargeflow worker                   the outbox worker (charge.submit jobs)
 //	chargeflow reconciler               the reconciler (unknown outcomes, with proof)
@@ -116,7 +118,9 @@ func commands() []command {
 		{name: "listen", summary: "forward the tenant's events to a URL on this machine, signed as webhooks are (as stripe listen does)", run: runListen},
 		{name: "tenant", summary: "tenants and their API keys (the database's credentials; every change is in the admin audit)", subs: tenantCommands()},
 		{name: "operator", summary: "operators and their tokens for /ops/ (the database's credentials; every change is in the admin audit)", subs: operatorCommands()},
-		{name: "audit", summary: "the admin audit: who created, rotated and revoked what, newest first", run: runAudit},
+		{name: "account", summary: "provider accounts: where charges can be sent (the database's credentials; every change is in the admin audit)", subs: accountCommands()},
+		{name: "route", summary: "tenants' routes through provider accounts, by currency and amount (the database's credentials; every change is in the admin audit)", subs: routeCommands()},
+		{name: "audit", summary: "the admin audit: who created, rotated, revoked, added, disabled and routed what, newest first", run: runAudit},
 		{name: "healthcheck", summary: "GET --url and exit 0 on a 2xx: the container image's HEALTHCHECK", run: runHealthcheck},
 		{name: "completion", args: "bash|zsh|fish", summary: "print the shell's completion script: eval \"$(chargeflow completion bash)\"", run: runCompletion},
 		{name: "version", summary: "print the build's version and commit (also --version)", run: runVersion},

@@ -27,7 +27,9 @@ import (
 var settingsInvocations = [][]string{
 	{"api"}, {"worker"}, {"reconciler"}, {"all"}, {"fakepsp"}, {"migrate"},
 	{"tenant", "create"}, {"tenant", "list"}, {"tenant", "keys"}, {"tenant", "rotate-key"}, {"tenant", "revoke-key"},
-	{"operator", "create"}, {"operator", "list"}, {"operator", "revoke"}, {"audit"}, {"completion"}, {"listen"},
+	{"operator", "create"}, {"operator", "list"}, {"operator", "revoke"},
+	{"account", "add"}, {"account", "list"}, {"account", "disable"}, {"route", "set"}, {"route", "show"}, {"route", "clear"},
+	{"audit"}, {"completion"}, {"listen"},
 	{"charge", "create"}, {"charge", "refund", "ch_x"}, {"charge", "list"}, {"charge", "get", "ch_x"},
 	{"charge", "events", "ch_x"}, {"charge", "reconcile", "ch_x"}, {"charge", "resolve", "ch_x"},
 	{"scenario", "list"}, {"scenario", "run", "x"}, {"bench"}, {"healthcheck"}, {"version"},
