@@ -218,3 +218,24 @@ func ReasonOf(err error) string {
 	}
 	return "error"
 }
+
+// ErrorText is how an adapter describes a provider's error answer, as
+// "<provider>: <status> <type> (<name> <value>, …)": the type "error" when
+// the answer had none, and pairs (name, value) with an empty value left
+// out. It never quotes the provider's message, which can quote the request.
+func ErrorText(provider string, status int, typ string, pairs ...string) string {
+	if typ == "" {
+		typ = "error"
+	}
+	text := provider + ": " + strconv.Itoa(status) + " " + typ
+	var details []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1] != "" {
+			details = append(details, pairs[i]+" "+pairs[i+1])
+		}
+	}
+	if len(details) > 0 {
+		text += " (" + strings.Join(details, ", ") + ")"
+	}
+	return text
+}

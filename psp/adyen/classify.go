@@ -280,17 +280,5 @@ type apiError struct {
 // Error describes the Adyen error as "adyen: 422 validation (code 14_030,
 // psp reference 8816118280275544)".
 func (e apiError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "adyen: %d %s", e.status, cmp.Or(e.typ, "error"))
-	var details []string
-	if e.code != "" {
-		details = append(details, "code "+e.code)
-	}
-	if e.pspReference != "" {
-		details = append(details, "psp reference "+e.pspReference)
-	}
-	if len(details) > 0 {
-		b.WriteString(" (" + strings.Join(details, ", ") + ")")
-	}
-	return b.String()
+	return psp.ErrorText("adyen", e.status, e.typ, "code", e.code, "psp reference", e.pspReference)
 }

@@ -537,20 +537,5 @@ type apiError struct {
 // Error describes the Stripe error as "stripe: 402 card_error (code
 // card_declined, decline_code insufficient_funds, request req_1)".
 func (e apiError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "stripe: %d %s", e.status, cmp.Or(e.typ, "error"))
-	var details []string
-	if e.code != "" {
-		details = append(details, "code "+e.code)
-	}
-	if e.declineCode != "" {
-		details = append(details, "decline_code "+e.declineCode)
-	}
-	if e.requestID != "" {
-		details = append(details, "request "+e.requestID)
-	}
-	if len(details) > 0 {
-		b.WriteString(" (" + strings.Join(details, ", ") + ")")
-	}
-	return b.String()
+	return psp.ErrorText("stripe", e.status, e.typ, "code", e.code, "decline_code", e.declineCode, "request", e.requestID)
 }
