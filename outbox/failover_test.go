@@ -32,7 +32,7 @@ type failoverBundle struct {
 	firstURL, secondURL string
 }
 
-func setupFailover(t *testing.T, firstURL string) (context.Context, *failoverBundle) {
+func setupFailover(t *testing.T, firstURL string, lab ...outbox.Lab) (context.Context, *failoverBundle) {
 	t.Helper()
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
@@ -59,6 +59,9 @@ func setupFailover(t *testing.T, firstURL string) (context.Context, *failoverBun
 		// the test.
 		Breaker:           outbox.BreakerConfig{ConsecutiveFailures: 2, OpenFor: time.Hour},
 		UnknownCheckAfter: time.Minute,
+		// The lab build's broken modes, for its negative controls
+		// (worker_lab_test.go).
+		Lab: append(lab, outbox.Lab{})[0],
 	})
 	require.NoError(t, err)
 	workers := river.NewWorkers()

@@ -234,6 +234,10 @@ func (w *Worker) work(ctx context.Context, job *river.Job[submit.ChargeArgs], lo
 	case errors.Is(callErr, psp.ErrNotApplied):
 		return w.notApplied(ctx, job, log, charge, callErr)
 	default:
+		// Only the lab build's negative control moves it on (lab.go).
+		if handled, err := w.rerouteOnTimeout(ctx, job, log, charge, callErr); handled {
+			return err
+		}
 		move.To, move.Reason, move.CheckAfter = intent.StateUnknown, unknownReasonPrefix+psp.ReasonOf(callErr), w.cfg.UnknownCheckAfter
 		// A provider id the answer named makes the reconciler's lookup a
 		// strong one (psp.LookupRequest.ProviderID).

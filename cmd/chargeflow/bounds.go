@@ -136,6 +136,13 @@ var flagBounds = map[string]bound{
 	"--retry-cap":           within(time.Millisecond, 24*time.Hour),
 	"--retention-interval":  within(time.Minute, 24*time.Hour),
 	"--event-retention":     within(24*time.Hour, 10*365*24*time.Hour).or0("keeps them forever"),
+	// Its circuit breaker per provider account.
+	"--breaker-failures":        within(1, 1000),
+	"--breaker-failure-ratio":   within(0.01, 1),
+	"--breaker-min-calls":       within(1, 100_000),
+	"--breaker-window":          within(100*time.Millisecond, 24*time.Hour),
+	"--breaker-open-for":        within(100*time.Millisecond, 24*time.Hour),
+	"--breaker-half-open-calls": within(1, 1000),
 
 	// The reconciler.
 	"--max-apply-delay":     within(0, 24*time.Hour),

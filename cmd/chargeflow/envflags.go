@@ -145,7 +145,7 @@ var envOnly = []struct {
 	{"CHARGEFLOW_CRASHPOINTS", "api, worker, reconciler, all", "the lab build only (tests and scenarios): crash points to arm, `point=action[,…]` (\"Crash points\" below); the product build refuses to start when it is set"},
 	{"CHARGEFLOW_CRASHPOINT_SEED", "api, worker, reconciler, all", "the lab build only: the seed of the crash points' draws (default: the clock); the product build refuses to start when it is set"},
 	{"CHARGEFLOW_CLOCK_SKEW", "api, worker, reconciler, all", "the lab build only (tests and scenarios): a signed duration, e.g. `-4m`, that offsets the wall clock the role's decisions read (\"Clocks\" below); the product build refuses to start when it is set"},
-	{"CHARGEFLOW_BROKEN", "worker", "the lab build's negative control only: `resend_on_rerun` re-sends charges found submitting (can double-charge; loudly logged); the product build refuses to start when it is set"},
+	{"CHARGEFLOW_BROKEN", "worker", "the lab build's negative controls only: `resend_on_rerun` re-sends charges found submitting (can double-charge), `reroute_on_timeout` takes an unknown outcome for proof and sends the charge to the next account of its route (can charge twice across providers); either is loudly logged; the product build refuses to start when it is set"},
 	{"CHARGEFLOW_DATA", "fakepsp, all", "the folder of local state (default `.data`): the fake provider's default ledger, and scripts/ensure-postgres's clusters"},
 	{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "api, worker, reconciler, all", "an OTLP/HTTP traces URL, used as is (\"Metrics and traces\" below)"},
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "api, worker, reconciler, all", "an OTLP/HTTP base URL; `/v1/traces` is appended"},

@@ -90,6 +90,10 @@ func brokenModes(e env, o *app.Options, logger *slog.Logger) error {
 		logger.Error("BROKEN MODE: a rerun re-sends charges found submitting; this can double-charge", "mode", mode)
 		o.Worker.Lab.ResendOnRerun = true
 		return nil
+	case "reroute_on_timeout":
+		logger.Error("BROKEN MODE: an unknown outcome is taken for proof that nothing was applied, and the charge is sent to the next account of its route; this can charge twice across providers", "mode", mode)
+		o.Worker.Lab.RerouteOnTimeout = true
+		return nil
 	default:
 		return fmt.Errorf("CHARGEFLOW_BROKEN=%q: unknown broken mode", mode)
 	}

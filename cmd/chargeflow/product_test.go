@@ -160,8 +160,8 @@ func TestProductBuild(t *testing.T) {
 			"github.com/chargeflow/chargeflow/lab/",             // any package of the laboratory
 			"github.com/chargeflow/chargeflow/crashpoint.Parse", // arming a crash point
 			"crash points armed", "crashpoint fired",            // arming, and a point firing
-			"BROKEN MODE", "broken mode: resending", // the negative control
-			"resend_on_rerun",
+			"BROKEN MODE", "broken mode: resending", "broken mode: an unknown outcome taken", // the negative controls
+			"resend_on_rerun", "reroute_on_timeout",
 			"github.com/chargeflow/chargeflow/internal/clock.Skew", "clock skewed", // skewing the clock
 		} {
 			require.True(t, bytes.Contains(lab, []byte(marker)), "the lab build lacks %q: this check looks for the wrong thing", marker)
@@ -177,6 +177,7 @@ func TestProductBuild(t *testing.T) {
 		base := []string{"DATABASE_URL=postgres://postgres@" + addr + "/chargeflow?sslmode=disable", "PSP_URL=http://127.0.0.1:1"}
 		for _, tc := range []struct{ role, variable, value string }{
 			{"worker", "CHARGEFLOW_BROKEN", "resend_on_rerun"},
+			{"worker", "CHARGEFLOW_BROKEN", "reroute_on_timeout"},
 			{"worker", "CHARGEFLOW_CRASHPOINTS", crashpoint.WorkerAfterPSPResponseBeforeSave + "=exit"},
 			{"worker", "CHARGEFLOW_CRASHPOINT_SEED", "1"},
 			{"api", "CHARGEFLOW_CRASHPOINTS", crashpoint.APIAfterInsertBeforeCommit + "=exit"},

@@ -4,11 +4,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strconv"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/outbox"
 	"github.com/chargeflow/chargeflow/psp"
 )
 
@@ -24,7 +26,43 @@ func bindWorker(fs *flag.FlagSet, o *app.Options) {
 	fs.DurationVar(&o.Worker.RetentionInterval, "retention-interval", d.RetentionInterval, "how often expired idempotency records, and events past --event-retention, are deleted (by one worker: River's leader)")
 	o.Worker.EventRetention = d.EventRetention
 	fs.Var(&keepFor{d: &o.Worker.EventRetention, value: d.EventRetention}, "event-retention", "how long events, with their webhook deliveries and attempts, are kept; 0 keeps them forever")
+	bindBreaker(fs, &o.Worker.Breaker)
 }
+
+// bindBreaker registers the flags of the circuit breaker the worker keeps
+// for each provider account (docs/routing.md, "Failover"), with
+// outbox.DefaultBreaker's values for defaults.
+func bindBreaker(fs *flag.FlagSet, b *outbox.BreakerConfig) {
+	*b = outbox.DefaultBreaker()
+	fs.Var((*count32)(&b.ConsecutiveFailures), "breaker-failures", "calls in a row that failed (refused, unanswered, or of unknown outcome) that open a provider account's circuit breaker (docs/routing.md, \"Failover\")")
+	fs.Float64Var(&b.FailureRatio, "breaker-failure-ratio", b.FailureRatio, "the share of failed calls within --breaker-window that opens the breaker too, once there were --breaker-min-calls")
+	fs.Var((*count32)(&b.MinCalls), "breaker-min-calls", "the calls within --breaker-window before --breaker-failure-ratio can open the breaker")
+	fs.DurationVar(&b.Window, "breaker-window", b.Window, "how long a closed breaker counts calls before starting afresh")
+	fs.DurationVar(&b.OpenFor, "breaker-open-for", b.OpenFor, "how long an open breaker sends its account nothing (a charge moves to the next account of its route, or waits) before letting calls through again")
+	fs.Var((*count32)(&b.HalfOpenCalls), "breaker-half-open-calls", "the calls a breaker lets through once --breaker-open-for has passed; one answered closes it")
+}
+
+// count32 is a flag of a count the breaker keeps as a uint32; it reads
+// as an int, which its bounds (flagBounds) judge.
+type count32 uint32
+
+func (c *count32) String() string {
+	if c == nil {
+		return "0"
+	}
+	return strconv.FormatUint(uint64(*c), 10)
+}
+
+func (c *count32) Set(value string) error {
+	n, err := strconv.ParseUint(value, 10, 32)
+	if err != nil {
+		return err
+	}
+	*c = count32(n)
+	return nil
+}
+
+func (c *count32) Get() any { return int(*c) }
 
 // keepFor is --event-retention: a duration whose 0 keeps events forever,
 // which app.Options spells as negative (its zero takes the default). It

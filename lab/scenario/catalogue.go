@@ -68,6 +68,11 @@ type Scenario struct {
 	// endpoint for every event on a receiver the runner serves, and
 	// InvariantWebhooks checked (lab/scenario/webhooks.go).
 	Webhooks *WebhookPlan
+	// Routed runs a second fake provider and routes the tenant's charges
+	// through two provider accounts, one on each (docs/routing.md): the
+	// ledgers of both are checked, and Faults act on the first
+	// (outage.go).
+	Routed bool
 	// Slow marks a scenario that takes a minute or more mostly waiting
 	// (for River's rescue of a job): `run --parallel` starts it first and
 	// outside its slots, so the rest run alongside it instead of after it.
@@ -337,6 +342,7 @@ func Catalogue() []Scenario {
 			Run:      standard(30, 300),
 			MustFire: []string{"fault:error_after_apply"},
 		},
+		providerOutage(),
 		{
 			Name:            "postgres-restart",
 			Summary:         "PostgreSQL shut down in immediate mode mid-run and restarted",
@@ -404,6 +410,7 @@ func Catalogue() []Scenario {
 			ExpectViolation:    true,
 			Slow:               true,
 		},
+		providerOutageNegativeControl(),
 		{
 			Name:    "history-negative-control",
 			Summary: "every replay is answered 409 request_in_progress, as if the key's first request still held it: the history check must catch it",

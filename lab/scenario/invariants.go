@@ -16,12 +16,15 @@ import (
 // ChargeRow is what the checker reads of each row of charges: a charge,
 // or a refund of one (ParentID).
 type ChargeRow struct {
-	TenantID         string
-	ID               string
-	ParentID         string
-	State            string
-	Amount           int64
-	Currency         string
+	TenantID string
+	ID       string
+	ParentID string
+	State    string
+	Amount   int64
+	Currency string
+	// Provider names the provider account the row is at (a refund's is
+	// its charge's): which ledger holds what the row says was applied.
+	Provider         string
 	ProviderKey      string
 	ProviderChargeID string
 	ReviewReason     string
@@ -29,14 +32,15 @@ type ChargeRow struct {
 
 // ReadCharges reads every charge of the database.
 func ReadCharges(ctx context.Context, db *pgxpool.Pool) ([]ChargeRow, error) {
-	rows, err := db.Query(ctx, `SELECT tenant_id, id, coalesce(parent_id, ''), state, amount, currency, provider_key,
+	rows, err := db.Query(ctx, `SELECT tenant_id, id, coalesce(parent_id, ''), state, amount, currency, provider, provider_key,
 		coalesce(provider_charge_id, ''), coalesce(review_reason, '') FROM charges`)
 	if err != nil {
 		return nil, fmt.Errorf("read charges: %w", err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ChargeRow, error) {
 		var c ChargeRow
-		err := row.Scan(&c.TenantID, &c.ID, &c.ParentID, &c.State, &c.Amount, &c.Currency, &c.ProviderKey, &c.ProviderChargeID, &c.ReviewReason)
+		err := row.Scan(&c.TenantID, &c.ID, &c.ParentID, &c.State, &c.Amount, &c.Currency, &c.Provider, &c.ProviderKey,
+			&c.ProviderChargeID, &c.ReviewReason)
 		return c, err
 	})
 }
@@ -52,18 +56,27 @@ type Violation struct {
 func (v Violation) String() string { return v.Invariant + " " + v.Subject + ": " + v.Detail }
 
 // The invariants of docs/scenarios.md that compare the database with the
-// ledger. Each holds for a refund as for a charge: at most one provider
+// ledgers. Each holds for a refund as for a charge: at most one provider
 // refund per refund, succeeded ⇔ refunded, failed ⇒ not refunded, no
-// provider refund without a refund.
+// provider refund without a refund. With several providers (a tenant
+// routed through provider accounts, docs/routing.md) each is judged
+// against every ledger.
 const (
-	// InvariantAtMostOnce: at most one provider charge per charge.
+	// InvariantAtMostOnce: at most one provider charge per charge at any
+	// one provider.
 	InvariantAtMostOnce = "at_most_one_provider_charge"
+	// InvariantOnceAcrossProviders: no charge taken by more than one
+	// provider: nothing de-duplicates across accounts, so only a move
+	// made on proof keeps a charge from being taken twice.
+	InvariantOnceAcrossProviders = "at_most_one_provider_per_charge"
 	// InvariantSucceededCharged: succeeded ⇔ exactly one provider charge
-	// with the same amount and currency (and the stored provider charge id).
+	// in all the ledgers, in the ledger of the account the row is at, with
+	// the same amount and currency (and the stored provider charge id).
 	InvariantSucceededCharged = "succeeded_iff_charged"
-	// InvariantFailedUncharged: failed ⇒ no provider charge.
+	// InvariantFailedUncharged: failed ⇒ no provider charge in any ledger.
 	InvariantFailedUncharged = "failed_implies_uncharged"
-	// InvariantNoOrphans: no provider charge without a charge.
+	// InvariantNoOrphans: no provider charge, in any ledger, without a
+	// charge.
 	InvariantNoOrphans = "no_orphan_provider_charge"
 	// InvariantTerminal: every charge terminal, or needs_review with a reason.
 	InvariantTerminal = "terminal_or_reviewed"
@@ -74,8 +87,8 @@ const (
 
 // LedgerInvariants lists the invariants CheckLedger checks, in report order.
 func LedgerInvariants() []string {
-	return []string{InvariantAtMostOnce, InvariantSucceededCharged, InvariantFailedUncharged, InvariantNoOrphans, InvariantTerminal,
-		InvariantNotOverRefunded}
+	return []string{InvariantAtMostOnce, InvariantOnceAcrossProviders, InvariantSucceededCharged, InvariantFailedUncharged, InvariantNoOrphans,
+		InvariantTerminal, InvariantNotOverRefunded}
 }
 
 // applied is one thing the provider applied, a charge or a refund, as the
@@ -106,26 +119,71 @@ func appliedByReference(ledger []fakepsp.LedgerEntry, add func(invariant, subjec
 	return out
 }
 
+// Ledger is one provider's ledger, and which rows it answers for.
+type Ledger struct {
+	// Name names the provider in a violation's detail.
+	Name string
+	// Accounts are the names in charges.provider of the rows sent to this
+	// provider; none is every row's (a run with one provider).
+	Accounts []string
+	Entries  []fakepsp.LedgerEntry
+}
+
+// holds reports whether l answers for rows at provider.
+func (l Ledger) holds(provider string) bool {
+	return len(l.Accounts) == 0 || slices.Contains(l.Accounts, provider)
+}
+
 // CheckLedger compares the charges with the provider's ledger and returns
 // every violation. A charge that is not terminal is a violation of
 // InvariantTerminal: call it once the system has converged.
 func CheckLedger(charges []ChargeRow, ledger []fakepsp.LedgerEntry) []Violation {
+	return CheckLedgers(charges, []Ledger{{Name: "the provider", Entries: ledger}})
+}
+
+// CheckLedgers is CheckLedger for a run with several providers: what each
+// row says was applied must be in the ledger of the account it is at, and
+// nowhere else.
+func CheckLedgers(charges []ChargeRow, ledgers []Ledger) []Violation {
 	var violations []Violation
 	add := func(invariant, subject, format string, args ...any) {
 		violations = append(violations, Violation{Invariant: invariant, Subject: subject, Detail: fmt.Sprintf(format, args...)})
 	}
-	byReference := appliedByReference(ledger, add)
+	// What each provider applied, and all of it together.
+	each := make([]map[string][]applied, len(ledgers))
+	byReference := map[string][]applied{}
+	for i, l := range ledgers {
+		each[i] = appliedByReference(l.Entries, add)
+		for ref, entries := range each[i] {
+			byReference[ref] = append(byReference[ref], entries...)
+		}
+	}
 	known := make(map[string]bool, len(charges))
 	for _, c := range charges {
 		known[c.ID] = true
 		entries := byReference[c.ID]
-		if len(entries) > 1 {
-			add(InvariantAtMostOnce, c.ID, "%d provider charges (%s)", len(entries), ids(entries))
+		var takers []string
+		for i, l := range ledgers {
+			at := each[i][c.ID]
+			if len(at) > 1 {
+				add(InvariantAtMostOnce, c.ID, "%d provider charges at %s (%s)", len(at), l.Name, ids(at))
+			}
+			if len(at) > 0 {
+				takers = append(takers, l.Name+" ("+ids(at)+")")
+			}
+		}
+		if len(takers) > 1 {
+			add(InvariantOnceAcrossProviders, c.ID, "taken by %d providers: %s", len(takers), strings.Join(takers, ", "))
 		}
 		switch c.State {
 		case "succeeded":
 			if len(entries) != 1 {
-				add(InvariantSucceededCharged, c.ID, "succeeded, applied %d times at the provider", len(entries))
+				add(InvariantSucceededCharged, c.ID, "succeeded, applied %d times at the providers", len(entries))
+				break
+			}
+			at := slices.IndexFunc(ledgers, func(l Ledger) bool { return l.holds(c.Provider) })
+			if at < 0 || len(each[at][c.ID]) != 1 {
+				add(InvariantSucceededCharged, c.ID, "succeeded at %s, but applied by another provider (%s)", c.Provider, ids(entries))
 				break
 			}
 			e := entries[0]

@@ -91,3 +91,88 @@ func TestCheckLedger(t *testing.T) {
 		})
 	}
 }
+
+// With two providers, each row is judged against the ledger of the account
+// it is at, and every ledger together: a charge taken by both is caught
+// even though each ledger alone holds it once.
+func TestCheckLedgers(t *testing.T) {
+	t.Parallel()
+
+	// A charge at account, rerouted once when at the second (its key then
+	// cf_<id>_1), and what a provider applied of it.
+	charge := func(id, state, account string) scenario.ChargeRow {
+		c := scenario.ChargeRow{ID: id, State: state, Amount: 100, Currency: "EUR", Provider: account, ProviderKey: "cf_" + id}
+		if account == "secondary" {
+			c.ProviderKey += "_1"
+		}
+		if state == "succeeded" {
+			c.ProviderChargeID = "py_" + id + "_" + account
+		}
+		return c
+	}
+	entry := func(c scenario.ChargeRow, account string) fakepsp.LedgerEntry {
+		return fakepsp.LedgerEntry{ID: "py_" + c.ID + "_" + account, Reference: c.ID, IdempotencyKey: charge(c.ID, "", account).ProviderKey,
+			Amount: c.Amount, Currency: c.Currency, Status: "succeeded"}
+	}
+	ledgers := func(primary, secondary []fakepsp.LedgerEntry) []scenario.Ledger {
+		return []scenario.Ledger{{Name: "A", Accounts: []string{"primary"}, Entries: primary}, {Name: "B", Accounts: []string{"secondary"}, Entries: secondary}}
+	}
+	invariants := func(violations []scenario.Violation) []string {
+		var out []string
+		for _, v := range violations {
+			out = append(out, v.Invariant)
+		}
+		return out
+	}
+
+	atPrimary, atSecondary := charge("a", "succeeded", "primary"), charge("b", "succeeded", "secondary")
+	failed, review := charge("c", "failed", "secondary"), charge("d", "needs_review", "primary")
+	review.ReviewReason = "lookup_unavailable"
+
+	t.Run("NoneFound", func(t *testing.T) {
+		t.Parallel()
+		rows := []scenario.ChargeRow{atPrimary, atSecondary, failed, review}
+		require.Empty(t, scenario.CheckLedgers(rows, ledgers([]fakepsp.LedgerEntry{entry(atPrimary, "primary")},
+			[]fakepsp.LedgerEntry{entry(atSecondary, "secondary")})))
+	})
+
+	for name, tt := range map[string]struct {
+		rows               []scenario.ChargeRow
+		primary, secondary []fakepsp.LedgerEntry
+		invariants         []string
+	}{
+		// What reroute_on_timeout does: the first provider applied the
+		// charge and lost the answer, the second took it again.
+		"TakenByBothProviders": {[]scenario.ChargeRow{atSecondary}, []fakepsp.LedgerEntry{entry(atSecondary, "primary")},
+			[]fakepsp.LedgerEntry{entry(atSecondary, "secondary")},
+			[]string{scenario.InvariantOnceAcrossProviders, scenario.InvariantSucceededCharged}},
+		"TwiceAtOneProvider": {[]scenario.ChargeRow{atPrimary}, []fakepsp.LedgerEntry{entry(atPrimary, "primary"), entry(atPrimary, "primary")}, nil,
+			[]string{scenario.InvariantAtMostOnce, scenario.InvariantSucceededCharged}},
+		"SucceededWhereItIsNot": {[]scenario.ChargeRow{atSecondary}, []fakepsp.LedgerEntry{entry(atSecondary, "primary")}, nil,
+			[]string{scenario.InvariantSucceededCharged}},
+		"SucceededAtAnAccountWithoutALedger": {[]scenario.ChargeRow{charge("e", "succeeded", "fakepsp")},
+			[]fakepsp.LedgerEntry{entry(charge("e", "", "fakepsp"), "fakepsp")}, nil, []string{scenario.InvariantSucceededCharged}},
+		"FailedButTakenByTheOther": {[]scenario.ChargeRow{failed}, []fakepsp.LedgerEntry{entry(failed, "primary")}, nil,
+			[]string{scenario.InvariantFailedUncharged}},
+		"OrphanAtTheSecond": {nil, nil, []fakepsp.LedgerEntry{entry(charge("z", "", "secondary"), "secondary")},
+			[]string{scenario.InvariantNoOrphans}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			violations := scenario.CheckLedgers(tt.rows, ledgers(tt.primary, tt.secondary))
+			require.ElementsMatch(t, tt.invariants, invariants(violations), "%v", violations)
+		})
+	}
+
+	// One ledger for every account is the run with one provider, as
+	// CheckLedger judges it: the same charge twice there is at-most-once,
+	// never across providers.
+	t.Run("OneProvider", func(t *testing.T) {
+		t.Parallel()
+		twice := []fakepsp.LedgerEntry{entry(atPrimary, "primary"), entry(atPrimary, "primary")}
+		require.Equal(t, []string{scenario.InvariantAtMostOnce, scenario.InvariantSucceededCharged},
+			invariants(scenario.CheckLedger([]scenario.ChargeRow{atPrimary}, twice)))
+		require.Equal(t, scenario.CheckLedger([]scenario.ChargeRow{atPrimary}, twice),
+			scenario.CheckLedgers([]scenario.ChargeRow{atPrimary}, []scenario.Ledger{{Name: "the provider", Entries: twice}}))
+	})
+}

@@ -258,18 +258,26 @@ func (s *system) trafficAcross(ctx context.Context, name string, n int, event fu
 // partitionChaos kills a worker or a reconciler every 1.5–3 s, once it has
 // worked workerLife, as the soak's chaos does, until stop is called.
 func (s *system) partitionChaos(ctx context.Context) (stop func()) {
+	return s.killInTurn(ctx, append(append([]*proc(nil), s.workers...), s.reconcilers...))
+}
+
+// killInTurn kills a process of each group in turn, every 1.5–3 s, drawn
+// at random within its group; one not yet working for workerLife is spared
+// that time, and its group keeps the turn. It goes on until stop is called.
+func (s *system) killInTurn(ctx context.Context, groups ...[]*proc) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		for {
+		for turn := 0; ; {
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(time.Duration(1500+s.intn(1500)) * time.Millisecond):
 			}
-			victims := append(append([]*proc(nil), s.workers...), s.reconcilers...)
+			victims := groups[turn%len(groups)]
 			if victim := victims[s.intn(len(victims))]; victim.upFor() >= workerLife {
 				s.kill(victim, victim.args[0])
+				turn++
 			}
 		}
 	})

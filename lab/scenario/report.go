@@ -12,8 +12,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/chargeflow/chargeflow/lab/fakepsp"
 )
 
 // The invariants every run checks besides those of CheckLedger.
@@ -52,7 +50,7 @@ const (
 // Invariants lists every invariant in report order.
 func Invariants() []string {
 	return append(LedgerInvariants(), InvariantCompleted, InvariantAckedHasRow, InvariantRowAcked, InvariantReplayIdentical, InvariantFencedWrites,
-		InvariantConverged, InvariantLogsClean, InvariantFaultsFired, InvariantClientAnswers, InvariantWebhooks, InvariantHistory)
+		InvariantConverged, InvariantLogsClean, InvariantFaultsFired, InvariantClientAnswers, InvariantOutageServed, InvariantWebhooks, InvariantHistory)
 }
 
 // Report is the outcome of one scenario run.
@@ -121,11 +119,11 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 	if err != nil {
 		return err
 	}
-	ledger, err := fakepsp.FetchLedger(ctx, s.psp.url(), false)
+	ledgers, err := s.ledgers(ctx)
 	if err != nil {
 		return err
 	}
-	add(CheckLedger(charges, ledger)...)
+	add(CheckLedgers(charges, ledgers)...)
 
 	// Every 201 the client saw has a row, and every row had a 201.
 	stored := make(map[string]bool, len(charges))
@@ -249,6 +247,16 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 	if err := s.refundsFired(ctx, rep.Fired); err != nil {
 		return err
 	}
+	if s.sc.Routed {
+		if err := s.routeFired(ctx, rep.Fired); err != nil {
+			return err
+		}
+		outage, err := s.checkOutage(ctx, rep)
+		if err != nil {
+			return err
+		}
+		add(outage...)
+	}
 	fenced, err := countInLogs(s.dir, `"msg":"fenced write refused`)
 	if err != nil {
 		return err
@@ -339,6 +347,9 @@ func (s *system) auditLogs() []Violation {
 		"card number, grouped": canaryCardGrouped,
 		"payment method":       "pm_card_",
 	}
+	if s.sc.Routed {
+		canaries["provider api key"] = providerKey
+	}
 	files, _ := filepath.Glob(filepath.Join(s.dir, "*.log"))
 	var out []Violation
 	for _, path := range files {
@@ -395,23 +406,25 @@ func PrintTable(w io.Writer, reports []Report) {
 // short is an invariant's column header.
 func short(invariant string) string {
 	return map[string]string{
-		InvariantAtMostOnce:       "at-most-once",
-		InvariantSucceededCharged: "succ⇔charged",
-		InvariantFailedUncharged:  "failed⇒none",
-		InvariantNoOrphans:        "orphans",
-		InvariantNotOverRefunded:  "≤charged",
-		InvariantTerminal:         "settled",
-		InvariantAckedHasRow:      "201⇒row",
-		InvariantRowAcked:         "row⇒201",
-		InvariantReplayIdentical:  "replays",
-		InvariantFencedWrites:     "fenced",
-		InvariantConverged:        "in-bound",
-		InvariantCompleted:        "completed",
-		InvariantLogsClean:        "logs",
-		InvariantFaultsFired:      "fired",
-		InvariantClientAnswers:    "answers",
-		InvariantWebhooks:         "webhooks",
-		InvariantHistory:          "history",
+		InvariantAtMostOnce:          "at-most-once",
+		InvariantOnceAcrossProviders: "one-provider",
+		InvariantOutageServed:        "outage",
+		InvariantSucceededCharged:    "succ⇔charged",
+		InvariantFailedUncharged:     "failed⇒none",
+		InvariantNoOrphans:           "orphans",
+		InvariantNotOverRefunded:     "≤charged",
+		InvariantTerminal:            "settled",
+		InvariantAckedHasRow:         "201⇒row",
+		InvariantRowAcked:            "row⇒201",
+		InvariantReplayIdentical:     "replays",
+		InvariantFencedWrites:        "fenced",
+		InvariantConverged:           "in-bound",
+		InvariantCompleted:           "completed",
+		InvariantLogsClean:           "logs",
+		InvariantFaultsFired:         "fired",
+		InvariantClientAnswers:       "answers",
+		InvariantWebhooks:            "webhooks",
+		InvariantHistory:             "history",
 	}[invariant]
 }
 

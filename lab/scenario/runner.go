@@ -22,6 +22,7 @@ import (
 
 	"github.com/chargeflow/chargeflow/lab/fakepsp"
 	"github.com/chargeflow/chargeflow/lab/internal/childproc"
+	"github.com/chargeflow/chargeflow/route"
 )
 
 // Config configures a Runner.
@@ -259,6 +260,10 @@ type system struct {
 	lab *labNet
 
 	psp *proc
+	// psp2 is the second provider of a routed scenario (sc.Routed), and
+	// outage the phases of provider-outage once it has run them.
+	psp2   *proc
+	outage *outagePhases
 	// api is the first of apis, the API processes behind the client's
 	// round robin (one unless the scenario asks for more).
 	api         *proc
@@ -379,6 +384,10 @@ func (s *system) env(extra ...string) []string {
 		// A test key: the fake accepts any sk_test_ key.
 		env = append(env, "PSP_KIND=stripe", "STRIPE_API_KEY=sk_test_chargeflow_scenario")
 	}
+	if s.sc.Routed {
+		// The provider accounts' key, by the name they give (outage.go).
+		env = append(env, providerKeyEnv+"="+providerKey)
+	}
 	return append(env, extra...)
 }
 
@@ -399,7 +408,8 @@ func (s *system) boot(ctx context.Context) error {
 		return err
 	}
 	var created struct {
-		APIKey string `json:"api_key"`
+		TenantID string `json:"tenant_id"`
+		APIKey   string `json:"api_key"`
 	}
 	if err := json.Unmarshal([]byte(out), &created); err != nil {
 		return fmt.Errorf("tenant create printed %q: %w", out, err)
@@ -418,11 +428,24 @@ func (s *system) boot(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("scenario %s: faults: %w", s.sc.Name, err)
 	}
-	s.psp = s.newProc("fakepsp", "fakepsp", "--addr", s.listenAddr("fakepsp"), "--no-dedupe", "--protocol", cmp.Or(s.runner.cfg.PSP, "fake"),
+	addr := s.listenAddr("fakepsp")
+	if s.sc.Routed {
+		// The first provider is stopped and started again on its address,
+		// the endpoint of its account.
+		if addr, err = steadyAddr(); err != nil {
+			return err
+		}
+	}
+	s.psp = s.newProc("fakepsp", "fakepsp", "--addr", addr, "--no-dedupe", "--protocol", cmp.Or(s.runner.cfg.PSP, "fake"),
 		"--ledger", filepath.Join(s.dir, "ledger.jsonl"), "--faults", faults)
 	s.psp.env = s.env()
 	if err := s.psp.start(ctx, true); err != nil {
 		return err
+	}
+	if s.sc.Routed {
+		if err := s.routeThroughAccounts(ctx, created.TenantID); err != nil {
+			return err
+		}
 	}
 
 	t := s.t
@@ -431,6 +454,9 @@ func (s *system) boot(ctx context.Context) error {
 	if s.sc.Webhooks != nil {
 		apiEnv, workerEnv = append(slices.Clone(apiEnv), webhookEnv), append(slices.Clone(workerEnv), webhookEnv)
 		workerFlags = webhookWorkerFlags
+	}
+	if s.sc.Routed {
+		workerFlags = slices.Concat(workerFlags, breakerFlags)
 	}
 	for i := range cmp.Or(s.sc.APIs, 1) {
 		name := apiName(i)
@@ -463,7 +489,7 @@ func (s *system) boot(ctx context.Context) error {
 			"--lookup-backoff-base", "100ms", "--lookup-backoff-cap", t.backoffCap.String(),
 			"--max-unknown-age", t.maxUnknownAge.String(), "--max-attempts", "20",
 			"--key-window", t.keyWindow.String(), "--key-window-margin", t.keyWindowGuard.String(), "--max-conns", "4"}
-		if s.runner.cfg.PSP == "stripe" {
+		if s.speaks(route.KindStripe) {
 			// The fake shares this machine's clock: no skew to allow for,
 			// and the soak creates hundreds of intents a second.
 			args = append(args, "--stripe-clock-skew", "1s")
@@ -756,8 +782,10 @@ func (s *system) shutdown() {
 			p.kill()
 		}
 	}
-	if s.psp != nil {
-		s.psp.kill()
+	for _, p := range []*proc{s.psp, s.psp2} {
+		if p != nil {
+			p.kill()
+		}
 	}
 	if s.pool != nil {
 		s.pool.Close()
