@@ -48,6 +48,7 @@ const (
 	CodeKeyWindowPassed       Code = "key_window_passed"
 	CodeMethodNotAllowed      Code = "method_not_allowed"
 	CodeMissingField          Code = "missing_field"
+	CodeNoRoute               Code = "no_route"
 	CodeNotFound              Code = "not_found"
 	CodeNotReady              Code = "not_ready"
 	CodeProviderUnavailable   Code = "provider_unavailable"
