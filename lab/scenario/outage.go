@@ -36,9 +36,11 @@ const (
 	providerKey    = "sk_test_chargeflow_scenario_accounts"
 )
 
-// secondaryKind is the second provider's protocol, unless it is the
-// first's (accountKinds): a charge fails over across protocols.
-const secondaryKind = route.KindStripe
+// secondaryKind is the second provider's protocol: Adyen's, whose only
+// lookup is a re-send, unlike the first's (fake or Stripe, as --psp says),
+// so a charge fails over from a provider it is looked up at to one it is
+// re-sent to.
+const secondaryKind = route.KindAdyen
 
 // accountKinds are the protocols of the two providers: the run's (--psp)
 // for the first, so that both protocols take the outage in turn, and
@@ -67,7 +69,8 @@ func account(name string, kind route.Kind, endpoint string) route.Account {
 		a.CredentialEnv = providerKeyEnv
 	}
 	if kind == route.KindAdyen {
-		a.MerchantAccount = "ChargeflowScenario"
+		// Adyen's base URL names the API's version.
+		a.MerchantAccount, a.Endpoint = "ChargeflowScenario", endpoint+"/v71"
 	}
 	return a
 }
