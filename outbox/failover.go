@@ -31,8 +31,11 @@ const reasonCircuitOpen = "circuit_open"
 
 // account is the provider c is sent to and the breaker's done for the
 // call. When c's account's breaker is open, a charge moves to the next
-// account of its route (c is then returned claimed there); with none to
-// move to, the error is a not-applied one: nothing is sent, and c waits.
+// account of its route (c is then returned claimed there). A breaker only
+// decides where a charge goes, never whether one with nowhere else to go
+// is sent: such a charge (a refund, a tenant without a route, a route
+// whose later accounts are failing too) goes to its account as it would
+// without breakers, so one provider's charges behave as before routes.
 func (w *Worker) account(ctx context.Context, log *slog.Logger, c intent.Charge) (intent.Charge, psp.Provider, func(error), error) {
 	provider, err := w.cfg.Providers.Provider(ctx, c.Provider)
 	if err != nil {
@@ -42,15 +45,15 @@ func (w *Worker) account(ctx context.Context, log *slog.Logger, c intent.Charge)
 	if err == nil {
 		return c, provider, done, nil
 	}
-	open := &psp.Error{Kind: psp.ErrNotApplied, Reason: reasonCircuitOpen,
-		Err: fmt.Errorf("the circuit of provider %s is %s", c.Provider, w.breakers.state(c.Provider))}
+	// The breaker did not let the call through, so it hears nothing of it.
+	unheard := func(error) {}
 	next, ok, err := w.nextAccount(ctx, c)
 	if err != nil {
-		log.WarnContext(ctx, "cannot read the tenant's route; the charge waits", "err", err.Error())
-		return c, nil, nil, open
+		log.WarnContext(ctx, "cannot read the tenant's route; sending the charge where it is", "err", err.Error())
+		return c, provider, unheard, nil
 	}
 	if !ok {
-		return c, nil, nil, open
+		return c, provider, unheard, nil
 	}
 	moved, err := w.reroute(ctx, c, next)
 	if err != nil {

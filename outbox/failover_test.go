@@ -198,21 +198,32 @@ func TestFailover(t *testing.T) {
 		require.Contains(t, strings.Join(b.reasons(ctx, t, fresh.ID), " "), "rerouted_from:first")
 	})
 
-	t.Run("WithNowhereToGoAChargeWaits", func(t *testing.T) {
+	t.Run("WithNowhereToGoAChargeIsSentWhereItIs", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setupFailover(t, closedAddress(t))
-		// The second account is the last of the route: it has nowhere to
-		// move to, and it is failing too.
+		first := fakepsptest.Start(t, fakepsp.Config{})
+		ctx, b := setupFailover(t, first.URL)
+		// The first account is the only one of the route: a breaker decides
+		// where a charge goes, never whether one with nowhere else to go is
+		// sent. Its lost answers open its breaker, and charges are still
+		// sent to it, as they would be without breakers.
 		require.NoError(t, route.SetRoute(ctx, b.pool, b.tenantID, []route.Entry{{Account: "first"}}))
-		c := b.acceptAt(ctx, t, "first")
-		require.Eventually(t, func() bool {
+		require.NoError(t, fakepsp.SetFaults(ctx, first.URL, fakepsp.Schedule{Seed: 1, Rules: []fakepsp.Rule{
+			{On: "charge", Fault: "apply_then_reset", P: 1},
+		}}))
+		var charges []intent.Charge
+		for range 5 {
+			charges = append(charges, b.acceptAt(ctx, t, "first"))
+		}
+		for _, c := range charges {
+			got := b.waitFor(ctx, t, c.ID, intent.StateUnknown)
+			require.Equal(t, "first", got.Provider)
 			trail := strings.Join(b.reasons(ctx, t, c.ID), " ")
-			return strings.Contains(trail, "not_applied:circuit_open")
-		}, 20*time.Second, 20*time.Millisecond, "the open breaker sends nothing")
-		got, err := intent.Get(ctx, b.pool, b.tenantID, c.ID)
+			require.NotContains(t, trail, "circuit_open")
+			require.NotContains(t, trail, "rerouted")
+		}
+		firstLedger, err := fakepsp.FetchLedger(ctx, first.URL, false)
 		require.NoError(t, err)
-		require.Equal(t, "first", got.Provider)
-		require.NotContains(t, strings.Join(b.reasons(ctx, t, c.ID), " "), "rerouted")
+		require.Len(t, firstLedger, len(charges), "every charge was sent")
 		require.Empty(t, b.ledger(t))
 	})
 }
