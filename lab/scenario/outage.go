@@ -79,8 +79,18 @@ func account(name string, kind route.Kind, endpoint string) route.Account {
 // each provider and routes the tenant through them, first to second.
 func (s *system) routeThroughAccounts(ctx context.Context, tenantID string) error {
 	primary, secondary := s.accountKinds()
-	s.psp2 = s.newProc("fakepsp-2", "fakepsp", "--addr", s.listenAddr("fakepsp-2"), "--no-dedupe", "--protocol", string(secondary),
-		"--ledger", filepath.Join(s.dir, "ledger-2.jsonl"))
+	// Every fake runs with its de-duplication off, so that only chargeflow
+	// stands between a retry and a double charge — but for one whose only
+	// lookup is a re-send (Adyen's), where the re-send is safe exactly
+	// because the provider de-duplicates its key: that is the capability
+	// the adapter declares (its key window), and without it every re-send
+	// charges anew.
+	args := []string{"fakepsp", "--addr", s.listenAddr("fakepsp-2"), "--protocol", string(secondary),
+		"--ledger", filepath.Join(s.dir, "ledger-2.jsonl")}
+	if secondary != route.KindAdyen {
+		args = append(args, "--no-dedupe")
+	}
+	s.psp2 = s.newProc("fakepsp-2", args...)
 	s.psp2.env = s.env()
 	if err := s.psp2.start(ctx, true); err != nil {
 		return err
