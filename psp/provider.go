@@ -91,6 +91,24 @@ type Capabilities struct {
 	// docs/notifications.md). The provider must still be set up to send
 	// them to us (the fake: --webhook-url; Stripe: a webhook endpoint).
 	Notifications bool
+	// SeparateCapture says the provider can authorize a charge and capture
+	// or release it later (ChargeRequest.CaptureLater); the adapter then
+	// implements Capturer. A provider without it is never sent a charge
+	// to capture later: the API refuses one (docs/capture.md).
+	SeparateCapture bool
+	// HoldWindow is how long the provider holds an authorization before
+	// it releases it on its own; zero with SeparateCapture means
+	// DefaultHoldWindow.
+	HoldWindow time.Duration
+}
+
+// Hold is how long the provider holds an authorization (HoldWindow, or
+// DefaultHoldWindow when it names none).
+func (c Capabilities) Hold() time.Duration {
+	if c.HoldWindow > 0 {
+		return c.HoldWindow
+	}
+	return DefaultHoldWindow
 }
 
 // LookupRequest is what the caller knows about a charge it looks up.

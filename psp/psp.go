@@ -25,8 +25,9 @@ type Charge struct {
 	// ID is the provider's own identifier, such as "py_…".
 	ID string `json:"id"`
 
-	// Status is StatusSucceeded or StatusFailed; Classify never returns a
-	// Charge with any other status.
+	// Status is StatusSucceeded or StatusFailed; for a charge sent to be
+	// captured later, StatusRequiresCapture or StatusCanceled too
+	// (capture.go). No adapter returns any other.
 	Status Status `json:"status"`
 
 	// Amount is in the currency's minor unit, as the provider recorded it.
@@ -43,6 +44,9 @@ type Charge struct {
 	// DeclineCode says why a failed charge was declined, such as
 	// "insufficient_funds". It is empty for a succeeded charge.
 	DeclineCode string `json:"decline_code,omitempty"`
+	// AmountCaptured is, for a charge authorized to be captured later,
+	// what a capture took (Status succeeded); zero before.
+	AmountCaptured int64 `json:"amount_captured,omitempty"`
 }
 
 // ChargeRequest is one charge call to the provider.
@@ -68,6 +72,10 @@ type ChargeRequest struct {
 	// fake provider totals charges per tag in its audit; real providers
 	// ignore it.
 	Tag string
+	// CaptureLater asks the provider to authorize only: the answer is
+	// StatusRequiresCapture, and a Capturer captures or releases it later
+	// (capture.go). Only for a provider with Capabilities.SeparateCapture.
+	CaptureLater bool
 }
 
 // CodeChargeNotFound is the error code in the provider's JSON error body that
