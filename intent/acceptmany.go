@@ -53,6 +53,7 @@ func AcceptMany(ctx context.Context, db DB, as []Acceptance) ([]Accepted, error)
 		keyHashes, fingerprints, bodies           = make([][]byte, n), make([][]byte, n), make([][]byte, n)
 		statuses, jobMaxAttempts, jobPriorities   = make([]int32, n), make([]int32, n), make([]int32, n)
 		amounts                                   = make([]int64, n)
+		captureLater                              = make([]bool, n)
 		created, expires                          = make([]time.Time, n), make([]time.Time, n)
 		wakeTopic, wakePayload                    string
 	)
@@ -77,7 +78,7 @@ func AcceptMany(ctx context.Context, db DB, as []Acceptance) ([]Accepted, error)
 		tenants[i], chargeIDs[i], currencies[i], methods[i], descriptions[i] = c.TenantID, c.ID, c.Currency, c.PaymentMethod, c.Description
 		metadata[i], providers[i], providerKeys[i], actors[i] = string(md), c.Provider, c.ProviderKey, a.Actor
 		keyHashes[i], fingerprints[i], bodies[i], statuses[i] = a.KeyHash, a.Fingerprint, a.ResponseBody, int32(a.StatusCode)
-		amounts[i], created[i], expires[i] = c.Amount, c.CreatedAt, a.ExpiresAt
+		amounts[i], created[i], expires[i], captureLater[i] = c.Amount, c.CreatedAt, a.ExpiresAt, c.CaptureLater
 		j := a.Job
 		jobArgs[i], jobKinds[i], jobQueues[i] = string(j.Args), j.Kind, j.Queue
 		jobMetadata[i], jobMaxAttempts[i], jobPriorities[i] = "{}", int32(j.MaxAttempts), int32(j.Priority)
@@ -97,10 +98,10 @@ func AcceptMany(ctx context.Context, db DB, as []Acceptance) ([]Accepted, error)
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::timestamptz[],
 		$8::timestamptz[], $9::bigint[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[],
-		$16::text[], $17::text[], $18::text[], $19::int[], $20::text[], $21::int[], $22::text[])
+		$16::text[], $17::text[], $18::text[], $19::int[], $20::text[], $21::int[], $22::text[], $25::bool[])
 	WITH ORDINALITY AS i(tenant_id, key_hash, fingerprint, charge_id, status_code, response_body, created_at,
 		expires_at, amount, currency, payment_method, description, metadata, provider, provider_key,
-		actor, job_args, job_kind, job_max_attempts, job_metadata, job_priority, job_queue, ord)
+		actor, job_args, job_kind, job_max_attempts, job_metadata, job_priority, job_queue, capture_later, ord)
 ), existing AS (
 	SELECT i.ord, k.fingerprint, coalesce(k.charge_id, k.endpoint_id) AS charge_id, k.status_code, k.response_body, k.created_at, k.expires_at
 	FROM input i JOIN idempotency_keys k ON k.tenant_id = i.tenant_id AND k.key_hash = i.key_hash
@@ -114,9 +115,9 @@ WITH input AS (
 	RETURNING tenant_id, charge_id
 ), charge AS (
 	INSERT INTO charges (tenant_id, id, state, amount, currency, payment_method, description, metadata,
-		provider, provider_key, created_at, updated_at, kind)
+		provider, provider_key, created_at, updated_at, kind, capture_later)
 	SELECT i.tenant_id, i.charge_id, 'pending', i.amount, i.currency, nullif(i.payment_method, ''), i.description,
-		i.metadata::jsonb, i.provider, i.provider_key, i.created_at, i.created_at, 'charge'
+		i.metadata::jsonb, i.provider, i.provider_key, i.created_at, i.created_at, 'charge', i.capture_later
 	FROM idem JOIN input i ON i.tenant_id = idem.tenant_id AND i.charge_id = idem.charge_id
 	RETURNING tenant_id, id
 ), audit AS (
@@ -140,7 +141,7 @@ LEFT JOIN existing e ON e.ord = i.ord
 ORDER BY i.ord`,
 		tenants, keyHashes, fingerprints, chargeIDs, statuses, bodies, created, expires, amounts, currencies, methods,
 		descriptions, metadata, providers, providerKeys, actors, jobArgs, jobKinds, jobMaxAttempts, jobMetadata,
-		jobPriorities, jobQueues, wakeTopic, wakePayload)
+		jobPriorities, jobQueues, wakeTopic, wakePayload, captureLater)
 	if err != nil {
 		return nil, fmt.Errorf("accept charges: %w", CommitFailed(err))
 	}

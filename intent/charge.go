@@ -42,6 +42,17 @@ var (
 	// lock, so no number of concurrent requests can pass it.
 	ErrRefundExceedsCharge = errors.New("intent: refunds would exceed the charge")
 
+	// ErrNotCapturable means a capture or cancel names a charge that is not
+	// authorized and held (requires_capture) in the operation's currency
+	// and at its provider (SQLSTATE CF012); ErrOperationInProgress, a held
+	// charge with another capture or cancel on its way (CF011);
+	// ErrCaptureExceedsAuthorization, a capture of more than was
+	// authorized (CF013). The database decides each, under the charge's
+	// row lock (operations_account).
+	ErrNotCapturable               = errors.New("intent: charge is not held for capture")
+	ErrOperationInProgress         = errors.New("intent: another capture or cancel of the charge is in flight")
+	ErrCaptureExceedsAuthorization = errors.New("intent: capture exceeds the authorization")
+
 	// ErrOutcomeUnknown means a statement that commits (an accept, or the
 	// commit of a transaction) was sent and no answer came back: the
 	// connection was lost or the caller's deadline passed while the server
@@ -107,15 +118,35 @@ func (e *ConflictError) Is(target error) bool {
 	return target == ErrConflict
 }
 
-// Kind is what an operation does at the provider. A refund is a row of the
-// same table as a charge, carried by the same machinery (docs/refunds.md,
-// "Where refunds live").
+// Kind is what an operation does at the provider. A refund, a capture and
+// a cancel are rows of the same table as a charge, carried by the same
+// machinery (docs/refunds.md, "Where refunds live"; docs/capture.md).
 type Kind string
 
 const (
-	KindCharge Kind = "charge"
-	KindRefund Kind = "refund"
+	KindCharge  Kind = "charge"
+	KindRefund  Kind = "refund"
+	KindCapture Kind = "capture"
+	KindCancel  Kind = "cancel"
 )
+
+// Operation reports whether k is an operation on a held charge: a capture
+// or a cancel.
+func (k Kind) Operation() bool { return k == KindCapture || k == KindCancel }
+
+// IDPrefix is what every id of kind k starts with, before its "_".
+func (k Kind) IDPrefix() string {
+	switch k {
+	case KindRefund:
+		return "re"
+	case KindCapture:
+		return "cp"
+	case KindCancel:
+		return "cx"
+	default:
+		return "ch"
+	}
+}
 
 // Charge is one operation as stored: a charge intent, or a refund of one
 // (Kind, ParentID).
@@ -124,9 +155,10 @@ type Charge struct {
 	ID       string
 	State    State
 
-	// Kind is KindCharge or KindRefund ("" is a charge when accepting).
-	// A refund's ParentID is the charge it refunds, its Reason the
-	// merchant's, and it has no PaymentMethod.
+	// Kind is KindCharge, KindRefund, KindCapture or KindCancel ("" is a
+	// charge when accepting). Any other kind's ParentID is the charge it
+	// acts on and it has no PaymentMethod; a refund's Reason is the
+	// merchant's.
 	Kind     Kind
 	ParentID string
 	Reason   string
@@ -136,6 +168,16 @@ type Charge struct {
 	// them (refunds_account), never Go.
 	AmountReserved int64
 	AmountRefunded int64
+
+	// CaptureLater says a charge is only authorized at its provider and
+	// waits in requires_capture for a capture or a cancel (rows of kinds
+	// KindCapture and KindCancel whose ParentID is the charge). The
+	// database keeps AmountCaptured, what its capture took, and
+	// OpInFlight, the id of the operation on its way
+	// (operations_account), never Go.
+	CaptureLater   bool
+	AmountCaptured int64
+	OpInFlight     string
 
 	Amount        int64
 	Currency      string
@@ -187,6 +229,13 @@ type AuditEntry struct {
 	// empty and To is the state the charge stayed in).
 	Action    string
 	CreatedAt time.Time
+}
+
+// operationRefusals are the SQLSTATEs of operations_account's refusals.
+var operationRefusals = map[string]error{
+	"CF011": ErrOperationInProgress,
+	"CF012": ErrNotCapturable,
+	"CF013": ErrCaptureExceedsAuthorization,
 }
 
 // RefundIDPrefix starts every refund's id, as "ch_" starts a charge's.

@@ -26,14 +26,34 @@
 //	 same provider key       window ending,
 //	                         amount mismatch)
 //
+// A charge accepted with "capture": false is only authorized: the
+// provider's answer (or lookup) that it holds the money moves it to
+// requires_capture instead of succeeded, and a capture or a cancel — rows
+// of their own, kinds capture and cancel, through the same moves above —
+// moves it on when it succeeds (operations_account, in the operation's own
+// transaction), or the provider's release of an expired hold does
+// (docs/capture.md):
+//
+//	submitting, unknown,   authorized            capture succeeded
+//	needs_review ───────► requires_capture ──────────────────► succeeded
+//	                           │   ▲ a capture or cancel           (amount_captured)
+//	                           │   └── that failed leaves it held
+//	                           │ cancel succeeded, or the hold
+//	                           ▼ expired at the provider (found)
+//	                        canceled  (also from submitting, unknown,
+//	                                   needs_review: found released)
+//
 // The same moves as a table (Transitions is the one copy in Go; the
 // charge_transitions table is the one copy in SQL, and a test keeps them
 // equal):
 //
-//	pending      → submitting | failed
-//	submitting   → succeeded | failed | unknown | pending   (pending only when the call provably never left)
-//	unknown      → succeeded | failed | pending | needs_review (pending only on proven not-found)
-//	needs_review → succeeded | failed | pending             (an operator, with evidence)
+//	pending          → submitting | failed
+//	submitting       → succeeded | failed | unknown | pending | requires_capture | canceled
+//	                   (pending only when the call provably never left)
+//	unknown          → succeeded | failed | pending | needs_review | requires_capture | canceled
+//	                   (pending only on proven not-found)
+//	needs_review     → succeeded | failed | pending | requires_capture | canceled (an operator, with evidence)
+//	requires_capture → succeeded | canceled (its capture or cancel, or the hold's expiry)
 //
 // Every move is a compare-and-set on the current state (and, for the
 // reconciler, on its lease token) that appends a row to charge_audit in the

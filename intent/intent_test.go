@@ -165,7 +165,8 @@ func TestDatabaseEnforcesStateMachine(t *testing.T) {
 				_, err = tx.Exec(ctx, `ALTER TABLE charges DISABLE TRIGGER charges_guard`)
 				require.NoError(t, err)
 				_, err = tx.Exec(ctx, `UPDATE charges SET state = $1, provider_charge_id = 'py_x', failure_code = 'x',
-					review_reason = 'x', next_check_at = now(), unknown_since = now() WHERE id = $2`, string(from), c.ID)
+					review_reason = 'x', next_check_at = now(), unknown_since = now(),
+					capture_later = true, amount_captured = amount WHERE id = $2`, string(from), c.ID)
 				require.NoError(t, err)
 				_, err = tx.Exec(ctx, `ALTER TABLE charges ENABLE TRIGGER charges_guard`)
 				require.NoError(t, err)

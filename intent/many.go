@@ -77,7 +77,7 @@ WITH req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS r(tenant_id, id, from_state, i)
 ), locked AS (
 	SELECT c.tenant_id, c.id, r.i::int AS i FROM charges c
-	JOIN req r ON c.tenant_id = r.tenant_id AND c.id = r.id AND c.state = r.from_state
+	JOIN req r ON c.tenant_id = r.tenant_id AND c.id = r.id AND c.state = r.from_state AND c.op_in_flight IS NULL
 	ORDER BY c.tenant_id, c.id
 	FOR UPDATE OF c
 ), moved AS (

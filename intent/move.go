@@ -43,7 +43,9 @@ type Move struct {
 }
 
 // MoveCharge applies m in one statement: the compare-and-set on the state
-// (and lease token), the column changes, and the audit entry. It returns the charge
+// (and lease token), the column changes, and the audit entry. A held charge
+// with a capture or cancel in flight moves only by that operation
+// (operations_account), so MoveCharge finds it where it is not expected. It returns the charge
 // as it is after the move. Every move ends any lease on the charge; the lease
 // token itself only ever grows.
 //
@@ -71,6 +73,7 @@ WITH moved AS (
 		lease_owner = NULL,
 		lease_expires_at = NULL
 	WHERE tenant_id = $1 AND id = $2 AND state = $3 AND ($10::bigint = 0 OR lease_token = $10)
+		AND op_in_flight IS NULL
 	RETURNING *
 ), audit AS (
 	INSERT INTO charge_audit (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, evidence, lease_token)
@@ -100,6 +103,8 @@ func checkMove(m Move) error {
 	switch {
 	case m.To == StateSucceeded && m.ProviderChargeID == "":
 		return errors.New("intent: succeeded needs the provider's charge id")
+	case m.To == StateRequiresCapture && m.ProviderChargeID == "":
+		return errors.New("intent: requires_capture needs the provider's charge id")
 	case m.To == StateFailed && m.FailureCode == "":
 		return errors.New("intent: failed needs a failure code")
 	case m.To == StateNeedsReview && m.ReviewReason == "":

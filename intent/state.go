@@ -19,8 +19,19 @@ const (
 	// reconciler moves a charge out of it, with proof.
 	StateUnknown State = "unknown"
 
-	// StateSucceeded means the provider confirmed the charge. Terminal.
+	// StateRequiresCapture means the provider authorized a charge accepted
+	// to be captured later and holds the money: a capture or a cancel
+	// (rows of their own) moves it on, or the provider's release of an
+	// expired hold (docs/capture.md).
+	StateRequiresCapture State = "requires_capture"
+
+	// StateSucceeded means the provider confirmed the charge (for one
+	// captured later, its capture). Terminal.
 	StateSucceeded State = "succeeded"
+
+	// StateCanceled means an authorized charge was released, by a cancel or
+	// by its hold's expiry at the provider: no money moved. Terminal.
+	StateCanceled State = "canceled"
 
 	// StateFailed means the provider declined, or it is proven that no
 	// provider charge exists and none will be attempted. Terminal.
@@ -33,7 +44,8 @@ const (
 
 // States lists every state, in the order of the state machine.
 func States() []State {
-	return []State{StatePending, StateSubmitting, StateUnknown, StateSucceeded, StateFailed, StateNeedsReview}
+	return []State{StatePending, StateSubmitting, StateUnknown, StateRequiresCapture, StateSucceeded, StateCanceled,
+		StateFailed, StateNeedsReview}
 }
 
 // Valid reports whether s is one of the states.
@@ -41,7 +53,7 @@ func (s State) Valid() bool { return slices.Contains(States(), s) }
 
 // Terminal reports whether nothing may move a charge out of s.
 func (s State) Terminal() bool {
-	return s == StateSucceeded || s == StateFailed
+	return s == StateSucceeded || s == StateFailed || s == StateCanceled
 }
 
 // Transition is one legal move of the state machine.
@@ -66,6 +78,15 @@ var transitions = [...]Transition{
 	{StateNeedsReview, StateSucceeded},
 	{StateNeedsReview, StateFailed},
 	{StateNeedsReview, StatePending},
+	// Authorize now, capture later (docs/capture.md).
+	{StateSubmitting, StateRequiresCapture},
+	{StateSubmitting, StateCanceled},
+	{StateUnknown, StateRequiresCapture},
+	{StateUnknown, StateCanceled},
+	{StateNeedsReview, StateRequiresCapture},
+	{StateNeedsReview, StateCanceled},
+	{StateRequiresCapture, StateSucceeded},
+	{StateRequiresCapture, StateCanceled},
 }
 
 // Transitions returns every legal move.

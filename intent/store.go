@@ -23,7 +23,8 @@ const chargeColumns = `tenant_id, id, state, kind, coalesce(parent_id, ''), coal
 	amount, currency, coalesce(payment_method, ''), description, metadata,
 	provider, provider_key, coalesce(provider_charge_id, ''), coalesce(failure_code, ''), coalesce(review_reason, ''),
 	attempts, first_attempt_at, last_attempt_at, unknown_since, lookup_failures, next_check_at,
-	coalesce(lease_owner, ''), lease_token, lease_expires_at, last_lookup_at, forced_check_at, created_at, updated_at`
+	coalesce(lease_owner, ''), lease_token, lease_expires_at, last_lookup_at, forced_check_at, created_at, updated_at,
+	capture_later, coalesce(amount_captured, 0), coalesce(op_in_flight, '')`
 
 // scanCharge reads chargeColumns, then any extra columns that follow them
 // into extra.
@@ -33,7 +34,8 @@ func scanCharge(row pgx.Row, extra ...any) (Charge, error) {
 	dest := append([]any{&c.TenantID, &c.ID, &c.State, &c.Kind, &c.ParentID, &c.Reason, &c.AmountReserved, &c.AmountRefunded, &c.Amount, &c.Currency, &c.PaymentMethod, &c.Description, &metadata,
 		&c.Provider, &c.ProviderKey, &c.ProviderChargeID, &c.FailureCode, &c.ReviewReason,
 		&c.Attempts, &c.FirstAttemptAt, &c.LastAttemptAt, &c.UnknownSince, &c.LookupFailures, &c.NextCheckAt,
-		&c.LeaseOwner, &c.LeaseToken, &c.LeaseExpiresAt, &c.LastLookupAt, &c.ForcedCheckAt, &c.CreatedAt, &c.UpdatedAt}, extra...)
+		&c.LeaseOwner, &c.LeaseToken, &c.LeaseExpiresAt, &c.LastLookupAt, &c.ForcedCheckAt, &c.CreatedAt, &c.UpdatedAt,
+		&c.CaptureLater, &c.AmountCaptured, &c.OpInFlight}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return Charge{}, err
 	}
@@ -154,9 +156,9 @@ WITH existing AS (
 	RETURNING tenant_id, charge_id
 ), charge AS (
 	INSERT INTO charges (tenant_id, id, state, amount, currency, payment_method, description, metadata,
-		provider, provider_key, created_at, updated_at, kind, parent_id, reason)
+		provider, provider_key, created_at, updated_at, kind, parent_id, reason, capture_later)
 	SELECT tenant_id, charge_id, 'pending', $9, $10, nullif($11, ''), $12, $13, $14, $15, $7, $7,
-		$25, nullif($26, ''), nullif($27, '') FROM idem
+		$25, nullif($26, ''), nullif($27, ''), $28 FROM idem
 	RETURNING tenant_id, id
 ), audit AS (
 	INSERT INTO charge_audit (tenant_id, charge_id, from_state, to_state, actor, reason, attempt)
@@ -173,7 +175,7 @@ FROM (SELECT 1) one LEFT JOIN existing e ON true`,
 		c.TenantID, a.KeyHash, a.Fingerprint, c.ID, a.StatusCode, a.ResponseBody, c.CreatedAt, a.ExpiresAt,
 		c.Amount, c.Currency, c.PaymentMethod, c.Description, metadata, c.Provider, c.ProviderKey, a.Actor,
 		job.Args, job.Kind, job.MaxAttempts, job.Metadata, job.Priority, job.Queue,
-		job.WakeTopic, job.WakePayload, cmp.Or(c.Kind, KindCharge), c.ParentID, c.Reason,
+		job.WakeTopic, job.WakePayload, cmp.Or(c.Kind, KindCharge), c.ParentID, c.Reason, c.CaptureLater,
 	).Scan(&n, &notified, &fingerprint, &chargeID, &status, &body, &created, &expires)
 	var pgErr *pgconn.PgError
 	switch {
@@ -181,6 +183,8 @@ FROM (SELECT 1) one LEFT JOIN existing e ON true`,
 		return false, rec, false, fmt.Errorf("accept refund of %s: %w", c.ParentID, ErrNotRefundable)
 	case errors.As(err, &pgErr) && pgErr.ConstraintName == "charges_refunds_within_amount":
 		return false, rec, false, fmt.Errorf("accept refund of %s: %w", c.ParentID, ErrRefundExceedsCharge)
+	case errors.As(err, &pgErr) && operationRefusals[pgErr.Code] != nil:
+		return false, rec, false, fmt.Errorf("accept %s of %s: %w", c.Kind, c.ParentID, operationRefusals[pgErr.Code])
 	case err != nil:
 		if _, inTx := db.(pgx.Tx); !inTx {
 			err = CommitFailed(err) // the statement is its own transaction
@@ -381,6 +385,10 @@ func listQuery(p ListParams) (string, []any, error) {
 		where = append(where, "kind = 'charge' AND id > 'ch' AND id < 'ci'")
 	case KindRefund:
 		where = append(where, "kind = 'refund' AND id > 're' AND id < 'rf'")
+	case KindCapture:
+		where = append(where, "kind = 'capture' AND id > 'cp' AND id < 'cq'")
+	case KindCancel:
+		where = append(where, "kind = 'cancel' AND id > 'cx' AND id < 'cy'")
 	default:
 		return "", nil, fmt.Errorf("intent: list charges of kind %q: no such kind", p.Kind)
 	}

@@ -126,10 +126,15 @@ func TestUpgradeFromV0015(t *testing.T) {
 	// Today's code writes the audit trail into charge_audit, the name
 	// 0002_charge_audit gives charge_events; while it seeds, a view of that
 	// name stands for the table an older build wrote into.
-	_, err := old.Exec(ctx, `CREATE VIEW charge_audit AS SELECT * FROM charge_events`)
+	// So do the columns 0005_capture adds to charges, at the values that
+	// migration gives a charge accepted before it.
+	_, err := old.Exec(ctx, `CREATE VIEW charge_audit AS SELECT * FROM charge_events;
+		ALTER TABLE charges ADD COLUMN capture_later boolean NOT NULL DEFAULT false,
+			ADD COLUMN amount_captured bigint, ADD COLUMN op_in_flight text`)
 	require.NoError(t, err)
 	seed(t, old)
-	_, err = old.Exec(ctx, `DROP VIEW charge_audit`)
+	_, err = old.Exec(ctx, `DROP VIEW charge_audit;
+		ALTER TABLE charges DROP COLUMN capture_later, DROP COLUMN amount_captured, DROP COLUMN op_in_flight`)
 	require.NoError(t, err)
 	before := rows(t, old)
 	before["charge_audit"] = before["charge_events"]
@@ -149,10 +154,17 @@ func TestUpgradeFromV0015(t *testing.T) {
 	slices.Sort(before["sequences"])
 	before["provider_accounts"], before["tenant_routes"] = []string{}, []string{}
 	// And a charge gains its route number, 0: it is at the account it was
-	// accepted for.
+	// accepted for; and it was captured at once, with no operation on it.
 	for i, row := range before["charges"] {
-		before["charges"][i] = strings.TrimSuffix(row, ")") + ",0)"
+		before["charges"][i] = strings.TrimSuffix(row, ")") + ",0,f,,)"
 	}
+	// The state machine gains the moves of a charge captured later.
+	for _, move := range []string{"needs_review,canceled", "needs_review,requires_capture", "requires_capture,canceled",
+		"requires_capture,succeeded", "submitting,canceled", "submitting,requires_capture", "unknown,canceled",
+		"unknown,requires_capture"} {
+		before["charge_transitions"] = append(before["charge_transitions"], "("+move+")")
+	}
+	slices.Sort(before["charge_transitions"])
 
 	require.NoError(t, apply(t, old))
 	require.NoError(t, migrations.Check(ctx, old))

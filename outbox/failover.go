@@ -67,7 +67,8 @@ func (w *Worker) account(ctx context.Context, log *slog.Logger, c intent.Charge)
 // nextAccount is the account of c's tenant's route after c's own that
 // this process can call and whose breaker is not open.
 func (w *Worker) nextAccount(ctx context.Context, c intent.Charge) (string, bool, error) {
-	if w.cfg.Routes == nil || c.Kind == intent.KindRefund {
+	// A refund, a capture and a cancel act on a charge where it is.
+	if w.cfg.Routes == nil || (c.Kind != "" && c.Kind != intent.KindCharge) {
 		return "", false, nil
 	}
 	table, err := w.cfg.Routes.Table(ctx)
@@ -79,9 +80,16 @@ func (w *Worker) nextAccount(ctx context.Context, c intent.Charge) (string, bool
 		return "", false, err
 	}
 	next, ok := table.Next(c.TenantID, c.Currency, c.Amount, c.Provider, func(name string) bool {
-		return slices.Contains(names, name) && w.breakers.usable(name)
+		return slices.Contains(names, name) && w.breakers.usable(name) && (!c.CaptureLater || w.capturesSeparately(ctx, name))
 	})
 	return next, ok, nil
+}
+
+// capturesSeparately reports whether the account name can authorize a
+// charge to be captured later: one that cannot is never its next account.
+func (w *Worker) capturesSeparately(ctx context.Context, name string) bool {
+	p, err := w.cfg.Providers.Provider(ctx, name)
+	return err == nil && p.Capabilities().SeparateCapture
 }
 
 // reroute puts the claimed c back to pending, unsent, moves it to the

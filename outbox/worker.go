@@ -334,7 +334,7 @@ func (w *Worker) logMoved(ctx context.Context, log *slog.Logger, moves []intent.
 func definitive(moves []intent.Move) bool {
 	last := moves[len(moves)-1]
 	return moves[0].From == intent.StateSubmitting &&
-		(last.To == intent.StateSucceeded || last.To == intent.StateFailed || last.To == intent.StateNeedsReview)
+		(last.To.Terminal() || last.To == intent.StateNeedsReview || last.To == intent.StateRequiresCapture)
 }
 
 // fromUnknown rewrites moves that start at submitting to start at unknown.
@@ -379,8 +379,10 @@ func (w *Worker) lostRace(ctx context.Context, log *slog.Logger, err error) erro
 
 // rowNoun names a row by its id: a refund or a charge.
 func rowNoun(id string) string {
-	if strings.HasPrefix(id, intent.RefundIDPrefix) {
-		return "refund"
+	for _, k := range []intent.Kind{intent.KindRefund, intent.KindCapture, intent.KindCancel} {
+		if strings.HasPrefix(id, k.IDPrefix()+"_") {
+			return string(k)
+		}
 	}
 	return "charge"
 }

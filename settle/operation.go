@@ -11,17 +11,23 @@ import (
 
 // This file is where a row's kind decides the provider call. A job, a
 // lookup or an operator's check names a row of charges; the row says
-// whether it is a charge or a refund (docs/refunds.md, "Where refunds
-// live"), and Send and Find make the one call that kind needs. Every answer
+// whether it is a charge, a refund, a capture or a cancel (docs/refunds.md,
+// "Where refunds live"; docs/capture.md), and Send and Find make the one
+// call that kind needs. Every answer
 // comes back as a psp.Charge, so Moves reads a refund's answer by the same
 // rule as a charge's: the same money and reference, or a person looks.
 
 // Send makes the one provider attempt c needs, with its fixed provider key:
-// a charge, or a refund of c's parent charge.
+// a charge (authorized only when c is captured later), a refund of c's
+// parent charge, or a capture or cancel of it (capture.go).
 func Send(ctx context.Context, db intent.DB, p psp.Provider, c intent.Charge) (psp.Charge, error) {
-	if c.Kind != intent.KindRefund {
+	switch c.Kind {
+	case intent.KindRefund:
+	case intent.KindCapture, intent.KindCancel:
+		return sendOperation(ctx, db, p, c)
+	default:
 		return p.Charge(ctx, psp.ChargeRequest{Key: c.ProviderKey, Amount: c.Amount, Currency: c.Currency,
-			PaymentMethod: c.PaymentMethod, Reference: c.ID, Tag: c.TenantID})
+			PaymentMethod: c.PaymentMethod, Reference: c.ID, Tag: c.TenantID, CaptureLater: c.CaptureLater})
 	}
 	// Nothing is sent unless the refund can be: a failure here is "not
 	// applied", and the job retries.
@@ -34,8 +40,9 @@ func Send(ctx context.Context, db intent.DB, p psp.Provider, c intent.Charge) (p
 	return AnswerOf(r), err
 }
 
-// Find looks c up at the provider (LookupOf says with what): a charge, or
-// a refund among its parent charge's. A provider whose lookup is a re-send
+// Find looks c up at the provider (LookupOf says with what): a charge, a
+// refund among its parent charge's, or a capture or cancel as the state of
+// its parent charge (capture.go). A provider whose lookup is a re-send
 // (psp.LookupByResend) is sent c's own request again with its own key,
 // which it answers with the first request's result: an answer that proved
 // nothing applied proves nothing about the first request, so it is an
@@ -48,6 +55,9 @@ func Find(ctx context.Context, db intent.DB, p psp.Provider, c intent.Charge) (p
 			err = &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "resend_" + psp.ReasonOf(err), Err: err}
 		}
 		return answer, err
+	}
+	if c.Kind.Operation() {
+		return findOperation(ctx, db, p, c)
 	}
 	q, err := LookupOf(ctx, db, c)
 	if err != nil {

@@ -44,6 +44,12 @@ const (
 	// amount, currency or reference is not this charge's. That is never
 	// success: a person must look (needs_review, amount_mismatch).
 	Mismatch Outcome = "mismatch"
+	// Authorized means the provider holds the money of a charge sent to be
+	// captured later (requires_capture).
+	Authorized Outcome = "authorized"
+	// Released means the provider released an authorized charge, by a
+	// cancel or its hold's expiry (canceled): no money moved.
+	Released Outcome = "released"
 )
 
 // Moves returns the moves answer proves for charge, and what it proved.
@@ -51,30 +57,49 @@ const (
 // for the reconciler, LeaseToken; every returned move keeps them. A mismatch
 // from submitting is two moves, submitting → unknown → needs_review, since
 // the state machine routes every doubt through unknown; the caller applies
-// them in one transaction.
+// them in one transaction. A capture's or cancel's answer is read by
+// OperationMoves.
 func Moves(base intent.Move, charge intent.Charge, answer psp.Charge, src Source) ([]intent.Move, Outcome) {
+	if charge.Kind.Operation() {
+		return OperationMoves(base, charge, answer, src)
+	}
 	evidence := "provider " + string(cmp.Or(charge.Kind, intent.KindCharge)) + " " + answer.ID
 	if !Matches(charge, answer) {
-		review := base
-		review.To, review.Reason, review.Evidence = intent.StateNeedsReview, "amount_mismatch", evidence
-		review.ReviewReason = fmt.Sprintf("provider holds %d %s for reference %q under this key; the charge is %d %s",
-			answer.Amount, answer.Currency, answer.Reference, charge.Amount, charge.Currency)
-		if base.From != intent.StateSubmitting {
-			return []intent.Move{review}, Mismatch
-		}
-		toUnknown := base
-		toUnknown.To, toUnknown.Reason = intent.StateUnknown, "provider_answer_mismatch"
-		review.From = intent.StateUnknown
-		return []intent.Move{toUnknown, review}, Mismatch
+		return review(base, evidence, fmt.Sprintf("provider holds %d %s for reference %q under this key; the charge is %d %s",
+			answer.Amount, answer.Currency, answer.Reference, charge.Amount, charge.Currency))
 	}
 	move := base
-	if answer.Status == psp.StatusSucceeded {
+	switch {
+	case answer.Status == psp.StatusFailed:
+		move.To, move.Reason, move.Evidence = intent.StateFailed, string(src)+"_declined", evidence
+		move.FailureCode = cmp.Or(answer.DeclineCode, "declined")
+		return []intent.Move{move}, Declined
+	case answer.Status == psp.StatusSucceeded && !charge.CaptureLater:
 		move.To, move.Reason, move.ProviderChargeID = intent.StateSucceeded, string(src)+"_succeeded", answer.ID
 		return []intent.Move{move}, Succeeded
+	case answer.Status == psp.StatusRequiresCapture && charge.CaptureLater:
+		move.To, move.Reason, move.ProviderChargeID = intent.StateRequiresCapture, string(src)+"_authorized", answer.ID
+		return []intent.Move{move}, Authorized
+	case answer.Status == psp.StatusCanceled && charge.CaptureLater:
+		move.To, move.Reason, move.Evidence, move.ProviderChargeID = intent.StateCanceled, string(src)+"_released", evidence, answer.ID
+		return []intent.Move{move}, Released
 	}
-	move.To, move.Reason, move.Evidence = intent.StateFailed, string(src)+"_declined", evidence
-	move.FailureCode = cmp.Or(answer.DeclineCode, "declined")
-	return []intent.Move{move}, Declined
+	later := map[bool]string{true: "to be captured later", false: "to be captured at once"}[charge.CaptureLater]
+	return review(base, evidence, fmt.Sprintf("provider reports the charge %s; it was sent %s", answer.Status, later))
+}
+
+// review is the moves of an answer a person must look at: needs_review
+// with why, through unknown from submitting.
+func review(base intent.Move, evidence, why string) ([]intent.Move, Outcome) {
+	move := base
+	move.To, move.Reason, move.Evidence, move.ReviewReason = intent.StateNeedsReview, "amount_mismatch", evidence, why
+	if base.From != intent.StateSubmitting {
+		return []intent.Move{move}, Mismatch
+	}
+	toUnknown := base
+	toUnknown.To, toUnknown.Reason = intent.StateUnknown, "provider_answer_mismatch"
+	move.From = intent.StateUnknown
+	return []intent.Move{toUnknown, move}, Mismatch
 }
 
 // LookupOf is what a lookup of c asks the provider: the key every attempt

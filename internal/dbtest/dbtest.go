@@ -227,6 +227,8 @@ type Charge struct {
 	Provider string
 	// Job, when set, makes the job row the accept statement writes.
 	Job func(chargeID string) *intent.JobRow
+	// CaptureLater accepts it to be authorized only (docs/capture.md).
+	CaptureLater bool
 }
 
 // PendingCharge accepts a charge as the API does — its idempotency record,
@@ -241,6 +243,7 @@ func PendingCharge(t testing.TB, db pg.Handle, spec Charge) intent.Charge {
 		Amount: cmp.Or(spec.Amount, 1000), Currency: cmp.Or(spec.Currency, "USD"),
 		PaymentMethod: cmp.Or(spec.PaymentMethod, "pm_card_visa"), Metadata: spec.Metadata,
 		Provider: cmp.Or(spec.Provider, "fakepsp"), ProviderKey: intent.ProviderKeyFor(id), CreatedAt: now, UpdatedAt: now,
+		CaptureLater: spec.CaptureLater,
 	}
 	keyHash := sha256.Sum256([]byte(cmp.Or(spec.Key, id)))
 	a := intent.Acceptance{Charge: c, Actor: "test", KeyHash: keyHash[:], Fingerprint: keyHash[:],
@@ -255,7 +258,6 @@ func PendingCharge(t testing.TB, db pg.Handle, spec Charge) intent.Charge {
 	return c
 }
 
-// PendingRefund accepts a refund of amount of the succeeded charge parent
 // Walk moves c along states as the worker and the reconciler would, each
 // move with the facts its state needs (a review reason, the provider's
 // charge id providerChargeID, a failure code), and returns it as stored.
@@ -269,7 +271,7 @@ func Walk(t testing.TB, db pg.Handle, c intent.Charge, providerChargeID string, 
 		switch to {
 		case intent.StateNeedsReview:
 			m.ReviewReason = "lookup_unavailable"
-		case intent.StateSucceeded:
+		case intent.StateSucceeded, intent.StateRequiresCapture, intent.StateCanceled:
 			m.ProviderChargeID = providerChargeID
 		case intent.StateFailed:
 			m.FailureCode = "walked"
@@ -286,6 +288,7 @@ func Walk(t testing.TB, db pg.Handle, c intent.Charge, providerChargeID string, 
 	return found
 }
 
+// PendingRefund accepts a refund of amount of the succeeded charge parent
 // as the API does, on db; the database reserves it on the charge.
 func PendingRefund(t testing.TB, db pg.Handle, parent intent.Charge, amount int64) intent.Charge {
 	t.Helper()
@@ -303,6 +306,26 @@ func PendingRefund(t testing.TB, db pg.Handle, parent intent.Charge, amount int6
 		t.Fatalf("dbtest: accept refund: inserted %v, err %v", inserted, err)
 	}
 	return r
+}
+
+// PendingOperation accepts a capture or cancel (kind) of amount of the
+// held charge parent as the API does, on db, under an idempotency key of
+// its own, and returns the database's refusal, if any.
+func PendingOperation(db pg.Handle, parent intent.Charge, kind intent.Kind, amount int64) (intent.Charge, error) {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	id := ids.New(kind.IDPrefix(), now)
+	op := intent.Charge{
+		TenantID: parent.TenantID, ID: id, State: intent.StatePending, Kind: kind, ParentID: parent.ID,
+		Amount: amount, Currency: parent.Currency, Provider: parent.Provider, ProviderKey: intent.ProviderKeyFor(id),
+		CreatedAt: now, UpdatedAt: now,
+	}
+	keyHash := sha256.Sum256([]byte(id))
+	inserted, err := intent.Accept(context.Background(), db, intent.Acceptance{Charge: op, Actor: "test", KeyHash: keyHash[:],
+		Fingerprint: keyHash[:], StatusCode: 201, ResponseBody: []byte(`{"id":"` + id + `"}`), ExpiresAt: now.Add(time.Hour)})
+	if err == nil && !inserted {
+		err = fmt.Errorf("dbtest: accept %s: its key was used before", kind)
+	}
+	return op, err
 }
 
 // WebhookEndpoint creates an endpoint of tenantID, as the API does, under

@@ -1,6 +1,6 @@
 -- charges_guard enforces what a CHECK constraint cannot: a charge or refund
 -- is born pending, of a tenant that exists; its identity, money, kind,
--- parent and reason never change; its provider and provider key change only
+-- parent, reason and whether it is captured later never change; its provider and provider key change only
 -- when a pending charge moves to the next account of its route (route_seq
 -- one more, the key following it by charges_provider_key_of_id); and its
 -- state only moves along charge_transitions. Nullable columns compare with
@@ -25,7 +25,8 @@ BEGIN
     IF NEW.tenant_id <> OLD.tenant_id OR NEW.id <> OLD.id OR NEW.amount <> OLD.amount
         OR NEW.currency <> OLD.currency OR NEW.payment_method IS DISTINCT FROM OLD.payment_method
         OR NEW.created_at <> OLD.created_at OR NEW.kind <> OLD.kind
-        OR NEW.parent_id IS DISTINCT FROM OLD.parent_id OR NEW.reason IS DISTINCT FROM OLD.reason THEN
+        OR NEW.parent_id IS DISTINCT FROM OLD.parent_id OR NEW.reason IS DISTINCT FROM OLD.reason
+        OR NEW.capture_later <> OLD.capture_later THEN
         RAISE EXCEPTION 'the identity and money of charge % cannot change', OLD.id USING ERRCODE = 'CF002';
     END IF;
     IF (NEW.provider <> OLD.provider OR NEW.provider_key <> OLD.provider_key OR NEW.route_seq <> OLD.route_seq)

@@ -1,5 +1,6 @@
 -- An event is written by its move (docs/webhooks.md): for every row a
--- statement moved to succeeded, failed or needs_review, one event with the
+-- statement moved to succeeded, failed or needs_review (and a charge
+-- captured later: authorized, captured, canceled), one event with the
 -- row as the move left it, and one delivery and one webhook.deliver job per
 -- subscribed endpoint (as decide_deliveries writes them), in the
 -- transaction of the move, whichever code path moved the row and whatever
@@ -13,10 +14,19 @@
 CREATE OR REPLACE FUNCTION events_on_moves() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     WITH moved AS (
-        SELECT n.tenant_id, chargeflow_id('evt') AS event_id, n.kind || '.' || n.state AS event_type,
-            n.id, to_jsonb(n) AS snapshot
+        SELECT n.tenant_id, chargeflow_id('evt') AS event_id, t.event_type, n.id, to_jsonb(n) AS snapshot
         FROM new_rows n JOIN old_rows o ON o.tenant_id = n.tenant_id AND o.id = n.id
-        WHERE n.state IS DISTINCT FROM o.state AND n.state IN ('succeeded', 'failed', 'needs_review')
+        CROSS JOIN LATERAL (SELECT CASE
+            WHEN n.kind = 'charge' AND n.state = 'requires_capture' THEN 'charge.authorized'
+            WHEN n.kind = 'charge' AND n.state = 'succeeded' AND o.state = 'requires_capture' THEN 'charge.captured'
+            WHEN n.kind = 'charge' AND n.state = 'canceled' THEN 'charge.canceled'
+            WHEN n.kind IN ('charge', 'refund') AND n.state IN ('succeeded', 'failed', 'needs_review')
+                THEN n.kind || '.' || n.state
+            -- A capture's or cancel's success is its charge's move above.
+            WHEN n.kind IN ('capture', 'cancel') AND n.state IN ('failed', 'needs_review')
+                THEN n.kind || '.' || n.state
+        END AS event_type) t
+        WHERE n.state IS DISTINCT FROM o.state AND t.event_type IS NOT NULL
     ), written AS (
         INSERT INTO events (tenant_id, id, type, object_id, snapshot)
         SELECT tenant_id, event_id, event_type, id, snapshot FROM moved
