@@ -16,13 +16,20 @@ type Status string
 // submitting while it calls the provider; it ends succeeded or failed. When
 // the provider's answer was lost it is unknown until the reconciler proves
 // the outcome, and needs_review when it cannot and a person must decide.
+// A charge created with CaptureLater is authorized only: it waits in
+// requires_capture, the money held, until a capture moves it to succeeded
+// or a cancel (or the provider's release of an expired hold) to canceled.
+// Refunds, captures and cancels have the statuses of a charge captured at
+// once.
 const (
-	StatusPending     Status = "pending"
-	StatusSubmitting  Status = "submitting"
-	StatusUnknown     Status = "unknown"
-	StatusSucceeded   Status = "succeeded"
-	StatusFailed      Status = "failed"
-	StatusNeedsReview Status = "needs_review"
+	StatusPending         Status = "pending"
+	StatusSubmitting      Status = "submitting"
+	StatusUnknown         Status = "unknown"
+	StatusRequiresCapture Status = "requires_capture"
+	StatusSucceeded       Status = "succeeded"
+	StatusCanceled        Status = "canceled"
+	StatusFailed          Status = "failed"
+	StatusNeedsReview     Status = "needs_review"
 )
 
 // ChargeParams is a charge to create.
@@ -36,6 +43,13 @@ type ChargeParams struct {
 	// Description and Metadata are optional; empty ones are not sent.
 	Description string
 	Metadata    map[string]string
+	// CaptureLater asks the provider only to authorize the charge: it
+	// ends in StatusRequiresCapture, the money held, until CaptureCharge
+	// takes it (or part of it) or CancelCharge releases it. The charge's
+	// provider must capture separately; if it does not, the API refuses
+	// with CodeCaptureNotSupported and stores nothing. False (the
+	// default) captures at once.
+	CaptureLater bool
 
 	// IdempotencyKey names this charge for the API: every request with it
 	// (16 to 255 printable ASCII characters) gets the one charge it made.
@@ -53,6 +67,9 @@ type chargeRequest struct {
 	PaymentMethod string            `json:"payment_method"`
 	Description   string            `json:"description,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
+	// Capture is sent, false, only for a charge captured later, so that a
+	// charge captured at once is the same bytes as before it existed.
+	Capture *bool `json:"capture,omitempty"`
 }
 
 // Charge is a charge as the API shows it.
@@ -76,6 +93,12 @@ type Charge struct {
 	UpdatedAt time.Time `json:"updated_at"`
 	// AmountRefunded is the sum of its succeeded refunds.
 	AmountRefunded int64 `json:"amount_refunded"`
+	// Capture is false for a charge created with CaptureLater.
+	// AmountCaptured is what was captured: the amount of a charge captured
+	// at once that succeeded, what the capture took of one captured later,
+	// and otherwise 0. Refunds apply to what was captured.
+	Capture        bool  `json:"capture"`
+	AmountCaptured int64 `json:"amount_captured"`
 
 	// Replayed is set by CreateCharge when the answer is the stored answer
 	// to an earlier request with the same idempotency key
@@ -93,10 +116,14 @@ type Charge struct {
 // an answer and must be repeated with the same key.
 func (c *Client) CreateCharge(ctx context.Context, p ChargeParams) (*Charge, error) {
 	var charge Charge
-	replayed, err := c.create(ctx, "/v1/charges", chargeRequest{
+	body := chargeRequest{
 		Amount: p.Amount, Currency: p.Currency, PaymentMethod: p.PaymentMethod,
 		Description: p.Description, Metadata: p.Metadata,
-	}, p.IdempotencyKey, &charge)
+	}
+	if p.CaptureLater {
+		body.Capture = new(bool)
+	}
+	replayed, err := c.create(ctx, "/v1/charges", body, p.IdempotencyKey, &charge)
 	if err != nil {
 		return nil, err
 	}
@@ -177,9 +204,12 @@ func (c *Client) AllCharges(ctx context.Context, p ListChargesParams) iter.Seq2[
 
 // WaitForOutcome polls the charge, with the client's backoff, until it is
 // succeeded or failed, or needs_review (a person must decide; a webhook
-// tells when they have), and returns it. unknown is not an outcome: the
-// reconciler proves what happened, and polling goes on. It stops with an
-// error when ctx ends (give it a deadline) or a read fails definitively.
+// tells when they have), and returns it. A charge created with
+// CaptureLater returns at requires_capture, when the provider has
+// authorized it (and at canceled, if its hold was released before).
+// unknown is not an outcome: the reconciler proves what happened, and
+// polling goes on. It stops with an error when ctx ends (give it a
+// deadline) or a read fails definitively.
 //
 // A webhook endpoint is the better way to learn outcomes at scale; this is
 // for scripts, tests and a checkout page that waits a few seconds.
@@ -206,7 +236,10 @@ func (c *Client) WaitForRefund(ctx context.Context, refundID string) (*Refund, e
 }
 
 // waitFor reads with get, sleeping the client's backoff between reads,
-// until what it read is in an outcome state.
+// until what it read is in an outcome state. requires_capture is one: for
+// a charge captured later it is where the provider's answer leaves it
+// (a charge captured at once, a refund, a capture or a cancel never has
+// it).
 func waitFor[T any](ctx context.Context, c *Client, get func(context.Context) (*T, Status, error)) (*T, error) {
 	for attempt := 1; ; attempt++ {
 		v, status, err := get(ctx)
@@ -214,7 +247,7 @@ func waitFor[T any](ctx context.Context, c *Client, get func(context.Context) (*
 			return nil, err
 		}
 		switch status {
-		case StatusSucceeded, StatusFailed, StatusNeedsReview:
+		case StatusSucceeded, StatusFailed, StatusNeedsReview, StatusRequiresCapture, StatusCanceled:
 			return v, nil
 		}
 		if err := c.clock.Sleep(ctx, c.backoff(attempt)); err != nil {

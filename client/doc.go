@@ -1,7 +1,8 @@
 // Package client is the Go client of chargeflow's HTTP API, for merchants:
-// create charges and refunds exactly once, read them, wait for their
-// outcome, and verify the webhooks that announce it. It imports only the
-// standard library.
+// create charges and refunds exactly once, capture or cancel the charges
+// authorized to be captured later, read them, wait for their outcome, and
+// verify the webhooks that announce it. It imports only the standard
+// library.
 //
 // docs/client.md in chargeflow's repository says the same at more length;
 // docs/api.md is the HTTP contract underneath.
@@ -32,6 +33,25 @@
 //	// charge.Status is pending: the provider is called after the answer.
 //	charge, err = c.WaitForOutcome(ctx, charge.ID) // or wait for the webhook
 //
+// # Authorize now, capture later
+//
+// A charge created with ChargeParams.CaptureLater is only authorized: the
+// provider holds the money and WaitForOutcome returns it in
+// StatusRequiresCapture. CaptureCharge then takes all of it or part (the
+// rest is released), or CancelCharge releases it all; each is a request of
+// its own with its own idempotency key (CaptureParams, CancelParams),
+// answered pending, whose outcome WaitForCapture or WaitForCancel waits
+// for. When it succeeds the charge is succeeded, with AmountCaptured, or
+// canceled. A provider releases a hold it has kept too long (Stripe's
+// last 7 days), and a capture after that fails.
+//
+//	charge, err := c.CreateCharge(ctx, client.ChargeParams{…, CaptureLater: true})
+//	charge, err = c.WaitForOutcome(ctx, charge.ID) // requires_capture
+//	capture, err := c.CaptureCharge(ctx, charge.ID, client.CaptureParams{
+//		Amount: 600, IdempotencyKey: order.CaptureKey,
+//	})
+//	capture, err = c.WaitForCapture(ctx, capture.ID) // succeeded
+//
 // # Why the idempotency key is made once
 //
 // Every POST carries an Idempotency-Key. The API stores the first request
@@ -51,7 +71,7 @@
 // wrapping ErrOutcomeUnknown, the call with the stored key returns the
 // charge if one was made and makes it if not. Keys are remembered for 24
 // hours by default; retry within that. The same holds for refunds
-// (RefundParams.IdempotencyKey).
+// (RefundParams.IdempotencyKey), captures and cancels.
 //
 // # What is retried, and what is not
 //

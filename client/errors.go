@@ -23,44 +23,48 @@ func (c Code) Error() string { return "chargeflow: " + string(c) }
 // to the server's, so a code added there fails the client's tests until it
 // is added here.
 const (
-	CodeBodyTooLarge          Code = "body_too_large"
-	CodeCardNumberDetected    Code = "card_number_detected"
-	CodeChargeNotInReview     Code = "charge_not_in_review"
-	CodeChargeNotRefundable   Code = "charge_not_refundable"
-	CodeChargeNotUnknown      Code = "charge_not_unknown"
-	CodeDatabaseUnavailable   Code = "database_unavailable"
-	CodeDraining              Code = "draining"
-	CodeDuplicateMember       Code = "duplicate_member"
-	CodeEndpointLimitReached  Code = "endpoint_limit_reached"
-	CodeEvidenceMismatch      Code = "evidence_mismatch"
-	CodeForbidden             Code = "forbidden"
-	CodeHeadersTooLarge       Code = "headers_too_large"
-	CodeIdempotencyKeyInvalid Code = "idempotency_key_invalid"
-	CodeIdempotencyKeyMissing Code = "idempotency_key_missing"
-	CodeIdempotencyKeyReused  Code = "idempotency_key_reused"
-	CodeIncompleteBody        Code = "incomplete_body"
-	CodeInternal              Code = "internal_error"
-	CodeInvalidField          Code = "invalid_field"
-	CodeInvalidJSON           Code = "invalid_json"
-	CodeInvalidParameter      Code = "invalid_parameter"
-	CodeInvalidSignature      Code = "invalid_signature"
-	CodeInvalidUTF8           Code = "invalid_utf8"
-	CodeKeyWindowPassed       Code = "key_window_passed"
-	CodeMethodNotAllowed      Code = "method_not_allowed"
-	CodeMissingField          Code = "missing_field"
-	CodeNoRoute               Code = "no_route"
-	CodeNotFound              Code = "not_found"
-	CodeNotReady              Code = "not_ready"
-	CodeProviderUnavailable   Code = "provider_unavailable"
-	CodeRateLimited           Code = "rate_limited"
-	CodeReconcileTooSoon      Code = "reconcile_too_soon"
-	CodeRefundExceedsCharge   Code = "refund_exceeds_charge"
-	CodeRequestInProgress     Code = "request_in_progress"
-	CodeTooManyAuthFailures   Code = "too_many_auth_failures"
-	CodeUnauthorized          Code = "unauthorized"
-	CodeUnknownField          Code = "unknown_field"
-	CodeUnsupportedEncoding   Code = "unsupported_content_encoding"
-	CodeUnsupportedMediaType  Code = "unsupported_media_type"
+	CodeBodyTooLarge                Code = "body_too_large"
+	CodeCaptureExceedsAuthorization Code = "capture_exceeds_authorization"
+	CodeCaptureNotSupported         Code = "capture_not_supported"
+	CodeCardNumberDetected          Code = "card_number_detected"
+	CodeChargeNotCapturable         Code = "charge_not_capturable"
+	CodeChargeNotInReview           Code = "charge_not_in_review"
+	CodeChargeNotRefundable         Code = "charge_not_refundable"
+	CodeChargeNotUnknown            Code = "charge_not_unknown"
+	CodeDatabaseUnavailable         Code = "database_unavailable"
+	CodeDraining                    Code = "draining"
+	CodeDuplicateMember             Code = "duplicate_member"
+	CodeEndpointLimitReached        Code = "endpoint_limit_reached"
+	CodeEvidenceMismatch            Code = "evidence_mismatch"
+	CodeForbidden                   Code = "forbidden"
+	CodeHeadersTooLarge             Code = "headers_too_large"
+	CodeIdempotencyKeyInvalid       Code = "idempotency_key_invalid"
+	CodeIdempotencyKeyMissing       Code = "idempotency_key_missing"
+	CodeIdempotencyKeyReused        Code = "idempotency_key_reused"
+	CodeIncompleteBody              Code = "incomplete_body"
+	CodeInternal                    Code = "internal_error"
+	CodeInvalidField                Code = "invalid_field"
+	CodeInvalidJSON                 Code = "invalid_json"
+	CodeInvalidParameter            Code = "invalid_parameter"
+	CodeInvalidSignature            Code = "invalid_signature"
+	CodeInvalidUTF8                 Code = "invalid_utf8"
+	CodeKeyWindowPassed             Code = "key_window_passed"
+	CodeMethodNotAllowed            Code = "method_not_allowed"
+	CodeMissingField                Code = "missing_field"
+	CodeNoRoute                     Code = "no_route"
+	CodeNotFound                    Code = "not_found"
+	CodeNotReady                    Code = "not_ready"
+	CodeOperationInProgress         Code = "operation_in_progress"
+	CodeProviderUnavailable         Code = "provider_unavailable"
+	CodeRateLimited                 Code = "rate_limited"
+	CodeReconcileTooSoon            Code = "reconcile_too_soon"
+	CodeRefundExceedsCharge         Code = "refund_exceeds_charge"
+	CodeRequestInProgress           Code = "request_in_progress"
+	CodeTooManyAuthFailures         Code = "too_many_auth_failures"
+	CodeUnauthorized                Code = "unauthorized"
+	CodeUnknownField                Code = "unknown_field"
+	CodeUnsupportedEncoding         Code = "unsupported_content_encoding"
+	CodeUnsupportedMediaType        Code = "unsupported_media_type"
 )
 
 // Error is an answer of the API that is not a success: its RFC 9457
@@ -135,11 +139,12 @@ func (e *Error) beforeKeyLookup() bool {
 	return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
 }
 
-// ErrOutcomeUnknown is wrapped by the error CreateCharge or CreateRefund
-// returns when it stopped without a definitive answer: its context ended,
-// or its retries ran out of time (WithMaxElapsed). The request may have been
-// applied. Call again with the same params and the same idempotency key:
-// the answer is then the charge (created or replayed) or a definitive
-// refusal. The error also wraps the last attempt's error (an *Error, a
-// network error, the context's error).
+// ErrOutcomeUnknown is wrapped by the error a create (CreateCharge,
+// CreateRefund, CaptureCharge, CancelCharge) returns when it stopped
+// without a definitive answer: its context ended, or its retries ran out
+// of time (WithMaxElapsed). The request may have been applied. Call again
+// with the same params and the same idempotency key: the answer is then
+// what it made (created or replayed) or a definitive refusal. The error
+// also wraps the last attempt's error (an *Error, a network error, the
+// context's error).
 var ErrOutcomeUnknown = errors.New("chargeflow: outcome unknown, call again with the same idempotency key")

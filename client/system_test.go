@@ -81,7 +81,7 @@ func (s *system) runWorker(t *testing.T) {
 // stored counts what the database holds: the proof that a refusal stored
 // nothing and that retries made one charge.
 type stored struct {
-	Charges, Refunds, IdempotencyKeys, Jobs int
+	Charges, Refunds, Operations, IdempotencyKeys, Jobs int
 }
 
 func (s *system) stored(t *testing.T) stored {
@@ -89,8 +89,9 @@ func (s *system) stored(t *testing.T) stored {
 	var n stored
 	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT
 		(SELECT count(*) FROM charges WHERE kind = 'charge'), (SELECT count(*) FROM charges WHERE kind = 'refund'),
+		(SELECT count(*) FROM charges WHERE kind IN ('capture', 'cancel')),
 		(SELECT count(*) FROM idempotency_keys), (SELECT count(*) FROM river_job WHERE kind <> 'idempotency.cleanup')`).
-		Scan(&n.Charges, &n.Refunds, &n.IdempotencyKeys, &n.Jobs))
+		Scan(&n.Charges, &n.Refunds, &n.Operations, &n.IdempotencyKeys, &n.Jobs))
 	return n
 }
 

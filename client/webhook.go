@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -124,12 +125,15 @@ func header(headers http.Header, name string) string {
 type Event struct {
 	ID string `json:"id"`
 	// Type is charge.succeeded, charge.failed, charge.needs_review,
-	// refund.succeeded, refund.failed, refund.needs_review or
-	// webhook_endpoint.disabled.
+	// charge.authorized, charge.captured, charge.canceled,
+	// refund.succeeded, refund.failed, refund.needs_review,
+	// capture.failed, capture.needs_review, cancel.failed,
+	// cancel.needs_review or webhook_endpoint.disabled.
 	Type      string    `json:"type"`
 	CreatedAt time.Time `json:"created_at"`
-	// Data is the charge or the refund (by Type's prefix) as the move left
-	// it: decode it into a Charge or a Refund. For
+	// Data is the charge, the refund, or the capture or cancel (by Type's
+	// prefix) as the move left it: decode it with Charge, Refund or
+	// Operation. For
 	// webhook_endpoint.disabled it is the endpoint (its id, url, events,
 	// status "disabled" and disabled_reason; never its secret) that was
 	// disabled after a delivery to it failed every attempt.
@@ -171,7 +175,7 @@ func constructEvent(secret string, headers http.Header, body []byte, tolerance t
 // type is not a charge.* is an error.
 func (e *Event) Charge() (*Charge, error) {
 	var charge Charge
-	if err := e.decode("charge.", &charge); err != nil {
+	if err := e.decode(&charge, "charge."); err != nil {
 		return nil, err
 	}
 	return &charge, nil
@@ -181,15 +185,29 @@ func (e *Event) Charge() (*Charge, error) {
 // type is not a refund.* is an error.
 func (e *Event) Refund() (*Refund, error) {
 	var refund Refund
-	if err := e.decode("refund.", &refund); err != nil {
+	if err := e.decode(&refund, "refund."); err != nil {
 		return nil, err
 	}
 	return &refund, nil
 }
 
-func (e *Event) decode(prefix string, out any) error {
-	if !strings.HasPrefix(e.Type, prefix) {
-		return fmt.Errorf("chargeflow: event %s is %s, not %s*", e.ID, e.Type, prefix)
+// Operation decodes the event's data as the capture or cancel it is
+// about; an event whose type is not a capture.* or cancel.* is an error.
+// (A capture or cancel that succeeded is announced as the charge it moved:
+// charge.captured, charge.canceled.)
+func (e *Event) Operation() (*Operation, error) {
+	var op Operation
+	if err := e.decode(&op, "capture.", "cancel."); err != nil {
+		return nil, err
+	}
+	return &op, nil
+}
+
+// decode reads the event's data into out when its type starts with one of
+// prefixes.
+func (e *Event) decode(out any, prefixes ...string) error {
+	if !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(e.Type, p) }) {
+		return fmt.Errorf("chargeflow: event %s is %s, not %s*", e.ID, e.Type, strings.Join(prefixes, "* or "))
 	}
 	if err := json.Unmarshal(e.Data, out); err != nil {
 		return fmt.Errorf("chargeflow: event %s: %w", e.ID, err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -228,5 +229,30 @@ func TestConstructEvent(t *testing.T) {
 				t.Fatalf("got %+v, %v; want %v", event, err, tc.want)
 			}
 		})
+	}
+}
+
+// A capture's or a cancel's event decodes as the operation, by its type's
+// prefix; a charge's does not, and an operation's is no charge.
+func TestEventOperation(t *testing.T) {
+	t.Parallel()
+	for typ, object := range map[string]string{"capture.failed": "capture", "cancel.needs_review": "cancel"} {
+		data := `{"id":"cp_1","object":"` + object + `","charge":"ch_1","amount":600,"currency":"USD","status":"failed","failure_code":"hold_expired"}`
+		event := &Event{ID: "evt_1", Type: typ, Data: []byte(data)}
+		op, err := event.Operation()
+		if err != nil || op.Object != object || op.Charge != "ch_1" || op.Amount != 600 || op.FailureCode != "hold_expired" {
+			t.Fatalf("%s: Operation() = %+v, %v", typ, op, err)
+		}
+		if _, err := event.Charge(); err == nil {
+			t.Fatalf("%s decoded as a charge", typ)
+		}
+	}
+	captured := &Event{ID: "evt_2", Type: "charge.captured", Data: []byte(`{"id":"ch_1","status":"succeeded","capture":false,"amount_captured":600}`)}
+	if op, err := captured.Operation(); err == nil || !strings.Contains(err.Error(), "not capture.* or cancel.*") {
+		t.Fatalf("charge.captured as an operation: %+v, %v", op, err)
+	}
+	charge, err := captured.Charge()
+	if err != nil || charge.Capture || charge.AmountCaptured != 600 {
+		t.Fatalf("charge.captured: %+v, %v", charge, err)
 	}
 }
