@@ -160,6 +160,7 @@ var flagBounds = map[string]bound{
 
 	// The operator tools.
 	"--amount":                    within[int64](1, math.MaxInt64).or0("none given: a refund's default, what is left"),
+	"charge capture --amount":     within[int64](1, math.MaxInt64).or0("none given: all that was authorized"),
 	"--limit":                     within(1, 100).or0("the API's default"),
 	"audit --limit":               within(1, 1000),
 	"tenant rotate-key --overlap": within(0, 30*24*time.Hour),

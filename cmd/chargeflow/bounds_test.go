@@ -285,6 +285,8 @@ func TestSettingsThatStartABrokenService(t *testing.T) {
 		{"0 for the key window", []string{"reconciler", "--key-window", "0"}, nil, "--key-window (CHARGEFLOW_KEY_WINDOW) is 0s"},
 		{"a tool's negative timeout", []string{"healthcheck", "--timeout", "-1s"}, nil, "--timeout is -1s: want 1ms to 10m0s"},
 		{"a tool's negative amount", []string{"charge", "refund", "ch_x", "--amount", "-5"}, nil, "--amount is -5"},
+		{"a capture's negative amount", []string{"charge", "capture", "ch_x", "--amount", "-5"}, nil,
+			"--amount is -5: want 1 to 9223372036854775807; 0: none given: all that was authorized"},
 
 		// What the scenarios run (lab/scenario/runner.go, catalogue.go) and the
 		// benchmark, which must keep starting.

@@ -17,10 +17,10 @@ import (
 
 // The charge commands are a client of the API: the same endpoints, the same
 // authentication and the same audit trail as any client, so there is one
-// implementation of every action. Reads, creates and refunds are a
-// merchant's (a tenant's API key); reconcile and resolve are an operator's
-// (an operator token, against /ops/v1; the operator named in the audit
-// trail is the token's). Each prints what the API answered: a table on a
+// implementation of every action. Reads, creates, refunds, captures and
+// cancels are a merchant's (a tenant's API key); reconcile and resolve are
+// an operator's (an operator token, against /ops/v1; the operator named in
+// the audit trail is the token's). Each prints what the API answered: a table on a
 // terminal, the API's own JSON with --output json (or when stdout is not a
 // terminal); a refusal is one line on stderr and an exit code
 // (docs/operations.md, "Exit codes").
@@ -28,6 +28,8 @@ func chargeCommands() []command {
 	return []command{
 		{name: "create", summary: "create a charge through chargeflow/client: one idempotency key (printed) kept across every retry", run: runChargeCreate},
 		{name: "refund", args: "CHARGE_ID", summary: "refund a charge, or part of it, through chargeflow/client", run: runChargeRefund},
+		{name: "capture", args: "CHARGE_ID", summary: "capture a charge created with --no-capture, or part of it, through chargeflow/client", run: runChargeCapture},
+		{name: "cancel", args: "CHARGE_ID", summary: "release a charge created with --no-capture, taking nothing, through chargeflow/client", run: runChargeCancel},
 		{name: "list", summary: "one page of the tenant's charges, newest first", run: runChargeList},
 		{name: "get", args: "ID", summary: "a charge", run: runChargeGet},
 		{name: "events", args: "ID", summary: "a charge's audit trail: every move and operator action, oldest first", run: runChargeEvents},
@@ -112,7 +114,8 @@ func runChargeCreate(ctx context.Context, e env, args []string) error {
 	fs.StringVar(&p.Description, "description", "", "what the charge is for, shown to the merchant only")
 	fs.Var(metadata, "metadata", "a key=value to keep with the charge; repeat it for more")
 	fs.StringVar(&p.IdempotencyKey, "key", "", "the idempotency key, 16 to 255 characters (default: a new one, printed; reuse it to retry)")
-	fs.BoolVar(&wait, "wait", false, "wait for the charge's outcome (succeeded, failed or needs_review)")
+	fs.BoolVar(&p.CaptureLater, "no-capture", false, "only authorize it: it waits in requires_capture for charge capture or charge cancel")
+	fs.BoolVar(&wait, "wait", false, "wait for the charge's outcome (succeeded, failed or needs_review; requires_capture with --no-capture)")
 	if _, err := a.parse(fs, e, args); err != nil {
 		return err
 	}
@@ -169,13 +172,80 @@ func runChargeRefund(ctx context.Context, e env, args []string) error {
 	return a.call(ctx, e, kindRefund, http.MethodGet, "/v1/refunds/"+url.PathEscape(refund.ID), nil)
 }
 
+func runChargeCapture(ctx context.Context, e env, args []string) error {
+	var amount int64
+	return runChargeOperation(ctx, e, args, operationCommand{
+		name: "charge capture", path: "/v1/captures/", wait: (*client.Client).WaitForCapture,
+		flags: func(fs *flag.FlagSet) {
+			fs.Int64Var(&amount, "amount", 0, "in the currency's minor unit, at most what was authorized; the rest is released (default: all of it)")
+		},
+		create: func(c *client.Client, chargeID, key string) (*client.Operation, error) {
+			return c.CaptureCharge(ctx, chargeID, client.CaptureParams{Amount: amount, IdempotencyKey: key})
+		},
+	})
+}
+
+func runChargeCancel(ctx context.Context, e env, args []string) error {
+	return runChargeOperation(ctx, e, args, operationCommand{
+		name: "charge cancel", path: "/v1/cancels/", wait: (*client.Client).WaitForCancel,
+		create: func(c *client.Client, chargeID, key string) (*client.Operation, error) {
+			return c.CancelCharge(ctx, chargeID, client.CancelParams{IdempotencyKey: key})
+		},
+	})
+}
+
+// operationCommand is what charge capture and charge cancel do differently:
+// their flags beyond the common ones, the create, the wait for its outcome,
+// and where the API shows the operation (path + its id).
+type operationCommand struct {
+	name   string
+	path   string
+	flags  func(*flag.FlagSet)
+	create func(c *client.Client, chargeID, key string) (*client.Operation, error)
+	wait   func(c *client.Client, ctx context.Context, id string) (*client.Operation, error)
+}
+
+// runChargeOperation runs capture or cancel as refund runs: the key given
+// or a new one, printed so that a retry can reuse it, and the operation as
+// the API shows it now.
+func runChargeOperation(ctx context.Context, e env, args []string, cmd operationCommand) error {
+	var a apiFlags
+	var key string
+	var wait bool
+	fs := newFlagSet(cmd.name, e)
+	a.bind(fs, false)
+	if cmd.flags != nil {
+		cmd.flags(fs)
+	}
+	fs.StringVar(&key, "key", "", "the idempotency key, 16 to 255 characters (default: a new one, printed; reuse it to retry)")
+	fs.BoolVar(&wait, "wait", false, "wait for its outcome (succeeded, failed or needs_review)")
+	pos, err := a.parse(fs, e, args, "CHARGE_ID")
+	if err != nil {
+		return err
+	}
+	c, err := client.New(a.apiURL, a.credential)
+	if err != nil {
+		return usageErrorf("%s: %v", cmd.name, err)
+	}
+	key = cmp.Or(key, client.NewIdempotencyKey())
+	fmt.Fprintf(e.stderr, "idempotency key: %s\n", key)
+	op, err := cmd.create(c, pos[0], key)
+	if err == nil && wait {
+		op, err = cmd.wait(c, ctx, op.ID)
+	}
+	if err != nil {
+		return clientError(cmd.name, err)
+	}
+	return a.call(ctx, e, kindOperation, http.MethodGet, cmd.path+url.PathEscape(op.ID), nil)
+}
+
 func runChargeList(ctx context.Context, e env, args []string) error {
 	var a apiFlags
 	var status, startingAfter string
 	var limit int
 	fs := newFlagSet("charge list", e)
 	a.bind(fs, false)
-	fs.StringVar(&status, "status", "", "only charges in this state (pending, submitting, unknown, succeeded, failed, needs_review)")
+	fs.StringVar(&status, "status", "", "only charges in this state (pending, submitting, unknown, requires_capture, succeeded, canceled, failed, needs_review)")
 	fs.IntVar(&limit, "limit", 0, "page size, 1 to 100 (default 10)")
 	fs.StringVar(&startingAfter, "starting-after", "", "the last id of the previous page")
 	if _, err := a.parse(fs, e, args); err != nil {

@@ -161,15 +161,17 @@ func TestExitCodeOfTheProcess(t *testing.T) {
 func TestCompletion(t *testing.T) {
 	t.Parallel()
 	for line, want := range map[string][]string{
-		"chargeflow ch":                   {"charge"},
-		"chargeflow charge g":             {"get"},
-		"chargeflow charge ":              {"create", "events", "get", "list", "reconcile", "refund", "resolve"},
-		"chargeflow charge get ch_1 --o":  {"--output"},
-		"chargeflow tenant rotate-key --": {"--actor", "--database-url", "--log-format", "--log-level", "--output", "--overlap"},
-		"chargeflow account ":             {"add", "disable", "list"},
-		"chargeflow route ":               {"clear", "set", "show"},
-		"chargeflow account add --c":      {"--credential-env"},
-		"chargeflow nothing":              nil,
+		"chargeflow ch":                      {"charge"},
+		"chargeflow charge g":                {"get"},
+		"chargeflow charge ":                 {"cancel", "capture", "create", "events", "get", "list", "reconcile", "refund", "resolve"},
+		"chargeflow charge create --n":       {"--no-capture"},
+		"chargeflow charge capture ch_1 --a": {"--amount", "--api-key", "--api-url"},
+		"chargeflow charge get ch_1 --o":     {"--output"},
+		"chargeflow tenant rotate-key --":    {"--actor", "--database-url", "--log-format", "--log-level", "--output", "--overlap"},
+		"chargeflow account ":                {"add", "disable", "list"},
+		"chargeflow route ":                  {"clear", "set", "show"},
+		"chargeflow account add --c":         {"--credential-env"},
+		"chargeflow nothing":                 nil,
 	} {
 		require.Equal(t, want, completions(line), "%q", line)
 	}

@@ -114,7 +114,7 @@ func commands() []command {
 		{name: "api", summary: "serve the HTTP API", run: runAPI},
 		{name: "worker", summary: "run the outbox worker: carry pending charges to the provider", run: runWorker},
 		{name: "reconciler", summary: "run the reconciler: resolve unknown outcomes with proof (any number of them)", run: runReconciler},
-		{name: "charge", summary: "a client of the API: create, refund and read charges (a tenant's API key); reconcile and resolve them (an operator's token)", subs: chargeCommands()},
+		{name: "charge", summary: "a client of the API: create, refund, capture, cancel and read charges (a tenant's API key); reconcile and resolve them (an operator's token)", subs: chargeCommands()},
 		{name: "listen", summary: "forward the tenant's events to a URL on this machine, signed as webhooks are (as stripe listen does)", run: runListen},
 		{name: "tenant", summary: "tenants and their API keys (the database's credentials; every change is in the admin audit)", subs: tenantCommands()},
 		{name: "operator", summary: "operators and their tokens for /ops/ (the database's credentials; every change is in the admin audit)", subs: operatorCommands()},

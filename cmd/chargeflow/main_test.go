@@ -96,9 +96,17 @@ func (p *process) listenAddr() string {
 // runInProcess runs a short command in this process and returns its stdout.
 func runInProcess(t *testing.T, env map[string]string, args ...string) string {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
+	var stderr bytes.Buffer
+	return runCaptured(t, env, &stderr, args...)
+}
+
+// runCaptured is runInProcess keeping the command's stderr, where a create
+// prints its idempotency key.
+func runCaptured(t *testing.T, env map[string]string, stderr *bytes.Buffer, args ...string) string {
+	t.Helper()
+	var stdout bytes.Buffer
 	getenv := func(k string) string { return env[k] }
-	err := run(context.Background(), args, getenv, &stdout, &stderr)
+	err := run(context.Background(), args, getenv, &stdout, stderr)
 	require.NoError(t, err, "stderr: %s", stderr.String())
 	return stdout.String()
 }

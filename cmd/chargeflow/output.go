@@ -46,6 +46,7 @@ const (
 	kindCharge resourceKind = iota
 	kindChargeList
 	kindRefund
+	kindOperation
 	kindAuditTrail
 )
 
@@ -121,6 +122,8 @@ func printResource(e env, o outputFlag, kind resourceKind, data []byte) error {
 		printFields(tw, v, chargeFields)
 	case kindRefund:
 		printFields(tw, v, refundFields)
+	case kindOperation:
+		printFields(tw, v, operationFields)
 	case kindChargeList:
 		rows := list(v["data"])
 		fmt.Fprintln(tw, "ID\tSTATUS\tAMOUNT\tREFUNDED\tCREATED")
@@ -162,6 +165,8 @@ var chargeFields = []field{
 	{"STATUS", member("status")},
 	{"AMOUNT", func(v map[string]any) string { return money(v, "amount") }},
 	{"REFUNDED", func(v map[string]any) string { return money(v, "amount_refunded") }},
+	{"CAPTURE", func(v map[string]any) string { return ifLater(v, "later") }},
+	{"CAPTURED", func(v map[string]any) string { return ifLater(v, money(v, "amount_captured")) }},
 	{"PAYMENT METHOD", member("payment_method")},
 	{"DESCRIPTION", member("description")},
 	{"PROVIDER CHARGE", member("provider_charge_id")},
@@ -181,6 +186,29 @@ var refundFields = []field{
 	{"PROVIDER REFUND", member("provider_refund_id")},
 	{"FAILURE", member("failure_code")},
 	{"CREATED", func(v map[string]any) string { return when(v["created_at"]) }},
+}
+
+// operationFields show a capture or a cancel (KIND says which).
+var operationFields = []field{
+	{"ID", member("id")},
+	{"KIND", member("object")},
+	{"STATUS", member("status")},
+	{"AMOUNT", func(v map[string]any) string { return money(v, "amount") }},
+	{"CHARGE", member("charge")},
+	{"FAILURE", member("failure_code")},
+	{"REVIEW", member("review_reason")},
+	{"ATTEMPTS", member("attempts")},
+	{"CREATED", func(v map[string]any) string { return when(v["created_at"]) }},
+}
+
+// ifLater is s for a charge created to be captured later ("capture":
+// false), and nothing for one captured at once, whose amount is what it
+// captures.
+func ifLater(v map[string]any, s string) string {
+	if capture, ok := v["capture"].(bool); ok && !capture {
+		return s
+	}
+	return ""
 }
 
 // printFields prints one resource as label/value lines, leaving out what

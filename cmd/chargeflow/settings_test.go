@@ -30,7 +30,8 @@ var settingsInvocations = [][]string{
 	{"operator", "create"}, {"operator", "list"}, {"operator", "revoke"},
 	{"account", "add"}, {"account", "list"}, {"account", "disable"}, {"route", "set"}, {"route", "show"}, {"route", "clear"},
 	{"audit"}, {"completion"}, {"listen"},
-	{"charge", "create"}, {"charge", "refund", "ch_x"}, {"charge", "list"}, {"charge", "get", "ch_x"},
+	{"charge", "create"}, {"charge", "refund", "ch_x"}, {"charge", "capture", "ch_x"}, {"charge", "cancel", "ch_x"},
+	{"charge", "list"}, {"charge", "get", "ch_x"},
 	{"charge", "events", "ch_x"}, {"charge", "reconcile", "ch_x"}, {"charge", "resolve", "ch_x"},
 	{"scenario", "list"}, {"scenario", "run", "x"}, {"bench"}, {"healthcheck"}, {"version"},
 }
