@@ -72,7 +72,8 @@ type opsChargeView struct {
 	ProviderKey string               `json:"provider_key"`
 	NextCheckAt *time.Time           `json:"next_check_at"`
 	AuditTrail  []api.AuditEntryView `json:"events,omitempty"`
-	// Kind is "charge" or "refund"; a refund's RefundOf is its charge.
+	// Kind is "charge", "refund", "capture" or "cancel"; RefundOf is the
+	// charge any other kind than a charge acts on.
 	Kind     intent.Kind `json:"kind"`
 	RefundOf *string     `json:"refund_of"`
 }
@@ -82,14 +83,17 @@ func opsViewOf(c intent.Charge, trail []intent.AuditEntry) opsChargeView {
 		NextCheckAt: c.NextCheckAt, AuditTrail: api.AuditEntryViews(trail), Kind: cmp.Or(c.Kind, intent.KindCharge), RefundOf: api.NonEmpty(c.ParentID)}
 }
 
-// opsIDParam is the {id} of an operator route: a charge's or a refund's,
-// which operators resolve alike. A malformed id is 404.
+// opsIDParam is the {id} of an operator route: a charge's, a refund's, a
+// capture's or a cancel's, which operators resolve alike. A malformed id is
+// 404.
 func opsIDParam(c echo.Context) (string, error) {
 	id := c.Param("id")
-	if !ids.Valid("ch", id) && !ids.Valid("re", id) {
-		return "", api.NewProblem(api.CodeNotFound, "no such charge or refund")
+	for _, kind := range []intent.Kind{intent.KindCharge, intent.KindRefund, intent.KindCapture, intent.KindCancel} {
+		if ids.Valid(kind.IDPrefix(), id) {
+			return id, nil
+		}
 	}
-	return id, nil
+	return "", api.NewProblem(api.CodeNotFound, "no such charge, refund, capture or cancel")
 }
 
 // opsListCharges answers a page of charges of every tenant (or one, with

@@ -255,19 +255,52 @@ func (p *Plane) renderCharge(c echo.Context, status int, outcome *pageOutcome, f
 	if err != nil {
 		return err
 	}
+	var children []intent.Charge
+	var more bool
+	if charge.ParentID == "" {
+		ctx, cancel := p.api.DBContext(c)
+		defer cancel()
+		children, more, err = intent.List(ctx, p.cfg.DB, intent.ListParams{TenantID: charge.TenantID, ParentID: charge.ID, Limit: queuePageSize})
+		if err != nil {
+			return err
+		}
+	}
 	return p.render(c, status, "charge", struct {
 		pageBase
 		Charge         intent.Charge
+		Kind           kindWords
 		Facts          []fact
 		AuditTrail     []intent.AuditEntry
+		Children       []intent.Charge
+		MoreChildren   bool
 		Outcome        *pageOutcome
 		Admin          bool
 		Form           resolveForm
 		ReconcileFloor time.Duration
 	}{
-		pageBase: p.pageBase(c, charge.ID), Charge: charge, Facts: chargeFacts(charge), AuditTrail: trail,
+		pageBase: p.pageBase(c, charge.ID), Charge: charge, Kind: wordsOf(charge.Kind), Facts: chargeFacts(charge), AuditTrail: trail,
+		Children: children, MoreChildren: more,
 		Outcome: outcome, Admin: operatorOf(c).Role == operator.RoleAdmin, Form: form, ReconcileFloor: p.cfg.Resolve.ReconcileFloor(),
 	})
+}
+
+// kindWords are what a row's page calls it and its resolve form's
+// outcomes, by its kind: a capture that succeeded took money, a cancel
+// that succeeded released it.
+type kindWords struct {
+	Title, Of, Succeeded, Failed string
+}
+
+func wordsOf(k intent.Kind) kindWords {
+	switch k {
+	case intent.KindRefund:
+		return kindWords{"Refund", "Refund of", "the provider refunded it", "nothing was refunded"}
+	case intent.KindCapture:
+		return kindWords{"Capture", "Capture of", "the provider captured it, its charge with it", "nothing was captured: the charge is still held"}
+	case intent.KindCancel:
+		return kindWords{"Cancel", "Cancel of", "the provider released the charge", "nothing was released: the charge is still held"}
+	}
+	return kindWords{"Charge", "", "the provider took the money", "nothing was charged"}
 }
 
 // pageResolve is the resolve form's POST: the same resolveCharge as POST
@@ -370,7 +403,8 @@ type fact struct {
 	Name, Value string
 	// Mono sets the value in a fixed-width font: ids and keys.
 	Mono bool
-	// Href, when set, links the value: a refund's charge.
+	// Href, when set, links the value: a refund's, capture's or cancel's
+	// charge.
 	Href string
 }
 
@@ -381,14 +415,23 @@ func chargeFacts(ch intent.Charge) []fact {
 		{Name: "Tenant", Value: ch.TenantID, Mono: true},
 		{Name: "Amount", Value: money(ch.Amount, ch.Currency)},
 	}
-	if ch.Kind == intent.KindRefund {
-		// A refund: what it refunds, and why, instead of a payment method.
-		facts = append(facts, fact{Name: "Refund of", Value: ch.ParentID, Mono: true, Href: "/ops/charges/" + ch.ParentID})
+	if ch.ParentID != "" {
+		// A refund, capture or cancel: what it acts on (and a refund's
+		// reason) instead of a payment method.
+		facts = append(facts, fact{Name: wordsOf(ch.Kind).Of, Value: ch.ParentID, Mono: true, Href: "/ops/charges/" + ch.ParentID})
 		if ch.Reason != "" {
 			facts = append(facts, fact{Name: "Reason", Value: ch.Reason})
 		}
 	} else {
 		facts = append(facts, fact{Name: "Payment method", Value: ch.PaymentMethod, Mono: true})
+		if ch.CaptureLater {
+			// Authorized only: what its capture took, and the capture or
+			// cancel on its way.
+			facts = append(facts, fact{Name: "Capture", Value: "later"}, fact{Name: "Captured", Value: money(ch.AmountCaptured, ch.Currency)})
+			if ch.OpInFlight != "" {
+				facts = append(facts, fact{Name: "In flight", Value: ch.OpInFlight, Mono: true, Href: "/ops/charges/" + ch.OpInFlight})
+			}
+		}
 		if ch.AmountRefunded > 0 || ch.AmountReserved > 0 {
 			facts = append(facts, fact{Name: "Refunded", Value: money(ch.AmountRefunded, ch.Currency) + " (" + money(ch.AmountReserved, ch.Currency) + " reserved)"})
 		}

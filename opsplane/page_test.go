@@ -16,6 +16,7 @@ import (
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/apitest"
+	"github.com/chargeflow/chargeflow/internal/dbtest"
 	"github.com/chargeflow/chargeflow/operator"
 )
 
@@ -291,4 +292,58 @@ func TestOpsPageJobs(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []string{"GET /ops/jobs/api/jobs", "POST /ops/jobs/api/jobs/cancel"}, served)
+}
+
+// A charge held for capture reads as one: its state, that it is captured
+// later, what was captured, and the capture or cancel on its way, linked.
+// Its captures and cancels are rows of their own, listed under it, each
+// with a page that links back; one in needs_review is in the queue, and its
+// resolve form speaks of what the operation does.
+func TestOpsPageHeldCharge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	held := dbtest.PendingCharge(t, b.Pool, dbtest.Charge{TenantID: b.TenantA.ID, Amount: 1000, CaptureLater: true})
+	held = dbtest.Walk(t, b.Pool, held, "py_held_"+held.ID[3:], intent.StateSubmitting, intent.StateRequiresCapture)
+	viewer := apitest.SignIn(t, b.URL, b.Viewer.Token)
+	admin := apitest.SignIn(t, b.URL, b.Admin.Token)
+
+	page := viewer.Get(t, "/ops/charges/"+held.ID)
+	apitest.RequirePage(t, page, http.StatusOK, `id="charge-state">requires_capture<`, "<dt>Capture</dt><dd>later</dd>",
+		"<dt>Captured</dt><dd>0.00 USD</dd>")
+	require.NotContains(t, string(page.Body), `id="operations"`, "nothing acted on it yet")
+	require.NotContains(t, string(page.Body), "In flight")
+
+	capture, err := dbtest.PendingOperation(b.Pool, held, intent.KindCapture, 600)
+	require.NoError(t, err)
+	page = viewer.Get(t, "/ops/charges/"+held.ID)
+	apitest.RequirePage(t, page, http.StatusOK, "<dt>In flight</dt>", `href="/ops/charges/`+capture.ID+`"`, `id="operations"`,
+		"<td>capture</td>", "6.00 USD", `class="badge s-pending">pending<`)
+
+	opPage := viewer.Get(t, "/ops/charges/"+capture.ID)
+	apitest.RequirePage(t, opPage, http.StatusOK, "<h2>Capture</h2>", "<dt>Capture of</dt>", `href="/ops/charges/`+held.ID+`"`, "6.00 USD")
+	require.NotContains(t, string(opPage.Body), "Payment method")
+	require.NotContains(t, string(opPage.Body), `id="operations"`, "an operation has none of its own")
+	view, _ := b.OpsCharge(t, capture.ID)
+	require.Equal(t, "capture", view["kind"])
+
+	// Its call lost and never proven: in the queue, and resolved in its
+	// own words.
+	dbtest.Walk(t, b.Pool, capture, "", intent.StateSubmitting, intent.StateUnknown, intent.StateNeedsReview)
+	apitest.RequirePage(t, viewer.Get(t, "/ops/"), http.StatusOK, "/ops/charges/"+capture.ID)
+	apitest.RequirePage(t, admin.Get(t, "/ops/charges/"+capture.ID), http.StatusOK, `action="/ops/charges/`+capture.ID+`/resolve"`,
+		"succeeded: the provider captured it, its charge with it", "failed: nothing was captured: the charge is still held")
+
+	// A cancel of another held charge, likewise.
+	other := dbtest.PendingCharge(t, b.Pool, dbtest.Charge{TenantID: b.TenantB.ID, Amount: 500, Currency: "EUR", CaptureLater: true})
+	other = dbtest.Walk(t, b.Pool, other, "py_other_"+other.ID[3:], intent.StateSubmitting, intent.StateRequiresCapture)
+	cancel, err := dbtest.PendingOperation(b.Pool, other, intent.KindCancel, 500)
+	require.NoError(t, err)
+	apitest.RequirePage(t, viewer.Get(t, "/ops/charges/"+other.ID), http.StatusOK, "<td>cancel</td>", `href="/ops/charges/`+cancel.ID+`"`, "5.00 EUR")
+	apitest.RequirePage(t, viewer.Get(t, "/ops/charges/"+cancel.ID), http.StatusOK, "<h2>Cancel</h2>", "<dt>Cancel of</dt>")
+
+	// A charge captured at once says nothing of capture.
+	atOnce := viewer.Get(t, "/ops/charges/"+b.NewCharge(t, b.TenantA, "page-held-key-000001"))
+	apitest.RequirePage(t, atOnce, http.StatusOK, "<h2>Charge</h2>")
+	require.NotContains(t, string(atOnce.Body), "<dt>Capture</dt>")
+	apitest.RequirePage(t, viewer.Get(t, "/ops/charges/cp_nope"), http.StatusNotFound)
 }
