@@ -287,8 +287,14 @@ func (n *notifier) notify(c *record, draw func() decision) {
 		// The same event of an altered record, under the genuine
 		// signature: a header's over the genuine body, or the genuine
 		// item's own.
+		// The charge too: a cancel's event shows its charge, and no amount
+		// of its own.
 		tampered := &record{ledgerRecord: c.ledgerRecord, committed: c.committed, charge: c.charge}
 		tampered.Amount *= 100
+		if c.charge != nil {
+			tampered.charge = &record{ledgerRecord: c.charge.ledgerRecord, committed: c.charge.committed}
+			tampered.charge.Amount *= 100
+		}
 		forgery, _, err = n.word(tampered, id, created, func([]byte) string { return n.scheme.signBody(n.cfg.Secret, signed) })
 	case forged && n.scheme.header == "":
 		// The genuine body, its own signature made with a wrong key.
@@ -564,14 +570,24 @@ func (q *deliveryQueue) Pop() any {
 }
 
 // fakeEvent words a notification in the fake protocol
-// (psp.NotificationEnvelope): a charge applied or declined, a refund
-// applied; nothing for a saved answer, which applied nothing.
+// (psp.NotificationEnvelope): a charge applied, authorized or declined, a
+// refund applied, a capture or a cancel applied (the charge as it left
+// it, under the charge's key); nothing for a saved answer, which applied
+// nothing.
 func fakeEvent(c *record, id string, created time.Time, _ func([]byte) string) (event, bool, error) {
 	var typ string
 	var data any
 	switch {
 	case c.isCharge() && c.Status == psp.StatusSucceeded:
 		typ, data = psp.EventChargeSucceeded, psp.ChargeNotification{Charge: c.wire(), IdempotencyKey: c.IdempotencyKey}
+	case c.isCharge() && c.Status == psp.StatusRequiresCapture:
+		typ, data = psp.EventChargeAuthorized, psp.ChargeNotification{Charge: c.wire(), IdempotencyKey: c.IdempotencyKey}
+	case c.isOperation():
+		typ = psp.EventChargeCaptured
+		if c.Kind == kindCancel {
+			typ = psp.EventChargeCanceled
+		}
+		data = psp.ChargeNotification{Charge: c.charge.wireAt(c.leftHeld()).Charge, IdempotencyKey: c.charge.IdempotencyKey}
 	case c.isCharge():
 		typ, data = psp.EventChargeFailed, psp.ChargeNotification{Charge: c.wire(), IdempotencyKey: c.IdempotencyKey}
 	case c.isRefund():

@@ -240,6 +240,9 @@ func (s *Server) routes(protocol string) http.Handler {
 	default:
 		mux.HandleFunc("POST /v1/charges", s.handleCharge)
 		mux.HandleFunc("GET /v1/charges/by-key/{key}", s.handleLookup)
+		mux.HandleFunc("GET /v1/charges/{id}", s.handleChargeByID)
+		mux.HandleFunc("POST /v1/charges/{id}/capture", s.handleCapture)
+		mux.HandleFunc("POST /v1/charges/{id}/cancel", s.handleCancel)
 		mux.HandleFunc("POST /v1/refunds", s.handleRefund)
 		mux.HandleFunc("GET /v1/refunds/by-key/{key}", s.handleRefundLookup)
 	}
