@@ -232,6 +232,8 @@ func (s *Server) routes(protocol string) http.Handler {
 		mux.Handle("POST /v1/payment_intents", s.stripe(s.handleStripeCreate))
 		mux.Handle("GET /v1/payment_intents/search", s.stripe(s.handleStripeSearch))
 		mux.Handle("GET /v1/payment_intents/{id}", s.stripe(s.handleStripeRetrieve))
+		mux.Handle("POST /v1/payment_intents/{id}/capture", s.stripe(s.handleStripeCapture))
+		mux.Handle("POST /v1/payment_intents/{id}/cancel", s.stripe(s.handleStripeCancel))
 		mux.Handle("GET /v1/payment_intents", s.stripe(s.handleStripeList))
 		mux.Handle("POST /v1/refunds", s.stripe(s.handleStripeRefund))
 		mux.Handle("GET /v1/refunds/{id}", s.stripe(s.handleStripeRefundRetrieve))

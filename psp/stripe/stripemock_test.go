@@ -247,7 +247,8 @@ func requestsAgainstStripeMock(t *testing.T, baseURL string) {
 // differ from the adapter's by one parameter Stripe's description does not
 // allow are refused with 400, and the adapter's own are accepted.
 func stripeMockRefuses(t *testing.T, baseURL string) {
-	for i, r := range stripemocktest.Requests("pi_1", "re_1", "pm_card_visa") {
+	ids := stripemocktest.IDs{Intent: "pi_1", Refund: "re_1", PaymentMethod: "pm_card_visa", ToCapture: "pi_2", ToCancel: "pi_3", Held: "pi_4"}
+	for i, r := range stripemocktest.Requests(ids) {
 		status := stripemocktest.Send(t, http.DefaultClient, baseURL, mockKey, fmt.Sprintf("cf_variant_%d", i), r)
 		want := http.StatusBadRequest
 		if r.Valid {
