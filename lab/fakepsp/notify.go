@@ -55,8 +55,9 @@ var ErrNotificationConfig = errors.New("fakepsp: invalid Config.Notifications")
 // Notifications configures the notifications the provider sends. The zero
 // value sends none.
 type Notifications struct {
-	// URL receives a POST for every charge applied or declined and every
-	// refund applied: an absolute http or https URL. Empty sends nothing.
+	// URL receives a POST for every charge applied, authorized or declined
+	// and every refund, capture and cancel applied: an absolute http or
+	// https URL. Empty sends nothing.
 	URL string
 
 	// Secret signs every notification with HMAC-SHA256: as Stripe signs
@@ -86,8 +87,9 @@ type NotificationStats struct {
 	// Enabled says the provider sends notifications (Notifications.URL).
 	Enabled bool `json:"enabled"`
 
-	// Made counts the notifications made: one per charge applied or
-	// declined and per refund applied, whatever became of it.
+	// Made counts the notifications made: one per charge applied,
+	// authorized or declined and per refund, capture and cancel applied,
+	// whatever became of it.
 	Made int `json:"made"`
 
 	// Sent counts the genuine deliveries the receiver answered 2xx; a
