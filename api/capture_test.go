@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -475,4 +476,45 @@ func TestCaptureRetryRacingItsFirstAttempt(t *testing.T) {
 	var ops int
 	require.NoError(t, b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM charges WHERE parent_id = $1`, charge).Scan(&ops))
 	require.Equal(t, 1, ops)
+}
+
+// A charge captured later and its capture are told as events that carry
+// the objects exactly as the API shows them, and endpoints subscribe to
+// the new types by name.
+func TestCaptureEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) {
+		capturing(true)(o)
+		capture := o.API
+		o.API = func(c *api.Config) {
+			capture(c)
+			c.WebhooksAllowPrivate = true
+		}
+	})
+	endpoint := b.createEndpoint(t, b.TenantA, "capture-hooks-key-001",
+		`{"url": "http://127.0.0.1:9/hooks", "events": ["charge.authorized", "charge.captured", "capture.failed"]}`)
+	require.Equal(t, http.StatusCreated, endpoint.Status, "body: %s", endpoint.Body)
+
+	charge := b.heldCharge(t, b.TenantA, "capture-events-held-1", 1000)
+	authorized := b.Get(t, b.TenantA, "/v1/charges/"+charge).Body
+	refused := b.operate(t, b.URL, b.TenantA, charge, intent.KindCapture, "capture-events-op-001", `{}`)
+	refusedID := apitest.Decode(t, refused)["id"].(string)
+	b.Walk(t, b.TenantA, refusedID, intent.StateSubmitting, intent.StateFailed)
+	taken := b.operate(t, b.URL, b.TenantA, charge, intent.KindCapture, "capture-events-op-002", `{"amount": 400}`)
+	takenID := apitest.Decode(t, taken)["id"].(string)
+	b.Walk(t, b.TenantA, takenID, intent.StateSubmitting, intent.StateSucceeded)
+
+	for typ, object := range map[string][]byte{
+		"charge.authorized": authorized,
+		"capture.failed":    b.Get(t, b.TenantA, "/v1/captures/"+refusedID).Body,
+		"charge.captured":   b.Get(t, b.TenantA, "/v1/charges/"+charge).Body,
+	} {
+		events := apitest.Decode(t, b.Get(t, b.TenantA, "/v1/events?type="+typ))["data"].([]any)
+		require.Len(t, events, 1, typ)
+		var want map[string]any
+		require.NoError(t, json.Unmarshal(object, &want))
+		require.Equal(t, want, events[0].(map[string]any)["data"], "%s carries the object as the API showed it", typ)
+	}
+	require.EqualValues(t, 400, apitest.Decode(t, b.Get(t, b.TenantA, "/v1/charges/"+charge))["amount_captured"])
+	require.Equal(t, 3, b.jobsOfKind(t, "webhook.deliver"), "a delivery of each event the endpoint subscribes to")
 }
