@@ -159,6 +159,39 @@ func TestChargeSendsOnePayment(t *testing.T) {
 	}, jsonOf(t, req.body))
 }
 
+// A charge to be captured later is sent for manual capture, and Adyen's
+// Authorised is then money held, not moved; a refusal is a decline as
+// ever.
+func TestChargeToCaptureLaterIsHeld(t *testing.T) {
+	t.Parallel()
+
+	server := startServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Idempotency-Key") == "cf_ch_2" {
+			answerWith(answerRefused)(w, r)
+			return
+		}
+		answerWith(answerAuthorised)(w, r)
+	})
+	adapter := newAdapter(server.URL)
+	req := chargeRequest("cf_ch_1")
+	req.CaptureLater = true
+	held, err := adapter.Charge(t.Context(), req)
+	require.NoError(t, err)
+	require.Equal(t, psp.Charge{ID: testPSP, Status: psp.StatusRequiresCapture, Amount: 1000, Currency: "EUR", Reference: "ch_1"}, held)
+	body := jsonOf(t, server.request(0).body)
+	require.Equal(t, map[string]any{"manualCapture": "true"}, body["additionalData"])
+
+	req.Key = "cf_ch_2"
+	declined, err := adapter.Charge(t.Context(), req)
+	require.NoError(t, err)
+	require.Equal(t, psp.StatusFailed, declined.Status)
+	require.Equal(t, "insufficient_funds", declined.DeclineCode)
+
+	_, err = adapter.Charge(t.Context(), chargeRequest("cf_ch_3"))
+	require.NoError(t, err)
+	require.NotContains(t, jsonOf(t, server.request(2).body), "additionalData", "a charge captured at once asks nothing of the kind")
+}
+
 func TestChargeWithoutATenantSendsNone(t *testing.T) {
 	t.Parallel()
 
@@ -471,14 +504,15 @@ func TestCapabilities(t *testing.T) {
 	adapter := New(Config{Timeout: 7 * time.Second})
 	require.Equal(t, psp.Capabilities{
 		Name: "adyen", KeyWindow: 7 * 24 * time.Hour, Lookup: psp.LookupByResend, Consistency: psp.Strong,
-		ByProviderID: false, Refunds: true, Notifications: true,
+		ByProviderID: false, Refunds: true, Notifications: true, SeparateCapture: true, HoldWindow: 7 * 24 * time.Hour,
 	}, adapter.Capabilities())
 	require.Equal(t, 7*time.Second, adapter.Timeout())
 	require.Equal(t, psp.DefaultTimeout, New(Config{}).Timeout())
 
-	named := New(Config{Name: "adyen_eu", KeyWindow: 31 * 24 * time.Hour})
+	named := New(Config{Name: "adyen_eu", KeyWindow: 31 * 24 * time.Hour, HoldWindow: 28 * 24 * time.Hour})
 	require.Equal(t, "adyen_eu", named.Capabilities().Name)
 	require.Equal(t, 31*24*time.Hour, named.Capabilities().KeyWindow)
+	require.Equal(t, 28*24*time.Hour, named.Capabilities().Hold())
 }
 
 // Calls are psp's spans, under the caller's, with the trace context sent
