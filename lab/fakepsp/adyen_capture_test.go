@@ -2,8 +2,8 @@ package fakepsp_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -272,29 +272,13 @@ func TestAdyenModificationsRacingSettleOnce(t *testing.T) {
 	held := b.hold(t, "cf_race")
 
 	const racers = 10
-	statuses := make(chan int, racers)
-	var wg sync.WaitGroup
-	for i := range racers {
-		wg.Go(func() {
-			key := "mk_" + string(rune('a'+i))
-			path, body := capturePath(held.PSPReference), captureRequest("cp_"+key, 1000)
-			if i%2 == 1 {
-				path, body = cancelPath(held.PSPReference), cancelRequest("cx_"+key)
-			}
-			resp, err := b.send(t, b.client(0), path, key, body, nil)
-			if err != nil {
-				statuses <- 0
-				return
-			}
-			statuses <- resp.status
-		})
-	}
-	wg.Wait()
-	close(statuses)
-	counts := make(map[int]int)
-	for status := range statuses {
-		counts[status]++
-	}
+	counts := b.race(t, racers, func(i int) (string, string, any) {
+		key := fmt.Sprintf("mk_%02d", i)
+		if i%2 == 1 {
+			return cancelPath(held.PSPReference), key, cancelRequest("cx_" + key)
+		}
+		return capturePath(held.PSPReference), key, captureRequest("cp_"+key, 1000)
+	})
 	require.Equal(t, map[int]int{http.StatusCreated: racers}, counts, "every one acknowledged")
 	require.Len(t, b.provider.Operations(), 1, "exactly one settled the hold")
 }

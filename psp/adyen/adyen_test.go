@@ -517,7 +517,8 @@ func TestCapabilities(t *testing.T) {
 
 // Calls are psp's spans, under the caller's, with the trace context sent
 // to Adyen, measured by op and outcome, and without the payment method,
-// the API key, our reference or the tenant.
+// the API key, our references or the tenant: a charge, a refund, a capture
+// and a cancel.
 func TestTelemetry(t *testing.T) {
 	t.Parallel()
 
@@ -527,11 +528,16 @@ func TestTelemetry(t *testing.T) {
 		mu.Lock()
 		traceParents = append(traceParents, r.Header.Get("traceparent"))
 		mu.Unlock()
-		if strings.HasSuffix(r.URL.Path, "/refunds") {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/refunds"):
 			answerWith(answerRefundReceived)(w, r)
-			return
+		case strings.HasSuffix(r.URL.Path, "/captures"):
+			answerWith(answerCaptureReceived)(w, r)
+		case strings.HasSuffix(r.URL.Path, "/cancels"):
+			answerWith(answerCancelReceived)(w, r)
+		default:
+			answerWith(answerRefused)(w, r)
 		}
-		answerWith(answerRefused)(w, r)
 	})
 	spans := tracetest.NewSpanRecorder()
 	tracerProvider := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
@@ -544,14 +550,19 @@ func TestTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	_, err = adapter.Refund(ctx, refundRequest("cf_re_1"))
 	requirePSPError(t, err, psp.ErrUnknownOutcome, "refund_received")
+	_, err = adapter.Capture(ctx, operationRequest("cf_cp_1", "cp_1"))
+	requirePSPError(t, err, psp.ErrUnknownOutcome, "capture_received")
+	_, err = adapter.Cancel(ctx, operationRequest("cf_cx_1", "cx_1"))
+	requirePSPError(t, err, psp.ErrUnknownOutcome, "cancel_received")
 	parent.End()
 
 	ended := spans.Ended()
-	require.Len(t, ended, 3)
+	require.Len(t, ended, 5)
 	for i, want := range []struct {
 		name, outcome string
 		status        codes.Code
-	}{{"psp.charge", "charge", codes.Unset}, {"psp.refund", "unknown", codes.Error}} {
+	}{{"psp.charge", "charge", codes.Unset}, {"psp.refund", "unknown", codes.Error},
+		{"psp.capture", "unknown", codes.Error}, {"psp.cancel", "unknown", codes.Error}} {
 		span := ended[i]
 		require.Equal(t, want.name, span.Name())
 		require.Equal(t, parent.SpanContext().SpanID(), span.Parent().SpanID())
@@ -559,7 +570,7 @@ func TestTelemetry(t *testing.T) {
 		attrs := map[string]string{}
 		for _, kv := range span.Attributes() {
 			attrs[string(kv.Key)] = kv.Value.Emit()
-			for _, secret := range []string{"pm_canary", "canary_api_key", "ch_1", "re_1", "tn_1", "cf_"} {
+			for _, secret := range []string{"pm_canary", "canary_api_key", "ch_1", "re_1", "cp_1", "cx_1", "tn_1", "cf_"} {
 				require.NotContains(t, kv.Value.Emit(), secret)
 			}
 		}
@@ -570,6 +581,8 @@ func TestTelemetry(t *testing.T) {
 	}
 	require.Equal(t, "insufficient_funds", attrsOf(ended[0])["psp.decline_code"])
 	require.Equal(t, "refund_received", attrsOf(ended[1])["psp.reason"])
+	require.Equal(t, "capture_received", attrsOf(ended[2])["psp.reason"])
+	require.Equal(t, "cancel_received", attrsOf(ended[3])["psp.reason"])
 
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
@@ -584,7 +597,7 @@ func TestTelemetry(t *testing.T) {
 			}
 		}
 	}
-	require.Equal(t, map[string]uint64{"charge/charge": 1, "refund/unknown": 1}, counts)
+	require.Equal(t, map[string]uint64{"charge/charge": 1, "refund/unknown": 1, "capture/unknown": 1, "cancel/unknown": 1}, counts)
 }
 
 func attrsOf(span sdktrace.ReadOnlySpan) map[string]string {

@@ -1,7 +1,7 @@
 package adyen_test
 
 import (
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,18 +24,20 @@ const fakeHMACKey = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6
 func TestCaptureAgainstTheFake(t *testing.T) {
 	t.Parallel()
 
-	// fake is the provider, its receiver of notifications, its clock and
-	// an adapter pointed at it.
+	// fake is the provider, its receiver of notifications, how far its
+	// clock was moved on, and an adapter pointed at it.
 	type fake struct {
 		provider *fakepsptest.Provider
 		receiver *fakepsptest.Receiver
-		clock    *clock
+		later    *atomic.Int64
 		adapter  *pspadyen.Adapter
 	}
 	start := func(t *testing.T, schedule fakepsp.Schedule) fake {
 		t.Helper()
-		f := fake{receiver: fakepsptest.StartReceiver(t, nil), clock: &clock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}}
-		f.provider = fakepsptest.Start(t, fakepsp.Config{Protocol: fakepsp.ProtocolAdyen, Now: f.clock.Now, HoldWindow: pspadyen.DefaultHoldWindow,
+		f := fake{receiver: fakepsptest.StartReceiver(t, nil), later: &atomic.Int64{}}
+		base := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+		now := func() time.Time { return base.Add(time.Duration(f.later.Load())) }
+		f.provider = fakepsptest.Start(t, fakepsp.Config{Protocol: fakepsp.ProtocolAdyen, Now: now, HoldWindow: pspadyen.DefaultHoldWindow,
 			Faults:        schedule,
 			Notifications: fakepsp.Notifications{URL: f.receiver.URL, Secret: fakeHMACKey, Backoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}})
 		f.adapter = pspadyen.New(pspadyen.Config{BaseURL: f.provider.URL + "/v71", APIKey: "test_key", MerchantAccount: "ChargeflowTest",
@@ -159,7 +161,7 @@ func TestCaptureAgainstTheFake(t *testing.T) {
 		t.Parallel()
 		f := start(t, fakepsp.Schedule{})
 		held := hold(t, f, "cf_1")
-		f.clock.Advance(f.adapter.Capabilities().Hold())
+		f.later.Add(int64(f.adapter.Capabilities().Hold()))
 
 		_, err := f.adapter.Capture(t.Context(), operation(held, "cf_cp_1", "cp_1", 1000))
 		acknowledged(t, err, "capture_received")
@@ -217,22 +219,4 @@ func TestCaptureAgainstTheFake(t *testing.T) {
 		require.Equal(t, "validation", pspErr.Reason)
 		require.Equal(t, "167", pspErr.ProviderCode)
 	})
-}
-
-// clock is a settable clock for the fake.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
