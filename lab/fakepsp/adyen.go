@@ -16,12 +16,12 @@ import (
 
 // This file is the Adyen protocol's payment: POST /v71/payments of Adyen's
 // Checkout API v71 with a stored card, captured at once or authorised for
-// a manual capture, behind an API key. What it models
-// and what it leaves out is in docs/provider.md ("The Adyen protocol"); the
-// faults, the key rules and the ledger are the shared ones (execute.go),
-// under Adyen's key rules (keysAdyen). Every answer is one the published
-// description (psp/adyen/checkoutspec) allows for its route and status,
-// but the few statuses it lists for no route (404, 429).
+// a manual capture, behind an API key. What it models and what it leaves
+// out is in docs/provider.md ("The Adyen protocol"); the faults, the key
+// rules and the ledger are the shared ones (execute.go), under Adyen's key
+// rules (keysAdyen). Every answer is one the published description
+// (psp/adyen/checkoutspec) allows for its route and status, but the few
+// statuses it lists for no route (404, 429).
 
 // AdyenMetadataTenant, in a payment's metadata, is the tenant tag the
 // ledger and the audit file the payment under; without it the

@@ -52,7 +52,8 @@ const (
 	// validity of a merchant-initiated authorisation can be as short as
 	// seven days, and a capture after it may fail at the scheme
 	// (CAPTURE_FAILED) days after Adyen reported it captured; the smaller
-	// promise is declared, as for the key window (docs/capture.md).
+	// promise is declared, as for the key window (docs/provider.md, "The
+	// Adyen adapter").
 	DefaultHoldWindow = psp.DefaultHoldWindow
 )
 
@@ -326,9 +327,10 @@ func notSent(why string) error {
 }
 
 // checkSend refuses, as not applied, a charge or modification that must
-// not be sent: without an API key or a merchant account it cannot be, without a
-// usable idempotency key it could be applied twice, and without our
-// reference its answer and notification could not be matched to the row.
+// not be sent: without an API key or a merchant account it cannot be,
+// without a usable idempotency key it could be applied twice, and without
+// our reference its answer and notification could not be matched to the
+// row.
 func (a *Adapter) checkSend(key, reference string) error {
 	switch {
 	case a.apiKey == "":

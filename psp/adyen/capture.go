@@ -11,7 +11,8 @@ import (
 
 // A capture and a cancel are Adyen modifications of an authorised
 // payment, acknowledged at once (201, status "received") and settled only
-// by a notification, as a refund is (docs/capture.md). Their ops name
+// by a notification, as a refund is (docs/provider.md, "The Adyen
+// adapter"). Their ops name
 // their spans and label the call duration; a capture and a cancel move
 // money as a charge does, so their transport is classified by a charge's
 // rules (classify).
