@@ -133,6 +133,13 @@ type Config struct {
 	LookupBackoffBase time.Duration
 	LookupBackoffCap  time.Duration
 
+	// HoldMargin is how long before its provider's hold window ends a held
+	// charge (requires_capture) is first looked up, and HoldRecheck how
+	// often after that, until the provider released it (hold.go).
+	// Defaults 1 h and 15 min.
+	HoldMargin  time.Duration
+	HoldRecheck time.Duration
+
 	// TracerProvider makes a "charge.reconcile" span per leased charge; the
 	// lookup's span is its child, and so is the charge.submit job of a
 	// re-attempt (with outbox.TraceContext on the River client). Nil means
@@ -180,6 +187,9 @@ type Result struct {
 	// Stranded counts pending charges given a new charge.submit job because
 	// River had given up on theirs.
 	Stranded int
+	// Released counts held charges found released at their provider (their
+	// hold expired) and moved to canceled.
+	Released int
 }
 
 func (r *Result) add(o Result) {
@@ -194,6 +204,7 @@ func (r *Result) add(o Result) {
 	r.Fenced += o.Fenced
 	r.Conflicts += o.Conflicts
 	r.Stranded += o.Stranded
+	r.Released += o.Released
 }
 
 // Defaults is the configuration New fills zero fields from (ID aside,
@@ -211,6 +222,8 @@ func Defaults() Config {
 		MaxUnknownAge:     time.Hour,
 		LookupBackoffBase: time.Second,
 		LookupBackoffCap:  5 * time.Minute,
+		HoldMargin:        time.Hour,
+		HoldRecheck:       15 * time.Minute,
 		Provider: Provider{
 			KeyWindowMargin: time.Hour,
 			LookupRate:      50,
@@ -263,6 +276,8 @@ func New(cfg Config) (*Reconciler, error) {
 	cfg.MaxUnknownAge = cmp.Or(cfg.MaxUnknownAge, d.MaxUnknownAge)
 	cfg.LookupBackoffBase = cmp.Or(cfg.LookupBackoffBase, d.LookupBackoffBase)
 	cfg.LookupBackoffCap = cmp.Or(cfg.LookupBackoffCap, d.LookupBackoffCap)
+	cfg.HoldMargin = cmp.Or(cfg.HoldMargin, d.HoldMargin)
+	cfg.HoldRecheck = cmp.Or(cfg.HoldRecheck, d.HoldRecheck)
 	p := &cfg.Provider
 	p.KeyWindowMargin = cmp.Or(p.KeyWindowMargin, d.Provider.KeyWindowMargin)
 	p.LookupRate = cmp.Or(p.LookupRate, d.Provider.LookupRate)
@@ -303,6 +318,7 @@ func (cfg Config) check() error {
 		{"apply margin", cfg.ApplyMargin}, {"stranded after", cfg.StrandedAfter}, {"max unknown age", cfg.MaxUnknownAge},
 		{"lookup backoff base", cfg.LookupBackoffBase}, {"lookup backoff cap", cfg.LookupBackoffCap},
 		{"max apply delay", cfg.Provider.MaxApplyDelay}, {"key window margin", cfg.Provider.KeyWindowMargin},
+		{"hold margin", cfg.HoldMargin}, {"hold recheck", cfg.HoldRecheck},
 	} {
 		if d.value < 0 {
 			errs = append(errs, fmt.Errorf("reconciler: %s %s is negative", d.name, d.value))
@@ -358,6 +374,11 @@ type account struct {
 	// charge exists; provable is false when it never does.
 	proof    time.Duration
 	provable bool
+	// opProof and opProvable are the same for a capture or cancel, whose
+	// lookup is its held charge's by provider id (settle.Find): strong when
+	// the provider retrieves by id (docs/capture.md).
+	opProof    time.Duration
+	opProvable bool
 	// resend is how long after a charge's first send a re-send is still
 	// de-duplicated (settle.ResendWindow); zero when the provider never
 	// de-duplicates.
@@ -373,12 +394,14 @@ func (r *Reconciler) newAccount(client psp.Provider) (*account, error) {
 	}
 	proof, provable := ProofWindow(caps, client.Timeout(), p.MaxApplyDelay, r.cfg.ApplyMargin)
 	return &account{
-		client:   client,
-		caps:     caps,
-		limiter:  rate.NewLimiter(rate.Limit(p.LookupRate), p.LookupBurst),
-		proof:    proof,
-		provable: provable,
-		resend:   settle.ResendWindow(caps.KeyWindow, p.KeyWindowMargin),
+		client:     client,
+		caps:       caps,
+		limiter:    rate.NewLimiter(rate.Limit(p.LookupRate), p.LookupBurst),
+		proof:      proof,
+		provable:   provable,
+		opProof:    ApplyWindow(client.Timeout(), p.MaxApplyDelay, r.cfg.ApplyMargin),
+		opProvable: sweepable(caps),
+		resend:     settle.ResendWindow(caps.KeyWindow, p.KeyWindowMargin),
 	}, nil
 }
 
@@ -473,6 +496,9 @@ func (r *Reconciler) runOnce(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	if res.Stranded, err = r.requeueStranded(ctx, names); err != nil {
+		return res, err
+	}
+	if res.Released, err = r.sweepHolds(ctx, names); err != nil {
 		return res, err
 	}
 	leased, err := intent.Lease(ctx, r.cfg.DB, intent.LeaseParams{
@@ -722,8 +748,10 @@ func (r *Reconciler) decide(a *account, l intent.Leased, found psp.Charge, looku
 		moves, outcome := settle.Moves(move, c, found, settle.Lookup)
 		d := decision{reason: moves[0].Reason, move: moves[0]}
 		switch outcome {
-		case settle.Succeeded:
+		case settle.Succeeded, settle.Authorized:
 			d.counts.Succeeded = 1
+		case settle.Released:
+			d.counts.Released = 1
 		case settle.Declined:
 			d.counts.Failed = 1
 		case settle.Mismatch:
@@ -732,13 +760,17 @@ func (r *Reconciler) decide(a *account, l intent.Leased, found psp.Charge, looku
 		return d
 
 	case errors.Is(lookupErr, psp.ErrNotFound):
-		settledAt := timeOr(c.LastAttemptAt, c.CreatedAt).Add(a.proof)
+		proof, provable := a.proof, a.provable
+		if c.Kind.Operation() {
+			proof, provable = a.opProof, a.opProvable
+		}
+		settledAt := timeOr(c.LastAttemptAt, c.CreatedAt).Add(proof)
 		switch {
 		case keyWindowEnding:
 			return review("key_window_passed", "the provider's idempotency key window is ending; a not-found can no longer prove that no charge exists")
-		case !a.provable && unknownFor >= r.cfg.MaxUnknownAge:
+		case !provable && unknownFor >= r.cfg.MaxUnknownAge:
 			return review("lookup_not_authoritative", "the provider's lookup cannot prove that no charge exists, and the charge has been unknown for "+unknownFor.Round(time.Second).String())
-		case !a.provable:
+		case !provable:
 			return recheck("not_found_not_authoritative", r.backoff(c.LookupFailures+1), false, Result{NotYetProven: 1})
 		case now.Before(settledAt):
 			return recheck("not_found_not_yet_proven", settledAt.Sub(now), false, Result{NotYetProven: 1})
@@ -748,7 +780,7 @@ func (r *Reconciler) decide(a *account, l intent.Leased, found psp.Charge, looku
 			return review("attempts_exhausted", fmt.Sprintf("proven not found after %d attempts; no further attempt is made automatically", c.Attempts))
 		}
 		move.To, move.Reason = intent.StatePending, "proven_not_found"
-		move.Evidence = fmt.Sprintf("lookup not found %s after the last send (apply window %s)", now.Sub(timeOr(c.LastAttemptAt, now)).Round(time.Millisecond), a.proof)
+		move.Evidence = fmt.Sprintf("lookup not found %s after the last send (apply window %s)", now.Sub(timeOr(c.LastAttemptAt, now)).Round(time.Millisecond), proof)
 		return decision{reason: move.Reason, move: move, requeue: true, counts: Result{Requeued: 1}}
 
 	default:

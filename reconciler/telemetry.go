@@ -151,5 +151,6 @@ func (r Result) byDecision() []decisionCount {
 		{"fenced", r.Fenced},
 		{"conflict", r.Conflicts},
 		{"stranded_requeued", r.Stranded},
+		{"hold_released", r.Released},
 	}
 }

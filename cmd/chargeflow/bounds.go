@@ -157,6 +157,8 @@ var flagBounds = map[string]bound{
 	"--interval":            within(10*time.Millisecond, 10*time.Minute),
 	"--lookup-backoff-base": within(10*time.Millisecond, time.Hour),
 	"--lookup-backoff-cap":  within(10*time.Millisecond, 24*time.Hour),
+	"--hold-margin":         within(time.Second, 30*24*time.Hour),
+	"--hold-recheck":        within(time.Second, 24*time.Hour),
 
 	// The bundled fake provider: fakepsp, all.
 	"--hold-window": within(100*time.Millisecond, 31*24*time.Hour),

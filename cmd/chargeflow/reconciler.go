@@ -32,6 +32,8 @@ func bindReconciler(fs *flag.FlagSet, o *app.Options) {
 	fs.DurationVar(&rc.Interval, "interval", d.Interval, "time between ticks")
 	fs.DurationVar(&rc.LookupBackoffBase, "lookup-backoff-base", d.LookupBackoffBase, "first wait after a failed lookup")
 	fs.DurationVar(&rc.LookupBackoffCap, "lookup-backoff-cap", d.LookupBackoffCap, "longest wait between failed lookups")
+	fs.DurationVar(&rc.HoldMargin, "hold-margin", d.HoldMargin, "how long before its provider's hold window ends a held charge is first looked up to find a release")
+	fs.DurationVar(&rc.HoldRecheck, "hold-recheck", d.HoldRecheck, "how often a held charge past its hold margin is looked up again")
 	fs.StringVar(&rc.ID, "id", "", "this reconciler's name in leases and events (default host-pid-random)")
 }
 

@@ -68,7 +68,8 @@ type OperationEntry struct {
 	IdempotencyKey string `json:"idempotency_key"`
 
 	// Reference is the caller's reference for the operation: the fake
-	// protocol's reference field, Stripe's metadata[chargeflow_operation].
+	// protocol's reference field; empty under Stripe's protocol, whose
+	// capture and cancel carry none (the key names the operation).
 	Reference string `json:"reference"`
 
 	// Charge is the provider's id of the charge captured or released.
@@ -86,7 +87,8 @@ type OperationEntry struct {
 	// Reason is a cancel's reason as it was asked, "" when none was.
 	Reason string `json:"reason,omitempty"`
 
-	// TenantTag is the charge's tenant tag.
+	// TenantTag is the request's tenant tag (the fake protocol's
+	// X-Tenant-Tag), else its charge's.
 	TenantTag string `json:"tenant_tag"`
 
 	// CreatedAt is when the operation was applied.

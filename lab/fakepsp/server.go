@@ -228,6 +228,8 @@ func (s *Server) routes(protocol string) http.Handler {
 	case ProtocolAdyen:
 		mux.Handle("POST /v71/payments", s.adyen(s.handleAdyenPayment))
 		mux.Handle("POST /v71/payments/{paymentPspReference}/refunds", s.adyen(s.handleAdyenRefund))
+		mux.Handle("POST /v71/payments/{paymentPspReference}/captures", s.adyen(s.handleAdyenCapture))
+		mux.Handle("POST /v71/payments/{paymentPspReference}/cancels", s.adyen(s.handleAdyenCancel))
 		mux.Handle("/v71/", s.adyen(handleAdyenNotFound))
 	case ProtocolStripe:
 		mux.Handle("POST /v1/payment_intents", s.stripe(s.handleStripeCreate))
