@@ -278,29 +278,51 @@ func (p *Plane) renderCharge(c echo.Context, status int, outcome *pageOutcome, f
 		Form           resolveForm
 		ReconcileFloor time.Duration
 	}{
-		pageBase: p.pageBase(c, charge.ID), Charge: charge, Kind: wordsOf(charge.Kind), Facts: chargeFacts(charge), AuditTrail: trail,
+		pageBase: p.pageBase(c, charge.ID), Charge: charge, Kind: wordsOf(charge), Facts: chargeFacts(charge), AuditTrail: trail,
 		Children: children, MoreChildren: more,
 		Outcome: outcome, Admin: operatorOf(c).Role == operator.RoleAdmin, Form: form, ReconcileFloor: p.cfg.Resolve.ReconcileFloor(),
 	})
 }
 
-// kindWords are what a row's page calls it and its resolve form's
-// outcomes, by its kind: a capture that succeeded took money, a cancel
-// that succeeded released it.
+// kindWords are what a row's page calls it and the outcomes its resolve
+// form offers, in the row's own terms: a capture that succeeded took the
+// money, a cancel that succeeded released it, and a charge captured later
+// is resolved to held or released, never to succeeded (only its capture
+// takes the money).
 type kindWords struct {
-	Title, Of, Succeeded, Failed string
+	Title, Of string
+	// ProviderIDFor names the outcomes that take the provider's charge id.
+	ProviderIDFor string
+	Outcomes      []resolveOutcome
 }
 
-func wordsOf(k intent.Kind) kindWords {
-	switch k {
-	case intent.KindRefund:
-		return kindWords{"Refund", "Refund of", "the provider refunded it", "nothing was refunded"}
-	case intent.KindCapture:
-		return kindWords{"Capture", "Capture of", "the provider captured it, its charge with it", "nothing was captured: the charge is still held"}
-	case intent.KindCancel:
-		return kindWords{"Cancel", "Cancel of", "the provider released the charge", "nothing was released: the charge is still held"}
+// resolveOutcome is one option of the resolve form: the state, and what
+// choosing it says happened at the provider.
+type resolveOutcome struct {
+	Status intent.State
+	Says   string
+}
+
+func wordsOf(ch intent.Charge) kindWords {
+	retry := resolveOutcome{intent.StatePending, "try again with the same provider key"}
+	words := func(title, of, succeeded, failed string) kindWords {
+		return kindWords{Title: title, Of: of, ProviderIDFor: "succeeded only", Outcomes: []resolveOutcome{
+			{intent.StateSucceeded, succeeded}, {intent.StateFailed, failed}, retry}}
 	}
-	return kindWords{"Charge", "", "the provider took the money", "nothing was charged"}
+	switch {
+	case ch.Kind == intent.KindRefund:
+		return words("Refund", "Refund of", "the provider refunded it", "nothing was refunded")
+	case ch.Kind == intent.KindCapture:
+		return words("Capture", "Capture of", "the provider captured the charge, by this amount", "nothing was captured: the charge is still held")
+	case ch.Kind == intent.KindCancel:
+		return words("Cancel", "Cancel of", "the provider released the charge", "nothing was released: the charge is still held")
+	case ch.CaptureLater:
+		return kindWords{Title: "Charge", ProviderIDFor: "requires_capture or canceled", Outcomes: []resolveOutcome{
+			{intent.StateRequiresCapture, "the provider authorized it and holds the money"},
+			{intent.StateCanceled, "the provider authorized it and released it since"},
+			{intent.StateFailed, "nothing was authorized"}, retry}}
+	}
+	return words("Charge", "", "the provider took the money", "nothing was charged")
 }
 
 // pageResolve is the resolve form's POST: the same resolveCharge as POST
@@ -418,7 +440,7 @@ func chargeFacts(ch intent.Charge) []fact {
 	if ch.ParentID != "" {
 		// A refund, capture or cancel: what it acts on (and a refund's
 		// reason) instead of a payment method.
-		facts = append(facts, fact{Name: wordsOf(ch.Kind).Of, Value: ch.ParentID, Mono: true, Href: "/ops/charges/" + ch.ParentID})
+		facts = append(facts, fact{Name: wordsOf(ch).Of, Value: ch.ParentID, Mono: true, Href: "/ops/charges/" + ch.ParentID})
 		if ch.Reason != "" {
 			facts = append(facts, fact{Name: "Reason", Value: ch.Reason})
 		}

@@ -298,7 +298,8 @@ func TestOpsPageJobs(t *testing.T) {
 // later, what was captured, and the capture or cancel on its way, linked.
 // Its captures and cancels are rows of their own, listed under it, each
 // with a page that links back; one in needs_review is in the queue, and its
-// resolve form speaks of what the operation does.
+// resolve form speaks of what the operation does. A held charge's form
+// offers what can be proven of it.
 func TestOpsPageHeldCharge(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -331,7 +332,7 @@ func TestOpsPageHeldCharge(t *testing.T) {
 	dbtest.Walk(t, b.Pool, capture, "", intent.StateSubmitting, intent.StateUnknown, intent.StateNeedsReview)
 	apitest.RequirePage(t, viewer.Get(t, "/ops/"), http.StatusOK, "/ops/charges/"+capture.ID)
 	apitest.RequirePage(t, admin.Get(t, "/ops/charges/"+capture.ID), http.StatusOK, `action="/ops/charges/`+capture.ID+`/resolve"`,
-		"succeeded: the provider captured it, its charge with it", "failed: nothing was captured: the charge is still held")
+		"succeeded: the provider captured the charge, by this amount", "failed: nothing was captured: the charge is still held")
 
 	// A cancel of another held charge, likewise.
 	other := dbtest.PendingCharge(t, b.Pool, dbtest.Charge{TenantID: b.TenantB.ID, Amount: 500, Currency: "EUR", CaptureLater: true})
@@ -340,6 +341,15 @@ func TestOpsPageHeldCharge(t *testing.T) {
 	require.NoError(t, err)
 	apitest.RequirePage(t, viewer.Get(t, "/ops/charges/"+other.ID), http.StatusOK, "<td>cancel</td>", `href="/ops/charges/`+cancel.ID+`"`, "5.00 EUR")
 	apitest.RequirePage(t, viewer.Get(t, "/ops/charges/"+cancel.ID), http.StatusOK, "<h2>Cancel</h2>", "<dt>Cancel of</dt>")
+
+	// A charge to be captured later whose authorization was lost is
+	// resolved to held or released, never to succeeded.
+	lost := dbtest.PendingCharge(t, b.Pool, dbtest.Charge{TenantID: b.TenantA.ID, CaptureLater: true})
+	dbtest.Walk(t, b.Pool, lost, "", intent.StateSubmitting, intent.StateUnknown, intent.StateNeedsReview)
+	form := admin.Get(t, "/ops/charges/"+lost.ID)
+	apitest.RequirePage(t, form, http.StatusOK, `<option value="requires_capture">requires_capture: the provider authorized it and holds the money`,
+		`<option value="canceled">canceled:`, `<option value="failed">`, `<option value="pending">`, "<small>requires_capture or canceled</small>")
+	require.NotContains(t, string(form.Body), `<option value="succeeded"`)
 
 	// A charge captured at once says nothing of capture.
 	atOnce := viewer.Get(t, "/ops/charges/"+b.NewCharge(t, b.TenantA, "page-held-key-000001"))
