@@ -2,6 +2,7 @@ package opsplane_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/apitest"
 	"github.com/chargeflow/chargeflow/internal/app"
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // screenshotEnv names the file the browser test saves a screenshot of the
@@ -261,6 +263,46 @@ func TestOpsPageInBrowser(t *testing.T) {
 	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(`main dl a[href="/ops/charges/`+id+`"]`))))
 	require.Contains(t, text("main dl"), "0.00 USD (4.00 USD reserved)", "the refund links to its charge, which shows its sums")
 
+	// A charge to be captured later, authorized at the provider, whose
+	// capture's call was lost although the provider captured 6.00 of its
+	// 10.00: the capture is in the queue, reads as a capture of its
+	// charge, and is resolved with the provider's charge id through the
+	// same form. Its charge is then succeeded with what was captured, and
+	// lists the capture.
+	held, heldProviderID := b.heldCharge(t, b.TenantA, "browser-held-key-0001", 1000)
+	capture := b.capture(t, b.TenantA, "browser-capture-key-01", held, heldProviderID, 600)
+	b.lostCall(t, b.TenantA, capture.ID)
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Navigate(b.URL+"/ops/")))
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(`#queue a[href="/ops/charges/`+capture.ID+`"]`))))
+	facts = text("main dl")
+	require.Contains(t, facts, "Capture of")
+	require.Contains(t, facts, held.ID)
+	require.Contains(t, facts, "6.00 USD")
+	const captureEvidence = "Provider dashboard: the authorization captured for 6.00 USD at 11:02 UTC, the rest released"
+	do(chromedp.SetValue(chromedp.CSS(`select[name="status"]`), "succeeded"),
+		chromedp.SendKeys(chromedp.CSS(`input[name="provider_charge_id"]`), heldProviderID),
+		chromedp.SendKeys(chromedp.CSS(`textarea[name="evidence"]`), captureEvidence))
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(`#resolve button[type="submit"]`))))
+	require.Equal(t, "/ops/charges/"+capture.ID+"?done=resolved", location())
+	require.Equal(t, "succeeded", text("#charge-state"))
+	require.EqualValues(t, http.StatusOK, navigate(chromedp.Click(chromedp.CSS(`main dl a[href="/ops/charges/`+held.ID+`"]`))))
+	require.Equal(t, "succeeded", text("#charge-state"), "the capture's success moved its charge")
+	facts = text("main dl")
+	require.Contains(t, facts, "later")
+	require.Contains(t, facts, "6.00 USD")
+	operations := text("#operations")
+	require.Contains(t, operations, capture.ID)
+	require.Contains(t, operations, "capture")
+	require.Contains(t, operations, "succeeded")
+	require.Contains(t, text("#timeline"), "requires_capture → succeeded")
+	require.Equal(t, 1, count(`#timeline a[href="/ops/charges/`+capture.ID+`"]`), "the move its capture made links to it")
+	if path := os.Getenv(screenshotEnv + "_CAPTURE"); path != "" {
+		saveScreenshot(t, tab, path)
+	}
+	got, err := intent.Find(context.Background(), b.Pool, held.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(600), got.AmountCaptured)
+
 	// The administration page, from the navigation: the tenants with their
 	// keys, the operators, the admin audit. The admin rotates tenant A's key
 	// with an hour's overlap and is shown the new key once; both keys work.
@@ -438,13 +480,62 @@ func (b *testBundle) lostCall(t *testing.T, tt testTenant, id string) {
 	}
 }
 
+// heldCharge makes a charge of tenant tt to be captured later through the
+// API, authorizes it at the bundle's provider under its key, and moves it
+// to requires_capture as the worker would; it returns the charge and the
+// provider's id of it.
+func (b *testBundle) heldCharge(t *testing.T, tt testTenant, key string, amount int64) (intent.Charge, string) {
+	t.Helper()
+	ctx := context.Background()
+	resp := b.Post(t, tt, key, fmt.Sprintf(`{"amount": %d, "currency": "USD", "payment_method": "pm_card_visa", "capture": false}`, amount))
+	require.Equal(t, http.StatusCreated, resp.Status, "body: %s", resp.Body)
+	c, err := intent.Find(ctx, b.Pool, apitest.Decode(t, resp)["id"].(string))
+	require.NoError(t, err)
+	answer, err := psp.NewClient(psp.Config{BaseURL: b.ProviderURL}).Charge(ctx, psp.ChargeRequest{
+		Key: c.ProviderKey, Amount: c.Amount, Currency: c.Currency, PaymentMethod: c.PaymentMethod, Reference: c.ID, Tag: tt.ID,
+		CaptureLater: true})
+	require.NoError(t, err)
+	require.Equal(t, psp.StatusRequiresCapture, answer.Status)
+	for _, m := range []intent.Move{
+		{From: intent.StatePending, To: intent.StateSubmitting, Actor: "worker", Reason: "submit", CountAttempt: true},
+		{From: intent.StateSubmitting, To: intent.StateRequiresCapture, Actor: "worker", Reason: "provider_authorized", ProviderChargeID: answer.ID},
+	} {
+		m.TenantID, m.ChargeID = tt.ID, c.ID
+		_, err := intent.MoveCharge(ctx, b.Pool, m)
+		require.NoError(t, err)
+	}
+	c, err = intent.Find(ctx, b.Pool, c.ID)
+	require.NoError(t, err)
+	return c, answer.ID
+}
+
+// capture asks the API to capture amount of held, as tenant tt, and
+// applies the capture at the bundle's provider, as a call whose answer was
+// lost would have; it returns the capture.
+func (b *testBundle) capture(t *testing.T, tt testTenant, key string, held intent.Charge, providerID string, amount int64) intent.Charge {
+	t.Helper()
+	ctx := context.Background()
+	resp := b.Request(t, http.MethodPost, "/v1/charges/"+held.ID+"/capture", fmt.Sprintf(`{"amount": %d}`, amount),
+		"Authorization", "Bearer "+tt.Key, "Content-Type", "application/json", "Idempotency-Key", key)
+	require.Equal(t, http.StatusCreated, resp.Status, "body: %s", resp.Body)
+	op, err := intent.Find(ctx, b.Pool, apitest.Decode(t, resp)["id"].(string))
+	require.NoError(t, err)
+	answer, err := psp.NewClient(psp.Config{BaseURL: b.ProviderURL}).Capture(ctx, psp.OperationRequest{
+		Key: op.ProviderKey, Charge: providerID, Amount: op.Amount, Currency: op.Currency, Reference: op.ID, ChargeReference: held.ID,
+		Tag: held.TenantID})
+	require.NoError(t, err)
+	require.Equal(t, op.Amount, answer.AmountCaptured)
+	return op
+}
+
 // saveScreenshot saves the whole page as a PNG; a relative path is from
 // the repository's root. README.md shows the charge page's
 // (CHARGEFLOW_SCREENSHOT); CHARGEFLOW_SCREENSHOT_REFUND,
-// CHARGEFLOW_SCREENSHOT_ADMIN, CHARGEFLOW_SCREENSHOT_ADMIN_KEY and
-// CHARGEFLOW_SCREENSHOT_ADMIN_ROUTES save the refund's page, the
-// administration page, the rotated key's answer and the administration page
-// with an account and a route.
+// CHARGEFLOW_SCREENSHOT_CAPTURE, CHARGEFLOW_SCREENSHOT_ADMIN,
+// CHARGEFLOW_SCREENSHOT_ADMIN_KEY and CHARGEFLOW_SCREENSHOT_ADMIN_ROUTES
+// save the refund's page, the page of a charge captured later with its
+// capture, the administration page, the rotated key's answer and the
+// administration page with an account and a route.
 func saveScreenshot(t *testing.T, tab context.Context, path string) {
 	t.Helper()
 	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))

@@ -21,6 +21,7 @@ import (
 	"github.com/chargeflow/chargeflow/api"
 	"github.com/chargeflow/chargeflow/api/jsoncanon"
 	"github.com/chargeflow/chargeflow/intent"
+	"github.com/chargeflow/chargeflow/internal/ids"
 	"github.com/chargeflow/chargeflow/operator"
 	"github.com/chargeflow/chargeflow/resolve"
 )
@@ -69,7 +70,7 @@ func newPages() (*pages, error) {
 	sum := sha256.Sum256(css)
 	pp := &pages{templates: map[string]*template.Template{}, css: css,
 		styleURL: "/ops/ops.css?v=" + hex.EncodeToString(sum[:6])}
-	funcs := template.FuncMap{"money": money, "when": when, "span": span}
+	funcs := template.FuncMap{"money": money, "when": when, "span": span, "opOf": opOf}
 	for _, name := range []string{"sign-in", "home", "charge", "admin", "admin-key", "problem", "jobs-missing"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(pageFS, "page/layout.html", "page/"+name+".html")
 		if err != nil {
@@ -491,6 +492,18 @@ func chargeFacts(ch intent.Charge) []fact {
 		facts = append(facts, fact{Name: "Lookup failures", Value: strconv.Itoa(ch.LookupFailures)})
 	}
 	return append(facts, fact{Name: "Created", Value: when(ch.CreatedAt)}, fact{Name: "Updated", Value: when(ch.UpdatedAt)})
+}
+
+// opOf is the capture or cancel that an audit entry's actor names
+// ("capture:cp_…", as the database signs the move of a held charge that
+// its operation made), or "".
+func opOf(actor string) string {
+	for _, kind := range []intent.Kind{intent.KindCapture, intent.KindCancel} {
+		if id, ok := strings.CutPrefix(actor, string(kind)+":"); ok && ids.Valid(kind.IDPrefix(), id) {
+			return id
+		}
+	}
+	return ""
 }
 
 // money shows minor units as the currency's major units: 1000 USD is
