@@ -91,6 +91,52 @@ func Example() {
 	}
 }
 
+// A merchant that ships goods authorizes at checkout and captures what it
+// ships, or releases the hold when the order is canceled. The capture's key,
+// like the charge's, is made once and stored with the order. It needs a
+// running chargeflow, so it has no output to check.
+func ExampleClient_CaptureCharge() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.New("http://127.0.0.1:8080", os.Getenv("CHARGEFLOW_API_KEY"))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// At checkout: authorized only, the money held.
+	charge, err := c.CreateCharge(ctx, client.ChargeParams{
+		Amount: 1000, Currency: "USD", PaymentMethod: "pm_card_visa",
+		CaptureLater: true, IdempotencyKey: client.NewIdempotencyKey(), // stored with the order
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if charge, err = c.WaitForOutcome(ctx, charge.ID); err != nil {
+		log.Fatal(err)
+	}
+	if charge.Status != client.StatusRequiresCapture {
+		log.Printf("%s was not authorized: %s %s", charge.ID, charge.Status, charge.FailureCode)
+		return
+	}
+
+	// When 6.00 of the 10.00 ships: capture that, and the rest is released.
+	// (CancelCharge releases all of it instead.)
+	capture, err := c.CaptureCharge(ctx, charge.ID, client.CaptureParams{
+		Amount: 600, IdempotencyKey: client.NewIdempotencyKey(), // stored with the shipment
+	})
+	switch {
+	case errors.Is(err, client.CodeChargeNotCapturable):
+		log.Printf("%s is no longer held: captured, released or expired", charge.ID)
+		return
+	case err != nil:
+		log.Fatal(err)
+	}
+	if capture, err = c.WaitForCapture(ctx, capture.ID); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(capture.Status) // succeeded: the charge is succeeded, AmountCaptured 600
+}
+
 // A webhook endpoint verifies each delivery before it reads it. Here a
 // delivery is signed as chargeflow signs one, and sent to the handler.
 func ExampleVerifyWebhook() {
