@@ -176,6 +176,28 @@ type declared struct {
 
 func (d declared) Capabilities() psp.Capabilities { return d.caps }
 
+// Without a registry of accounts, what the processes' own provider
+// declares decides.
+func TestCaptureLaterByTheProcessesProvider(t *testing.T) {
+	t.Parallel()
+	for _, separate := range []bool{true, false} {
+		t.Run(fmt.Sprint("SeparateCapture=", separate), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, func(o *setupOpts) {
+				o.Server = func(sc *app.ServerConfig) {
+					sc.Provider = declared{Provider: sc.Provider, caps: psp.Capabilities{Name: "fakepsp", SeparateCapture: separate}}
+				}
+			})
+			resp := b.Post(t, b.TenantA, "own-provider-key-0001", heldBody(1000))
+			if separate {
+				require.Equal(t, http.StatusCreated, resp.Status, "body: %s", resp.Body)
+				return
+			}
+			apitest.RequireProblem(t, resp, http.StatusUnprocessableEntity, api.CodeCaptureNotSupported)
+		})
+	}
+}
+
 // The account a tenant's route sends a charge to decides whether it can be
 // captured later, as the process's registry of providers knows it: one
 // that cannot is 422 capture_not_supported, one the process cannot call
