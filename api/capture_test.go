@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/api"
@@ -176,6 +175,28 @@ type declared struct {
 }
 
 func (d declared) Capabilities() psp.Capabilities { return d.caps }
+
+// Without a registry of accounts, what the processes' own provider
+// declares decides.
+func TestCaptureLaterByTheProcessesProvider(t *testing.T) {
+	t.Parallel()
+	for _, separate := range []bool{true, false} {
+		t.Run(fmt.Sprint("SeparateCapture=", separate), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, func(o *setupOpts) {
+				o.Server = func(sc *app.ServerConfig) {
+					sc.Provider = declared{Provider: sc.Provider, caps: psp.Capabilities{Name: "fakepsp", SeparateCapture: separate}}
+				}
+			})
+			resp := b.Post(t, b.TenantA, "own-provider-key-0001", heldBody(1000))
+			if separate {
+				require.Equal(t, http.StatusCreated, resp.Status, "body: %s", resp.Body)
+				return
+			}
+			apitest.RequireProblem(t, resp, http.StatusUnprocessableEntity, api.CodeCaptureNotSupported)
+		})
+	}
+}
 
 // The account a tenant's route sends a charge to decides whether it can be
 // captured later, as the process's registry of providers knows it: one
@@ -453,29 +474,9 @@ func TestCaptureRetryRacingItsFirstAttempt(t *testing.T) {
 	charge := b.heldCharge(t, b.TenantA, "capture-race-held-001", 1000)
 	const key = "capture-race-key-0001"
 
-	var first response
-	tracer := &raceTracer{}
-	tracer.hook = func() { first = b.operate(t, b.URL, b.TenantA, charge, intent.KindCapture, key, `{}`) }
-	poolCfg, err := pgxpool.ParseConfig(b.DBURL)
-	require.NoError(t, err)
-	poolCfg.ConnConfig.Tracer = tracer
-	traced, err := pgxpool.NewWithConfig(t.Context(), poolCfg)
-	require.NoError(t, err)
-	t.Cleanup(traced.Close)
-	cfg := b.Config
-	cfg.DB = traced
-	racing := b.Serve(t, cfg)
-
-	tracer.armed.Store(true)
-	retry := b.operate(t, racing, b.TenantA, charge, intent.KindCapture, key, `{}`)
-	require.False(t, tracer.armed.Load(), "the first attempt ran inside the retry")
-	require.Equal(t, http.StatusCreated, first.Status, "body: %s", first.Body)
-	require.Equal(t, http.StatusCreated, retry.Status, "body: %s", retry.Body)
-	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
-	require.Equal(t, first.Body, retry.Body, "the retry is answered the first attempt's capture, byte for byte")
-	var ops int
-	require.NoError(t, b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM charges WHERE parent_id = $1`, charge).Scan(&ops))
-	require.Equal(t, 1, ops)
+	b.requireRetryRacingItsFirstAttempt(t, charge, func(baseURL string) response {
+		return b.operate(t, baseURL, b.TenantA, charge, intent.KindCapture, key, `{}`)
+	})
 }
 
 // A charge captured later and its capture are told as events that carry
