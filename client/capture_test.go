@@ -21,6 +21,20 @@ func heldVisa(key string) client.ChargeParams {
 	return p
 }
 
+// authorized creates a charge to be captured later through c and waits
+// until the provider authorized it.
+func authorized(ctx context.Context, t *testing.T, c *client.Client) *client.Charge {
+	t.Helper()
+	charge, err := c.CreateCharge(ctx, heldVisa(""))
+	require.NoError(t, err)
+	require.False(t, charge.Capture, "created to be captured later")
+	charge, err = c.WaitForOutcome(ctx, charge.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusRequiresCapture, charge.Status, "WaitForOutcome returns once the provider authorized it")
+	require.Zero(t, charge.AmountCaptured)
+	return charge
+}
+
 // Authorize now, capture later, end to end with the worker carrying the
 // charge, its capture and its cancel to the fake provider: a charge
 // created with CaptureLater waits in requires_capture, a capture of part
@@ -35,13 +49,7 @@ func TestCaptureLater(t *testing.T) {
 	s.runWorker(t)
 	c, _ := s.newClient(t, s.url)
 
-	held, err := c.CreateCharge(ctx, heldVisa(""))
-	require.NoError(t, err)
-	require.False(t, held.Capture, "created to be captured later")
-	held, err = c.WaitForOutcome(ctx, held.ID)
-	require.NoError(t, err)
-	require.Equal(t, client.StatusRequiresCapture, held.Status, "WaitForOutcome returns once the provider authorized it")
-	require.Zero(t, held.AmountCaptured)
+	held := authorized(ctx, t, c)
 
 	key := client.NewIdempotencyKey()
 	capture, err := c.CaptureCharge(ctx, held.ID, client.CaptureParams{Amount: 600, IdempotencyKey: key})
@@ -71,11 +79,7 @@ func TestCaptureLater(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(600), refund.Amount, "a refund's default is what was captured")
 
-	released, err := c.CreateCharge(ctx, heldVisa(""))
-	require.NoError(t, err)
-	released, err = c.WaitForOutcome(ctx, released.ID)
-	require.NoError(t, err)
-	require.Equal(t, client.StatusRequiresCapture, released.Status)
+	released := authorized(ctx, t, c)
 	cancelOp, err := c.CancelCharge(ctx, released.ID, client.CancelParams{})
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(cancelOp.ID, "cx_"), cancelOp.ID)
