@@ -304,6 +304,7 @@ type resolveOutcome struct {
 	Says   string
 }
 
+// wordsOf is what ch's page says of it.
 func wordsOf(ch intent.Charge) kindWords {
 	retry := resolveOutcome{intent.StatePending, "try again with the same provider key"}
 	words := func(title, of, succeeded, failed string) kindWords {

@@ -20,10 +20,10 @@ import (
 // implementation of every action. Reads, creates, refunds, captures and
 // cancels are a merchant's (a tenant's API key); reconcile and resolve are
 // an operator's (an operator token, against /ops/v1; the operator named in
-// the audit trail is the token's). Each prints what the API answered: a table on a
-// terminal, the API's own JSON with --output json (or when stdout is not a
-// terminal); a refusal is one line on stderr and an exit code
-// (docs/operations.md, "Exit codes").
+// the audit trail is the token's). Each prints what the API answered: a
+// table on a terminal, the API's own JSON with --output json (or when
+// stdout is not a terminal); a refusal is one line on stderr and an exit
+// code (docs/operations.md, "Exit codes").
 func chargeCommands() []command {
 	return []command{
 		{name: "create", summary: "create a charge through chargeflow/client: one idempotency key (printed) kept across every retry", run: runChargeCreate},
