@@ -46,7 +46,7 @@ BEGIN
         INSERT INTO charge_audit (tenant_id, charge_id, from_state, to_state, actor, reason, attempt, evidence)
         SELECT tenant_id, id, 'requires_capture', state, NEW.kind || ':' || NEW.id,
             CASE WHEN NEW.kind = 'capture' THEN 'captured' ELSE 'released' END, attempts,
-            NEW.kind || ' ' || NEW.id || ' of ' || NEW.amount || ' ' || NEW.currency
+            NEW.kind || ' ' || NEW.id || ': ' || NEW.amount || ' in minor units of ' || NEW.currency
         FROM moved;
         IF NOT FOUND THEN
             -- Only the operation that holds the claim moves its charge, and
