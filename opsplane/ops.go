@@ -160,7 +160,7 @@ func (p *Plane) reconcileCharge(c echo.Context, id string) (intent.Charge, error
 }
 
 var (
-	resolvedStatusPattern = regexp.MustCompile(`^(succeeded|failed|pending)$`)
+	resolvedStatusPattern = regexp.MustCompile(`^(succeeded|failed|pending|requires_capture|canceled)$`)
 	providerIDPattern     = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
 	failureCodePattern    = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
 )
@@ -273,7 +273,7 @@ func resolutionOf(v jsoncanon.Value) (resolve.Resolution, error) {
 		switch m.Name {
 		case "status":
 			var status string
-			status, err = str(m, 0, resolvedStatusPattern, "status must be succeeded, failed or pending")
+			status, err = str(m, 0, resolvedStatusPattern, "status must be succeeded, failed, pending, or for a charge captured later requires_capture or canceled")
 			r.Status = intent.State(status)
 		case "evidence":
 			r.Evidence, err = str(m, maxEvidence, nil, "evidence must be a string")
@@ -299,11 +299,12 @@ func resolutionOf(v jsoncanon.Value) (resolve.Resolution, error) {
 			return resolve.Resolution{}, api.FieldProblem(api.CodeMissingField, required.name, required.name+" is required")
 		}
 	}
+	named := r.Status == intent.StateSucceeded || r.Status == intent.StateRequiresCapture || r.Status == intent.StateCanceled
 	switch {
-	case r.Status == intent.StateSucceeded && r.ProviderChargeID == "":
-		return resolve.Resolution{}, api.FieldProblem(api.CodeMissingField, "provider_charge_id", "resolving to succeeded needs the provider's charge id")
-	case r.Status != intent.StateSucceeded && r.ProviderChargeID != "":
-		return resolve.Resolution{}, api.FieldProblem(api.CodeInvalidField, "provider_charge_id", "only a succeeded resolution has a provider charge id")
+	case named && r.ProviderChargeID == "":
+		return resolve.Resolution{}, api.FieldProblem(api.CodeMissingField, "provider_charge_id", "resolving to "+string(r.Status)+" needs the provider's charge id")
+	case !named && r.ProviderChargeID != "":
+		return resolve.Resolution{}, api.FieldProblem(api.CodeInvalidField, "provider_charge_id", "only a succeeded, requires_capture or canceled resolution has a provider charge id")
 	case r.Status != intent.StateFailed && r.FailureCode != "":
 		return resolve.Resolution{}, api.FieldProblem(api.CodeInvalidField, "failure_code", "only a failed resolution has a failure code")
 	}

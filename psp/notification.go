@@ -86,6 +86,14 @@ const (
 	// NotificationRefund: a refund's final answer, in Notification.Refund.
 	NotificationRefund NotificationKind = "refund"
 
+	// NotificationCapture and NotificationCancel: a capture's or a
+	// cancel's final answer (capture.go), in Notification.Charge: the
+	// authorized charge as the operation left it, or the operation's
+	// refusal (StatusFailed with a DeclineCode). Notification.Reference
+	// is the operation's id ("cp_…", "cx_…").
+	NotificationCapture NotificationKind = "capture"
+	NotificationCancel  NotificationKind = "cancel"
+
 	// NotificationIgnored: nothing to do. The notification is genuine, but
 	// of a type we do not act on, about an object that is not final yet
 	// (a PaymentIntent processing, a refund pending), or about an object
@@ -134,17 +142,45 @@ type Notification struct {
 
 	// Charge is the charge's answer when Kind is NotificationCharge: a
 	// StatusSucceeded charge or a StatusFailed one with its DeclineCode,
-	// as a lookup returns it.
+	// as a lookup returns it. When Kind is NotificationCapture or
+	// NotificationCancel it is the operation's answer, with what the
+	// notification tells of the authorized charge: its provider id, and
+	// for a capture AmountCaptured; a provider whose notification is about
+	// the operation alone (Adyen's) leaves the charge's Amount (for a
+	// capture) and Reference zero.
 	Charge Charge
+
+	// Authorization says Charge is what a notification of an
+	// authorization tells (Adyen's AUTHORISATION), which does not say
+	// whether the charge was captured with it: StatusSucceeded there means
+	// authorized, so a charge sent with ChargeRequest.CaptureLater is
+	// held, not captured. AnswerFor reads it.
+	Authorization bool
 
 	// Refund is the refund's answer when Kind is NotificationRefund.
 	Refund Refund
 }
 
-// Actionable reports whether n carries a final answer about a charge or a
-// refund; otherwise there is nothing to do.
+// Actionable reports whether n carries a final answer about a charge, a
+// refund, a capture or a cancel; otherwise there is nothing to do.
 func (n Notification) Actionable() bool {
-	return n.Kind == NotificationCharge || n.Kind == NotificationRefund
+	switch n.Kind {
+	case NotificationCharge, NotificationRefund, NotificationCapture, NotificationCancel:
+		return true
+	default:
+		return false
+	}
+}
+
+// AnswerFor is n.Charge as the answer about a charge sent with
+// captureLater: an Authorization's succeeded charge sent to be captured
+// later is StatusRequiresCapture, its money held. Any other is n.Charge.
+func (n Notification) AnswerFor(captureLater bool) Charge {
+	answer := n.Charge
+	if n.Authorization && captureLater && answer.Status == StatusSucceeded {
+		answer.Status = StatusRequiresCapture
+	}
+	return answer
 }
 
 // The kinds of a *NotificationError: why a notification was refused. Each

@@ -208,3 +208,31 @@ func TestCheckNotificationTime(t *testing.T) {
 	_, err = psp.SignatureTime("v1=00")
 	require.ErrorIs(t, err, psp.ErrNotificationMalformed)
 }
+
+// A capture's and a cancel's notifications are answers to act on; an
+// authorization's succeeded charge is held when the charge was sent to be
+// captured later, and is what it says otherwise.
+func TestNotificationAnswers(t *testing.T) {
+	t.Parallel()
+
+	for kind, actionable := range map[psp.NotificationKind]bool{
+		psp.NotificationCharge: true, psp.NotificationRefund: true, psp.NotificationCapture: true,
+		psp.NotificationCancel: true, psp.NotificationIgnored: false, "": false,
+	} {
+		require.Equal(t, actionable, psp.Notification{Kind: kind}.Actionable(), kind)
+	}
+
+	authorised := psp.Charge{ID: "psp_1", Status: psp.StatusSucceeded, Amount: 1000, Currency: "EUR", Reference: "ch_1"}
+	held := authorised
+	held.Status = psp.StatusRequiresCapture
+	declined := psp.Charge{ID: "psp_1", Status: psp.StatusFailed, Amount: 1000, Currency: "EUR", Reference: "ch_1", DeclineCode: "insufficient_funds"}
+
+	authorization := psp.Notification{Kind: psp.NotificationCharge, Charge: authorised, Authorization: true}
+	require.Equal(t, held, authorization.AnswerFor(true))
+	require.Equal(t, authorised, authorization.AnswerFor(false))
+	authorization.Charge = declined
+	require.Equal(t, declined, authorization.AnswerFor(true), "a decline is a decline")
+
+	charged := psp.Notification{Kind: psp.NotificationCharge, Charge: authorised}
+	require.Equal(t, authorised, charged.AnswerFor(true), "a notification that says captured is believed")
+}

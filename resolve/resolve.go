@@ -138,8 +138,10 @@ func (r *Resolver) Reconcile(ctx context.Context, actor, id string) (intent.Char
 }
 
 // Resolution is an operator's word on a row in needs_review: its Status
-// (succeeded, failed or pending), the written Evidence, the provider's
-// charge id of a success, the failure code of a failure.
+// (succeeded, failed or pending; for a charge captured later also
+// requires_capture or canceled), the written Evidence, the provider's
+// charge id of a success, a hold or a release, the failure code of a
+// failure.
 type Resolution struct {
 	Status           intent.State
 	Evidence         string
@@ -171,7 +173,7 @@ func (r *Resolver) Resolve(ctx context.Context, actor, id string, res Resolution
 		Actor: actor, Reason: "operator_resolved", Evidence: res.Evidence,
 	}
 	switch res.Status {
-	case intent.StateSucceeded:
+	case intent.StateSucceeded, intent.StateRequiresCapture, intent.StateCanceled:
 		move.ProviderChargeID = res.ProviderChargeID
 	case intent.StateFailed:
 		move.FailureCode = cmp.Or(res.FailureCode, "resolved_by_operator")
@@ -243,22 +245,44 @@ func (r *Resolver) Verify(ctx context.Context, charge intent.Charge, res Resolut
 		return &Error{Reason: ErrProviderUnavailable, Wait: 5 * time.Second, Err: err,
 			Detail: "the provider could not be asked about this charge (" + psp.ReasonOf(err) + "); nothing was changed"}
 	}
-	holdsSuccess := !notFound && found.Status == psp.StatusSucceeded
+	// What the provider's answer proves of the row, by the worker's and
+	// the reconciler's own rule (settle.Moves): the state it would move
+	// the row to, "" when the provider holds nothing for it.
+	var proven intent.State
+	if !notFound {
+		moves, _ := settle.Moves(intent.Move{From: intent.StateNeedsReview}, charge, found, settle.Lookup)
+		proven = moves[len(moves)-1].To
+	}
 	mismatch := func(detail string) error { return &Error{Reason: ErrEvidenceMismatch, Detail: detail} }
 	switch res.Status {
-	case intent.StateSucceeded:
+	case intent.StateSucceeded, intent.StateRequiresCapture, intent.StateCanceled:
 		switch {
 		case notFound:
 			return mismatch("the provider holds no charge under this charge's key")
-		case !holdsSuccess || found.ID != res.ProviderChargeID || !settle.Matches(charge, found):
-			return mismatch("the provider does not hold a successful charge with that id, this amount and currency under this charge's key")
+		case proven != res.Status || found.ID != res.ProviderChargeID:
+			return mismatch(fmt.Sprintf("the provider's records of this %s with that id, this amount and currency do not show it %s",
+				cmp.Or(charge.Kind, intent.KindCharge), res.Status))
 		}
 	case intent.StateFailed, intent.StatePending:
-		if holdsSuccess {
-			return mismatch("the provider holds a successful charge under this charge's key; resolve it to succeeded with the provider's charge id")
+		if !notFound && applied(charge, found.Status) {
+			return mismatch(fmt.Sprintf("the provider's records show this %s applied (%s); resolve it with the provider's charge id",
+				cmp.Or(charge.Kind, intent.KindCharge), found.Status))
 		}
 	}
 	return nil
+}
+
+// applied reports whether the provider's answer of status says it applied
+// c, whatever the money: a charge taken, or held (and maybe released since);
+// a capture whose charge was captured; a cancel whose charge was released.
+func applied(c intent.Charge, status psp.Status) bool {
+	switch c.Kind {
+	case intent.KindCapture:
+		return status == psp.StatusSucceeded
+	case intent.KindCancel:
+		return status == psp.StatusCanceled
+	}
+	return status == psp.StatusSucceeded || status == psp.StatusRequiresCapture || status == psp.StatusCanceled
 }
 
 // resendWindow is how long after a row's first send to provider a new

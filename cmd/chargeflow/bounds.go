@@ -160,6 +160,9 @@ var flagBounds = map[string]bound{
 	"--hold-margin":         within(time.Second, 30*24*time.Hour),
 	"--hold-recheck":        within(time.Second, 24*time.Hour),
 
+	// The bundled fake provider: fakepsp, all.
+	"--hold-window": within(100*time.Millisecond, 31*24*time.Hour),
+
 	// The operator tools.
 	"--amount":                    within[int64](1, math.MaxInt64).or0("none given: a refund's default, what is left"),
 	"--limit":                     within(1, 100).or0("the API's default"),

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/chargeflow/chargeflow/lab/fakepsp"
 )
@@ -23,6 +24,10 @@ type fakepspFlags struct {
 	noDedupe bool
 	faults   string
 	ledger   string
+
+	// holdWindow is how long the provider holds an authorization before
+	// it releases it itself (fakepsp.Config.HoldWindow).
+	holdWindow time.Duration
 
 	// protocol is bound by `chargeflow fakepsp` alone: `chargeflow all`
 	// sets it from --psp, so that its provider speaks what its roles do.
@@ -40,6 +45,8 @@ func (f *fakepspFlags) bind(fs *flag.FlagSet, e env, addrFlag string) {
 	fs.StringVar(&f.faults, "faults", "", `fault schedule at start, e.g. {"seed": 1, "rules": [{"on": "charge", "fault": "apply_then_timeout", "p": 0.3, "ms": 2000}]}`)
 	fs.StringVar(&f.ledger, "ledger", filepath.Join(cmp.Or(e.getenv("CHARGEFLOW_DATA"), ".data"), "fakepsp-ledger.jsonl"),
 		"the durable ledger file (created if missing; replayed on start); the default is under CHARGEFLOW_DATA when that is set")
+	fs.DurationVar(&f.holdWindow, "hold-window", fakepsp.DefaultHoldWindow,
+		"how long the provider holds an authorization (a charge to capture later) before it releases it itself: a capture after that is refused")
 }
 
 // bindProtocol binds --protocol, the wire protocol the provider serves.
@@ -74,7 +81,7 @@ func newFakePSP(f fakepspFlags, logger *slog.Logger) (*fakepsp.Server, error) {
 			return nil, errors.New("--protocol adyen signs notifications with an HMAC key in hex, as Adyen gives it: the webhook secret (PSP_WEBHOOK_SECRET, CHARGEFLOW_WEBHOOK_SECRET or --webhook-secret) is not hex")
 		}
 	}
-	cfg := fakepsp.Config{LedgerPath: f.ledger, Protocol: f.protocol, Logger: logger,
+	cfg := fakepsp.Config{LedgerPath: f.ledger, Protocol: f.protocol, Logger: logger, HoldWindow: f.holdWindow,
 		Notifications: fakepsp.Notifications{URL: f.webhookURL, Secret: f.webhookSecret}}
 	if f.noDedupe {
 		dedupe := false

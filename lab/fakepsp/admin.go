@@ -27,15 +27,17 @@ const maxAdminErrorBytes = 4 << 10
 
 // LedgerResponse is the body of GET /_admin/ledger.
 type LedgerResponse struct {
-	// Charges are in the order they were applied, each with its refunds;
-	// never nil.
+	// Charges are in the order they were applied, each with its refunds
+	// and its capture or cancel, as it stands now; never nil.
 	Charges []LedgerEntry `json:"charges"`
 }
 
 // FetchLedger reads GET /_admin/ledger from the fake provider at baseURL:
-// the charges that moved money, or with includeDeclines every charge it
-// applied, each with its refunds. It is how tests, the scenario checker and
-// the benchmark read the ground truth.
+// the charges that moved money (a charge captured later once captured), or
+// with includeDeclines every charge it applied (declined, held and
+// released ones too), each with its refunds and its capture or cancel. It
+// is how tests, the scenario checker and the benchmark read the ground
+// truth.
 func FetchLedger(ctx context.Context, baseURL string, includeDeclines bool) ([]LedgerEntry, error) {
 	path := "/_admin/ledger"
 	if includeDeclines {
@@ -63,6 +65,22 @@ func FetchRefunds(ctx context.Context, baseURL string) ([]RefundEntry, error) {
 		refunds = append(refunds, charge.Refunds...)
 	}
 	return refunds, nil
+}
+
+// FetchOperations reads the captures and cancels of the fake provider at
+// baseURL from GET /_admin/ledger?all=true: every one on disk, in the
+// order their charges were applied (a charge has at most one). A hold
+// that expired had none: its charge says canceled, hold_expired.
+func FetchOperations(ctx context.Context, baseURL string) ([]OperationEntry, error) {
+	charges, err := FetchLedger(ctx, baseURL, true)
+	if err != nil {
+		return nil, err
+	}
+	operations := []OperationEntry{}
+	for _, charge := range charges {
+		operations = append(operations, charge.Operations...)
+	}
+	return operations, nil
 }
 
 // FetchFaults reads GET /_admin/faults from the fake provider at baseURL: the
@@ -152,14 +170,27 @@ func adminStatusError(op string, resp *http.Response) error {
 }
 
 // Audit is the body of GET /_admin/audit: what an auditor checks an
-// orchestrator against. Only charges that moved money (status succeeded)
-// count, and refunds, which all moved money back.
+// orchestrator against. Only charges that moved money (status succeeded:
+// a charge captured later once captured, for what was captured) count, and
+// refunds, which all moved money back.
 type Audit struct {
 	// Charges is the number of charges that moved money.
 	Charges int `json:"charges"`
 
 	// Declines is the number of declined charges, which moved nothing.
 	Declines int `json:"declines"`
+
+	// Held is the number of charges authorized to be captured later and
+	// still held (requires_capture), which moved nothing yet.
+	Held int `json:"held"`
+
+	// Captures and Cancels count the captures and cancels applied, and
+	// HoldsExpired the holds the provider released itself once their
+	// window passed (canceled, hold_expired). A captured charge counts in
+	// Charges and Totals too, for what was captured.
+	Captures     int `json:"captures"`
+	Cancels      int `json:"cancels"`
+	HoldsExpired int `json:"holds_expired"`
 
 	// Keys is the number of idempotency keys with at least one charge that
 	// moved money.
@@ -238,7 +269,8 @@ type Total struct {
 	// Charges is the number of money-moving charges.
 	Charges int `json:"charges"`
 
-	// Amount is their sum in the currency's minor unit.
+	// Amount is their sum in the currency's minor unit: of a charge
+	// captured later, what was captured.
 	Amount int64 `json:"amount"`
 
 	// Refunds is the number of refunds, filed under their own tenant tag.
@@ -248,16 +280,20 @@ type Total struct {
 	Refunded int64 `json:"refunded"`
 }
 
-// Ledger returns the charges on disk, in order, each with its refunds: only
-// those that moved money, or with includeDeclines the declined ones too. A
-// charge or refund whose ledger line is not yet fsynced is not listed.
+// Ledger returns the charges on disk, in order, each with its refunds and
+// its capture or cancel, as they stand now: only those that moved money,
+// or with includeDeclines the others too (declined, held, released). A
+// charge, refund, capture or cancel whose ledger line is not yet fsynced
+// is not listed.
 func (s *Server) Ledger(includeDeclines bool) []LedgerEntry {
 	// s.charges and s.refunds only grow and their records do not change
 	// once appended, so the slices taken under the lock are read without
-	// it; a charge's own list of refunds does change, and is not read.
+	// it; a charge's own list of refunds does change, and is not read, and
+	// its settlement is read atomically (holdAt).
 	s.mu.Lock()
 	charges, refunds := s.charges, s.refunds
 	s.mu.Unlock()
+	now := s.now()
 
 	refundsOf := make(map[*record][]RefundEntry)
 	for _, refund := range refunds {
@@ -270,10 +306,10 @@ func (s *Server) Ledger(includeDeclines bool) []LedgerEntry {
 		if !c.committed.durable() {
 			continue
 		}
-		if c.Status != psp.StatusSucceeded && !includeDeclines {
+		entry := c.report(c.holdAt(now, false))
+		if entry.Status != psp.StatusSucceeded && !includeDeclines {
 			continue
 		}
-		entry := c.LedgerEntry
 		entry.Refunds = refundsOf[c]
 		entries = append(entries, entry)
 	}
@@ -291,6 +327,22 @@ func (s *Server) Refunds() []RefundEntry {
 	for _, refund := range refunds {
 		if refund.committed.durable() {
 			entries = append(entries, refund.refundEntry())
+		}
+	}
+	return entries
+}
+
+// Operations returns the captures and cancels on disk in the order they
+// were applied. One whose ledger line is not yet fsynced is not listed.
+func (s *Server) Operations() []OperationEntry {
+	s.mu.Lock()
+	operations := s.operations
+	s.mu.Unlock()
+
+	entries := make([]OperationEntry, 0, len(operations))
+	for _, operation := range operations {
+		if operation.committed.durable() {
+			entries = append(entries, operation.operationEntry())
 		}
 	}
 	return entries
@@ -316,7 +368,23 @@ func (s *Server) Audit() Audit {
 	var perReference groups[RefundEntry]
 
 	for _, entry := range s.Ledger(true) {
-		if entry.Status != psp.StatusSucceeded {
+		for _, operation := range entry.Operations {
+			if operation.Type == kindCapture {
+				audit.Captures++
+			} else {
+				audit.Cancels++
+			}
+		}
+		switch {
+		case entry.Status == psp.StatusRequiresCapture:
+			audit.Held++
+			continue
+		case entry.CanceledReason == canceledHoldExpired:
+			audit.HoldsExpired++
+			continue
+		case entry.Status == psp.StatusCanceled:
+			continue
+		case entry.Status != psp.StatusSucceeded:
 			audit.Declines++
 			continue
 		}
@@ -324,7 +392,7 @@ func (s *Server) Audit() Audit {
 		perKey.add(entry.IdempotencyKey, entry)
 		total := totalOf(entry.TenantTag, entry.Currency)
 		total.Charges++
-		total.Amount += entry.Amount
+		total.Amount += entry.Moved()
 
 		var refunded int64
 		for _, refund := range entry.Refunds {
@@ -335,7 +403,7 @@ func (s *Server) Audit() Audit {
 			total.Refunds++
 			total.Refunded += refund.Amount
 		}
-		if refunded > entry.Amount {
+		if refunded > entry.Moved() {
 			audit.OverRefunded = append(audit.OverRefunded, OverRefund{Charge: entry, Refunded: refunded})
 		}
 	}

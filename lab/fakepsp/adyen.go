@@ -15,12 +15,13 @@ import (
 )
 
 // This file is the Adyen protocol's payment: POST /v71/payments of Adyen's
-// Checkout API v71 with a stored card, behind an API key. What it models
-// and what it leaves out is in docs/provider.md ("The Adyen protocol"); the
-// faults, the key rules and the ledger are the shared ones (execute.go),
-// under Adyen's key rules (keysAdyen). Every answer is one the published
-// description (psp/adyen/checkoutspec) allows for its route and status,
-// but the few statuses it lists for no route (404, 429).
+// Checkout API v71 with a stored card, captured at once or authorised for
+// a manual capture, behind an API key. What it models and what it leaves
+// out is in docs/provider.md ("The Adyen protocol"); the faults, the key
+// rules and the ledger are the shared ones (execute.go), under Adyen's key
+// rules (keysAdyen). Every answer is one the published description
+// (psp/adyen/checkoutspec) allows for its route and status, but the few
+// statuses it lists for no route (404, 429).
 
 // AdyenMetadataTenant, in a payment's metadata, is the tenant tag the
 // ledger and the audit file the payment under; without it the
@@ -220,6 +221,7 @@ type adyenPaymentMethodIn struct {
 // adyenPaymentRequest is the part of Adyen's PaymentRequest the fake
 // models; any other field is refused.
 type adyenPaymentRequest struct {
+	AdditionalData           map[string]string     `json:"additionalData"`
 	Amount                   *adyenAmountIn        `json:"amount"`
 	MerchantAccount          string                `json:"merchantAccount"`
 	Reference                string                `json:"reference"`
@@ -278,13 +280,38 @@ func decodeAdyenPayment(data []byte) (chargeParams, string, *adyenServiceError) 
 	if problem := checkAdyenMetadata(body.Metadata); problem != nil {
 		return chargeParams{}, "", problem
 	}
+	captureLater, problem := readAdyenManualCapture(body.AdditionalData)
+	if problem != nil {
+		return chargeParams{}, "", problem
+	}
 
 	tag := body.Metadata[AdyenMetadataTenant]
 	if tag == "" && body.ShopperReference != nil {
 		tag = *body.ShopperReference
 	}
 	return chargeParams{Amount: amount.Value, Currency: amount.Currency, PaymentMethod: method.StoredPaymentMethodID,
-		Reference: body.Reference, MerchantAccount: body.MerchantAccount}, tag, nil
+		Reference: body.Reference, MerchantAccount: body.MerchantAccount, CaptureLater: captureLater}, tag, nil
+}
+
+// adyenManualCapture is the one additionalData entry the fake models:
+// "manualCapture" "true" authorises the payment only, to be captured or
+// cancelled later (adyen_capture.go); "false" is the account's default,
+// captured at once.
+const adyenManualCapture = "manualCapture"
+
+// readAdyenManualCapture reads a payment's additionalData: whether it asks
+// for manual capture. Any other entry is refused, as a field the fake does
+// not model is.
+func readAdyenManualCapture(additionalData map[string]string) (bool, *adyenServiceError) {
+	for key, value := range additionalData {
+		switch {
+		case key != adyenManualCapture:
+			return false, adyenInvalid("702", "Field 'additionalData."+key+"' is not modeled by the fake provider")
+		case value != "true" && value != "false":
+			return false, adyenInvalid("702", "Field 'additionalData.manualCapture' must be true or false")
+		}
+	}
+	return additionalData[adyenManualCapture] == "true", nil
 }
 
 // oneOfOrAbsent reports whether value is nil or one of values.
@@ -349,11 +376,13 @@ func adyenRefusal(declineCode string) (code, reason string) {
 }
 
 // adyenPayment shows a charge as Adyen's PaymentResponse, derived from the
-// ledger record alone, so a replay says what the first answer said.
+// ledger record alone, so a replay says what the first answer said: a
+// payment authorised for manual capture is Authorised as one captured at
+// once is, whatever became of its hold since.
 func adyenPayment(c *record) adyenPaymentResponse {
 	payment := adyenPaymentResponse{PSPReference: c.ID, ResultCode: adyenAuthorised,
 		Amount: adyenAmount{Currency: c.Currency, Value: c.Amount}, MerchantReference: c.Reference}
-	if c.Status != psp.StatusSucceeded {
+	if c.Status == psp.StatusFailed {
 		payment.ResultCode = adyenRefused
 		payment.RefusalReasonCode, payment.RefusalReason = adyenRefusal(c.DeclineCode)
 	}

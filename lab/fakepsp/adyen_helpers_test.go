@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -299,4 +300,32 @@ func (b *adyenBundle) ledgerReferences(t *testing.T) []string {
 		references = append(references, entry.Reference)
 	}
 	return slices.Clip(references)
+}
+
+// race sends n requests at once through a client without a timeout, the
+// ith to the path, under the key and with the body request(i) gives, and
+// counts their answers by status, 0 for none.
+func (b *adyenBundle) race(t *testing.T, n int, request func(i int) (path, key string, body any)) map[int]int {
+	t.Helper()
+
+	statuses := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			path, key, body := request(i)
+			resp, err := b.send(t, b.client(0), path, key, body, nil)
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			statuses <- resp.status
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	counts := make(map[int]int)
+	for status := range statuses {
+		counts[status]++
+	}
+	return counts
 }

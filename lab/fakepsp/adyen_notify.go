@@ -23,6 +23,9 @@ import (
 const (
 	adyenEventAuthorisation = "AUTHORISATION"
 	adyenEventRefund        = "REFUND"
+	adyenEventCapture       = "CAPTURE"
+	adyenEventCaptureFailed = "CAPTURE_FAILED"
+	adyenEventCancellation  = "CANCELLATION"
 )
 
 // adyenAcknowledgement is what a receiver answers to take a notification.
@@ -34,6 +37,22 @@ var adyenRefundRefusals = map[string]string{
 	refundExceedsCharge: "Refund amount exceeds what is left of the payment",
 	chargeNotRefundable: "Payment was not authorised",
 }
+
+// The reasons a CAPTURE or CAPTURE_FAILED and a CANCELLATION notification
+// give for a capture or a cancel refused, by the ledger's failure code. A
+// capture after the hold expired is the card scheme's rejection, as Adyen
+// documents an expired capture: CAPTURE_FAILED.
+var (
+	adyenCaptureRefusals = map[string]string{
+		chargeNotCapturable:         "Payment is not authorised for capture",
+		captureExceedsAuthorization: "Insufficient balance on payment",
+		holdExpired:                 "Capture rejected by card scheme (capture expired)",
+	}
+	adyenCancelRefusals = map[string]string{
+		chargeNotCapturable: "Payment is not authorised for cancellation",
+		holdExpired:         "Authorisation expired",
+	}
+)
 
 // adyenWebhook is Adyen's standard webhook body.
 type adyenWebhook struct {
@@ -70,10 +89,13 @@ func (item adyenNotificationRequestItem) signedData() []byte {
 }
 
 // adyenNotification words a notification as Adyen's standard webhook: an
-// AUTHORISATION of every payment (success "true" when authorised, "false"
-// with the refusal reason when refused), a REFUND of every refund decided
-// (success "true" when it moved money, "false" with the reason when it was
-// refused). The item carries its own signature, made with sign.
+// AUTHORISATION of every payment (success "true" when authorised, for a
+// manual capture too, "false" with the refusal reason when refused), a
+// REFUND of every refund decided, a CAPTURE of every capture and a
+// CANCELLATION of every cancel decided (success "true" when applied,
+// "false" with the reason when refused; a capture refused because the
+// hold expired is a CAPTURE_FAILED). A modification names its payment in
+// originalReference. The item carries its own signature, made with sign.
 func adyenNotification(c *record, _ string, _ time.Time, sign func(data []byte) string) (event, bool, error) {
 	item := adyenNotificationRequestItem{
 		Amount:              adyenAmount{Currency: c.Currency, Value: c.Amount},
@@ -86,17 +108,32 @@ func adyenNotification(c *record, _ string, _ time.Time, sign func(data []byte) 
 	switch {
 	case c.isCharge():
 		item.EventCode = adyenEventAuthorisation
-		if c.Status != psp.StatusSucceeded {
+		if c.Status == psp.StatusFailed {
 			item.Success = "false"
 			_, item.Reason = adyenRefusal(c.DeclineCode)
 		}
 	case c.isRefund():
 		item.EventCode, item.OriginalReference = adyenEventRefund, c.Charge
-	case c.FailureCode != "":
+	case c.Kind == kindCapture:
+		item.EventCode, item.OriginalReference = adyenEventCapture, c.Charge
+	case c.Kind == kindCancel:
+		item.EventCode, item.OriginalReference = adyenEventCancellation, c.Charge
+	case c.FailureCode == "":
+		return event{}, false, nil
+	case c.Refused == kindCapture && c.FailureCode == holdExpired:
+		// Adyen's CAPTURE_FAILED says success "true": the failure is the
+		// event.
+		item.EventCode, item.OriginalReference = adyenEventCaptureFailed, c.Charge
+		item.Reason = adyenCaptureRefusals[c.FailureCode]
+	case c.Refused == kindCapture:
+		item.EventCode, item.OriginalReference, item.Success = adyenEventCapture, c.Charge, "false"
+		item.Reason = adyenCaptureRefusals[c.FailureCode]
+	case c.Refused == kindCancel:
+		item.EventCode, item.OriginalReference, item.Success = adyenEventCancellation, c.Charge, "false"
+		item.Reason = adyenCancelRefusals[c.FailureCode]
+	default:
 		item.EventCode, item.OriginalReference, item.Success = adyenEventRefund, c.Charge, "false"
 		item.Reason = adyenRefundRefusals[c.FailureCode]
-	default:
-		return event{}, false, nil
 	}
 	item.AdditionalData = map[string]string{"hmacSignature": sign(item.signedData())}
 	body, err := json.Marshal(adyenWebhook{Live: "false", NotificationItems: []adyenNotificationItem{{NotificationRequestItem: item}}})

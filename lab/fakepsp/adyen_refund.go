@@ -42,12 +42,6 @@ func (s *Server) handleAdyenRefund(w http.ResponseWriter, r *http.Request) {
 		if problem != nil {
 			return request{}, problem
 		}
-		if body.MerchantAccount == "" {
-			return request{}, adyenMissing("merchantAccount")
-		}
-		if problem := readAdyenReference(body.Reference); problem != nil {
-			return request{}, problem
-		}
 		reason, known := "", true
 		if body.MerchantRefundReason != nil {
 			reason, known = adyenRefundReasons[*body.MerchantRefundReason]
@@ -55,16 +49,11 @@ func (s *Server) handleAdyenRefund(w http.ResponseWriter, r *http.Request) {
 		if !known {
 			return request{}, adyenInvalid("702", "Field 'merchantRefundReason' is not one of FRAUD, CUSTOMER REQUEST, RETURN, DUPLICATE, OTHER")
 		}
-
-		// A payment the merchant account does not hold is refused before
-		// execution, so nothing is saved for the key; a payment that was
-		// refused is refunded nothing, which the REFUND notification tells.
-		payment := s.find(kindCharge, r.PathValue("paymentPspReference"))
-		if payment == nil || payment.MerchantAccount != body.MerchantAccount {
-			return request{}, adyenInvalid("167", "Original pspReference required for this operation")
-		}
-		if amount.Currency != payment.Currency {
-			return request{}, adyenInvalid("137", "Invalid amount specified")
+		// A payment that was refused is refunded nothing, which the REFUND
+		// notification tells.
+		payment, problem := s.adyenPaymentOf(r, body.MerchantAccount, body.Reference, &amount)
+		if problem != nil {
+			return request{}, problem
 		}
 		params := refundParams{Charge: payment.ID, Amount: amount.Value, Reference: body.Reference, Reason: reason,
 			MerchantAccount: body.MerchantAccount, Acknowledged: true}

@@ -3,7 +3,6 @@ package fakepsp_test
 import (
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -129,25 +128,10 @@ func TestAdyenRefundsRacingNeverExceedThePayment(t *testing.T) {
 	paid := b.pay(t, "cf_race", with(payment("ch_race", fakepsp.PaymentMethodVisa), "amount", map[string]any{"currency": "EUR", "value": 7}))
 
 	const refunds = 20
-	statuses := make(chan int, refunds)
-	var wg sync.WaitGroup
-	for i := range refunds {
-		wg.Go(func() {
-			key := fmt.Sprintf("rk_%02d", i)
-			resp, err := b.send(t, b.client(0), refundPath(paid.PSPReference), key, refundRequest("re_"+key, 1), nil)
-			if err != nil {
-				statuses <- 0
-				return
-			}
-			statuses <- resp.status
-		})
-	}
-	wg.Wait()
-	close(statuses)
-	counts := make(map[int]int)
-	for status := range statuses {
-		counts[status]++
-	}
+	counts := b.race(t, refunds, func(i int) (string, string, any) {
+		key := fmt.Sprintf("rk_%02d", i)
+		return refundPath(paid.PSPReference), key, refundRequest("re_"+key, 1)
+	})
 	require.Equal(t, map[int]int{http.StatusCreated: refunds}, counts, "every refund acknowledged")
 
 	var total int64

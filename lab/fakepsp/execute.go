@@ -1,11 +1,15 @@
 package fakepsp
 
 import (
+	"cmp"
 	"crypto/rand"
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
+
+	"github.com/chargeflow/chargeflow/psp"
 )
 
 // This file is the part of a request that every operation and every wire
@@ -62,8 +66,8 @@ func (r request) id() string {
 }
 
 // operation is what a request asks the provider to do, a charge
-// (chargeParams) or a refund (refundParams): the part of the pipeline that
-// differs between them.
+// (chargeParams), a refund (refundParams), a capture or a cancel
+// (holdParams): the part of the pipeline that differs between them.
 type operation interface {
 	// on names the fault rules the request draws (Rule.On).
 	on() string
@@ -134,6 +138,11 @@ type chargeParams struct {
 
 	// MerchantAccount is an Adyen payment's.
 	MerchantAccount string
+
+	// CaptureLater asks for an authorization only: a charge the payment
+	// method lets through is held (requires_capture) until a capture or
+	// a cancel, or until the hold window passes (capture.go).
+	CaptureLater bool
 }
 
 // on makes chargeParams an operation: a charge draws the charge rules.
@@ -141,15 +150,21 @@ func (chargeParams) on() string {
 	return OnCharge
 }
 
-// fillLocked records a charge: the payment method decides its outcome.
-func (p chargeParams) fillLocked(_ *Server, c *record) {
+// fillLocked records a charge: the payment method decides its outcome. A
+// charge to be captured later that goes through is held for the server's
+// hold window from now.
+func (p chargeParams) fillLocked(s *Server, c *record) {
 	c.Amount, c.Currency = p.Amount, p.Currency
 	c.Status, c.DeclineCode = outcome(p.PaymentMethod)
 	c.Description, c.Metadata, c.MerchantAccount = p.Description, p.Metadata, p.MerchantAccount
+	if c.CaptureLater = p.CaptureLater; c.CaptureLater && c.Status == psp.StatusSucceeded {
+		c.Status, c.HoldExpiresAt = psp.StatusRequiresCapture, c.CreatedAt.Add(s.holdWindow)
+	}
 }
 
-// record is a ledger record in memory: a processed charge, a refund, or
-// (Kind kindSavedError) a key whose saved answer applied nothing.
+// record is a ledger record in memory: a processed charge, a refund, a
+// capture or a cancel, or (Kind kindSavedError) a key whose saved answer
+// applied nothing.
 type record struct {
 	ledgerRecord
 
@@ -168,8 +183,13 @@ type record struct {
 	refunds  []*record
 	refunded int64
 
-	// charge is a refund's charge.
+	// charge is a refund's, a capture's or a cancel's charge.
 	charge *record
+
+	// settlement is, for a charge captured later, the capture or cancel
+	// that settled its hold, nil while none has. It is set under
+	// Server.mu once, and read without it (holdAt).
+	settlement atomic.Pointer[record]
 }
 
 // isCharge reports whether c is a processed charge.
@@ -538,10 +558,11 @@ func (s *Server) notify(c *record) {
 	s.notifier.notify(c, func() decision { return s.drawFault(OnNotification, c.IdempotencyKey, nil) })
 }
 
-// addLocked files c in memory: under its key, and a charge or a refund in
-// the ledger order of its kind and by id; a refund also counts against its
-// charge (c.charge, set by refundParams.fillLocked or linkLocked). s.mu must
-// be held.
+// addLocked files c in memory: under its key, and a charge, a refund, a
+// capture or a cancel in the ledger order of its kind and by id; a refund
+// also counts against its charge, and a capture or a cancel settles its
+// charge's hold (c.charge, set by fillLocked or linkLocked). s.mu must be
+// held.
 //
 // A saved answer that applied nothing does not take the key from a record
 // that moved money and is still remembered. With dedupe on that never
@@ -563,6 +584,11 @@ func (s *Server) addLocked(c *record) {
 		s.byID[c.ID] = c
 		c.charge.refunds = append(c.charge.refunds, c)
 		c.charge.refunded += c.Amount
+	case kindCapture, kindCancel:
+		c.position = len(s.operations)
+		s.operations = append(s.operations, c)
+		s.byID[c.ID] = c
+		c.charge.settlement.Store(c)
 	}
 }
 
@@ -593,8 +619,11 @@ func (s *Server) logApplied(c *record) {
 	case kindRefund:
 		s.logger.Debug("fakepsp: refund applied", slog.String("id", c.ID), slog.String("key", c.IdempotencyKey),
 			slog.String("reference", c.Reference), slog.String("charge", c.Charge))
+	case kindCapture, kindCancel:
+		s.logger.Debug("fakepsp: "+c.Kind+" applied", slog.String("id", c.ID), slog.String("key", c.IdempotencyKey),
+			slog.String("reference", c.Reference), slog.String("charge", c.Charge), slog.Int64("amount", c.Amount))
 	default:
-		s.logger.Debug("fakepsp: refund refused", slog.String("key", c.IdempotencyKey),
+		s.logger.Debug("fakepsp: "+cmp.Or(c.Refused, kindRefund)+" refused", slog.String("key", c.IdempotencyKey),
 			slog.String("reference", c.Reference), slog.String("charge", c.Charge), slog.String("failure_code", c.FailureCode))
 	}
 }

@@ -24,6 +24,13 @@ const (
 	// protocol. Every fault a charge can suffer, a refund can too.
 	OnRefund = "refund"
 
+	// OnCapture and OnCancel make a rule apply to a capture and a cancel of
+	// a charge captured later (POST /v1/charges/{id}/capture and /cancel,
+	// or Stripe's POST /v1/payment_intents/{id}/capture and /cancel).
+	// Every fault a charge can suffer, they can too.
+	OnCapture = "capture"
+	OnCancel  = "cancel"
+
 	// OnLookup makes a rule apply to the reads: GET
 	// /v1/charges/by-key/{key} and GET /v1/refunds/by-key/{key}, or under
 	// the Stripe protocol the PaymentIntent search, retrieve and list and
@@ -32,9 +39,10 @@ const (
 	OnLookup = "lookup"
 
 	// OnNotification makes a rule apply to the notification the provider
-	// sends of a charge or refund it applied (Config.Notifications), under
-	// either protocol; its key_prefix is matched against that charge's or
-	// refund's idempotency key. The faults are the sender's own (below).
+	// sends of a charge, refund, capture or cancel it applied
+	// (Config.Notifications), under any protocol; its key_prefix is matched
+	// against that operation's idempotency key. The faults are the
+	// sender's own (below).
 	OnNotification = "notification"
 )
 
@@ -135,10 +143,10 @@ const (
 func faultTargets(fault string) ([]string, bool) {
 	switch fault {
 	case FaultLatency:
-		return []string{OnCharge, OnRefund, OnLookup}, true
+		return []string{OnCharge, OnRefund, OnCapture, OnCancel, OnLookup}, true
 	case FaultDropBeforeApply, FaultApplyThenTimeout, FaultApplyThenReset, FaultErrorBeforeApply,
 		FaultErrorAfterApply, FaultNotProcessed, FaultDelayedApply, FaultKeyExpiry:
-		return []string{OnCharge, OnRefund}, true
+		return []string{OnCharge, OnRefund, OnCapture, OnCancel}, true
 	case FaultUnavailable, FaultLookupLag:
 		return []string{OnLookup}, true
 	case FaultDuplicate, FaultReorder, FaultDelay, FaultDrop, FaultForge:
@@ -181,7 +189,8 @@ type Schedule struct {
 
 // Rule is one fault with its probability.
 type Rule struct {
-	// On is OnCharge, OnRefund, OnLookup or OnNotification.
+	// On is OnCharge, OnRefund, OnCapture, OnCancel, OnLookup or
+	// OnNotification.
 	On string `json:"on"`
 
 	// Fault is one of the Fault constants, valid for On.
@@ -250,8 +259,9 @@ func (s Schedule) Validate() error {
 	for i, rule := range s.Rules {
 		targets, known := faultTargets(rule.Fault)
 		switch {
-		case rule.On != OnCharge && rule.On != OnRefund && rule.On != OnLookup && rule.On != OnNotification:
-			return fmt.Errorf("%w: rule %d: \"on\" is %q, want %q, %q, %q or %q", ErrInvalidSchedule, i, rule.On, OnCharge, OnRefund, OnLookup, OnNotification)
+		case !slices.Contains([]string{OnCharge, OnRefund, OnCapture, OnCancel, OnLookup, OnNotification}, rule.On):
+			return fmt.Errorf("%w: rule %d: \"on\" is %q, want %q, %q, %q, %q, %q or %q", ErrInvalidSchedule, i, rule.On,
+				OnCharge, OnRefund, OnCapture, OnCancel, OnLookup, OnNotification)
 		case !known:
 			return fmt.Errorf("%w: rule %d: unknown fault %q", ErrInvalidSchedule, i, rule.Fault)
 		case !slices.Contains(targets, rule.On):

@@ -460,7 +460,7 @@ func TestParseSchedule(t *testing.T) {
 		{"negative ms", `{"rules":[{"on":"charge","fault":"latency","p":1,"ms":-1}]}`},
 		{"ms too large", `{"rules":[{"on":"charge","fault":"latency","p":1,"ms":3600001}]}`},
 		{"missing on", `{"rules":[{"fault":"latency","p":1}]}`},
-		{"unknown on", `{"rules":[{"on":"capture","fault":"latency","p":1}]}`},
+		{"unknown on", `{"rules":[{"on":"authorize","fault":"latency","p":1}]}`},
 		{"lookup fault on refund", `{"rules":[{"on":"refund","fault":"lookup_lag","p":1}]}`},
 		{"unavailable on refund", `{"rules":[{"on":"refund","fault":"unavailable","p":1}]}`},
 		{"charge fault on lookup", `{"rules":[{"on":"lookup","fault":"apply_then_reset","p":1}]}`},

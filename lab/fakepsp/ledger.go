@@ -29,7 +29,8 @@ var (
 )
 
 // LedgerEntry is one charge the provider processed, as GET /_admin/ledger
-// reports it, with its refunds.
+// reports it, with its refunds and, for a charge authorized to be captured
+// later, its capture or cancel.
 type LedgerEntry struct {
 	// ID is the provider's charge id: "py_…" under the fake protocol, the
 	// PaymentIntent's "pi_…" under Stripe's.
@@ -48,7 +49,11 @@ type LedgerEntry struct {
 	// Currency is the ISO 4217 code.
 	Currency string `json:"currency"`
 
-	// Status is psp.StatusSucceeded (money moved) or psp.StatusFailed.
+	// Status is psp.StatusSucceeded (money moved) or psp.StatusFailed; for
+	// a charge authorized to be captured later, psp.StatusRequiresCapture
+	// while it is held and psp.StatusCanceled once released, by a cancel
+	// or because its hold expired. The ledger file keeps the status the
+	// charge was created with; a report says what it is now.
 	Status psp.Status `json:"status"`
 
 	// DeclineCode says why a failed charge was declined.
@@ -60,6 +65,24 @@ type LedgerEntry struct {
 
 	// CreatedAt is when the charge was applied.
 	CreatedAt time.Time `json:"created_at"`
+
+	// CaptureLater says the charge was asked to be authorized only: it
+	// moved money only once captured, and only AmountCaptured. An
+	// authorization holds Amount until HoldExpiresAt, when the provider
+	// releases it itself (Config.HoldWindow).
+	CaptureLater  bool      `json:"capture_later,omitempty"`
+	HoldExpiresAt time.Time `json:"hold_expires_at,omitzero"`
+
+	// AmountCaptured is what a capture took of a charge captured later;
+	// CanceledReason says why a released one was: "requested" (a cancel)
+	// or "hold_expired". Like Operations, both are only ever filled in a
+	// report: the file keeps a capture or cancel on a line of its own.
+	AmountCaptured int64  `json:"amount_captured,omitempty"`
+	CanceledReason string `json:"canceled_reason,omitempty"`
+
+	// Operations are the capture or cancel applied to a charge captured
+	// later: at most one, since either settles the hold; nil when none.
+	Operations []OperationEntry `json:"operations,omitempty"`
 
 	// Refunds are the charge's refunds, in the order they were applied;
 	// nil when it has none. The ledger file keeps each refund on a line of
@@ -122,6 +145,12 @@ const (
 	// kindRefund is a refund that moved money: a line of its own, after
 	// its charge's, so the file stays append-only (docs/refunds.md).
 	kindRefund = "refund"
+
+	// kindCapture and kindCancel are a capture and a cancel applied to a
+	// charge captured later, each a line of its own after its charge's
+	// (capture.go).
+	kindCapture = "capture"
+	kindCancel  = "cancel"
 )
 
 // ledgerRecord is one line of the ledger file: a LedgerEntry plus what the
@@ -129,17 +158,31 @@ const (
 type ledgerRecord struct {
 	LedgerEntry
 
-	// Kind is kindCharge, kindRefund or kindSavedError.
+	// Kind is kindCharge, kindRefund, kindCapture, kindCancel or
+	// kindSavedError.
 	Kind string `json:"kind,omitempty"`
 
-	// Charge is the id of the charge a refund, or a refused refund, is of.
+	// Charge is the id of the charge a refund, a capture or a cancel, or a
+	// refused one, is of.
 	Charge string `json:"charge,omitempty"`
 
-	// Reason is a refund's reason, as it was asked.
+	// Reason is a refund's or a cancel's reason, as it was asked.
 	Reason string `json:"reason,omitempty"`
 
+	// Refused names, on a refused operation's saved answer
+	// (kindSavedError with a FailureCode), the operation refused:
+	// kindCapture or kindCancel, "" for a refund.
+	Refused string `json:"refused,omitempty"`
+
+	// Capturable is, on a refused capture or cancel, what the charge held
+	// then, and HeldStatus the status it had (requires_capture,
+	// succeeded, canceled, failed), so that a replay words the refusal as
+	// the first answer did.
+	Capturable int64      `json:"capturable,omitempty"`
+	HeldStatus psp.Status `json:"held_status,omitempty"`
+
 	// FailureCode says why a refund was refused (refundExceedsCharge,
-	// chargeNotRefundable); its Amount is the amount asked (0: what was
+	// chargeNotRefundable), or a capture or cancel (capture.go); its Amount is the amount asked (0: what was
 	// left) and Refundable what was left of the charge then. Each protocol
 	// words the refusal from them, a replay included.
 	FailureCode string `json:"failure_code,omitempty"`
@@ -316,10 +359,22 @@ func (r ledgerRecord) validate() error {
 		return errors.New("refund without an id, a charge, an amount or status succeeded")
 	case r.Kind == kindRefund:
 		return nil
+	case r.Kind == kindCapture && (r.ID == "" || r.Charge == "" || r.Amount <= 0 || r.Status != psp.StatusSucceeded):
+		return errors.New("capture without an id, a charge, an amount or status succeeded")
+	case r.Kind == kindCancel && (r.ID == "" || r.Charge == "" || r.Status != psp.StatusCanceled):
+		return errors.New("cancel without an id, a charge or status canceled")
+	case r.Kind == kindCapture || r.Kind == kindCancel:
+		return nil
 	case r.Kind != kindCharge:
 		return fmt.Errorf("record of unknown kind %q", r.Kind)
-	case r.ID == "" || (r.Status != psp.StatusSucceeded && r.Status != psp.StatusFailed):
+	case len(r.Operations) > 0 || r.AmountCaptured != 0 || r.CanceledReason != "":
+		return errors.New("charge with a capture or cancel in it: each is a line of its own")
+	case r.ID == "" || (r.Status != psp.StatusSucceeded && r.Status != psp.StatusFailed && r.Status != psp.StatusRequiresCapture):
 		return errors.New("charge without an id or a known status")
+	case r.Status == psp.StatusRequiresCapture && (!r.CaptureLater || r.HoldExpiresAt.IsZero()):
+		return errors.New("authorization without capture_later or hold_expires_at")
+	case r.Status == psp.StatusSucceeded && r.CaptureLater:
+		return errors.New("charge captured later created succeeded: its capture is a line of its own")
 	}
 	return nil
 }

@@ -287,9 +287,9 @@ func (n *notifier) notify(c *record, draw func() decision) {
 		// The same event of an altered record, under the genuine
 		// signature: a header's over the genuine body, or the genuine
 		// item's own.
-		tampered := *c
+		tampered := &record{ledgerRecord: c.ledgerRecord, committed: c.committed, charge: c.charge}
 		tampered.Amount *= 100
-		forgery, _, err = n.word(&tampered, id, created, func([]byte) string { return n.scheme.signBody(n.cfg.Secret, signed) })
+		forgery, _, err = n.word(tampered, id, created, func([]byte) string { return n.scheme.signBody(n.cfg.Secret, signed) })
 	case forged && n.scheme.header == "":
 		// The genuine body, its own signature made with a wrong key.
 		forgery, _, err = n.word(c, id, created, func(data []byte) string { return n.scheme.signBody(n.forgeSecret, data) })

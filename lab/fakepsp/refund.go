@@ -28,7 +28,8 @@ const (
 	refundExceedsCharge = psp.CodeRefundExceedsCharge
 
 	// chargeNotRefundable: the ledger holds no charge with the id, or the
-	// charge was declined and moved no money.
+	// charge moved no money: it was declined, or authorized to be
+	// captured later and not captured (yet).
 	chargeNotRefundable = psp.CodeChargeNotRefundable
 )
 
@@ -78,17 +79,19 @@ func (refundParams) on() string {
 func (p refundParams) fillLocked(s *Server, c *record) {
 	c.Charge, c.Reason, c.Metadata, c.MerchantAccount = p.Charge, p.Reason, p.Metadata, p.MerchantAccount
 	charge := s.findLocked(kindCharge, p.Charge)
-	if charge == nil || charge.Status != psp.StatusSucceeded {
-		if charge != nil {
-			c.Currency = charge.Currency
-		}
+	var moved int64
+	if charge != nil {
+		c.Currency = charge.Currency
+		moved = charge.report(charge.holdAt(s.now(), true)).Moved()
+	}
+	if moved == 0 {
 		p.refuse(c, chargeNotRefundable, 0)
 		return
 	}
-	c.Currency = charge.Currency
-	// Never below zero, even for a ledger that over-refunded a charge (the
-	// audit's over_refunded): nothing is left of it.
-	left := max(charge.Amount-charge.refunded, 0)
+	// What a charge captured later moved is what was captured. Never below
+	// zero, even for a ledger that over-refunded a charge (the audit's
+	// over_refunded): nothing is left of it.
+	left := max(moved-charge.refunded, 0)
 	amount := cmp.Or(p.Amount, left)
 	if amount == 0 || amount > left {
 		p.refuse(c, refundExceedsCharge, left)

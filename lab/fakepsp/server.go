@@ -77,6 +77,13 @@ type Config struct {
 	// notification of every charge it applies or declines and every refund
 	// it applies, in the protocol's words (docs/notifications.md).
 	Notifications Notifications
+
+	// HoldWindow is how long an authorization (a charge to be captured
+	// later) is held before the provider releases it itself: from then a
+	// read says canceled and a capture is refused. Zero means
+	// DefaultHoldWindow. Each authorization keeps the window it was made
+	// under, across a restart with another.
+	HoldWindow time.Duration
 }
 
 // Server is the fake payment provider. Serve its Handler over HTTP/1.1 (the
@@ -91,17 +98,21 @@ type Server struct {
 	notifier  *notifier // nil when no notifications are sent
 	handler   http.Handler
 	committed *commitBatch // already durable; shared by records read back on New
+	// holdWindow is Config.HoldWindow, or DefaultHoldWindow.
+	holdWindow time.Duration
 
 	closing    chan struct{}  // closed by Close: held connections and delays end
 	background sync.WaitGroup // delayed applies
 
-	mu       sync.Mutex
-	closed   bool
-	charges  []*record           // every processed charge, in ledger order
-	refunds  []*record           // every refund that moved money, in ledger order
-	byKey    map[string]*record  // the latest record per idempotency key, charges' and refunds' alike
-	byID     map[string]*record  // every processed charge and refund by its id
-	inFlight map[string]struct{} // keys executing or awaiting a delayed apply (with dedupe on)
+	mu      sync.Mutex
+	closed  bool
+	charges []*record // every processed charge, in ledger order
+	refunds []*record // every refund that moved money, in ledger order
+	// operations are every capture and cancel applied, in ledger order.
+	operations []*record
+	byKey      map[string]*record  // the latest record per idempotency key, charges' and refunds' alike
+	byID       map[string]*record  // every processed charge and refund by its id
+	inFlight   map[string]struct{} // keys executing or awaiting a delayed apply (with dedupe on)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -123,6 +134,9 @@ func New(cfg Config) (*Server, error) {
 	if err := checkNotifications(cfg.Notifications, protocol); err != nil {
 		return nil, err
 	}
+	if cfg.HoldWindow < 0 {
+		return nil, fmt.Errorf("fakepsp: Config.HoldWindow is %v, want a positive duration (or zero: %v)", cfg.HoldWindow, DefaultHoldWindow)
+	}
 
 	logger := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	now := cfg.Now
@@ -142,16 +156,17 @@ func New(cfg Config) (*Server, error) {
 	committed := newCommitBatch()
 	close(committed.done)
 	s := &Server{
-		logger:    logger,
-		now:       now,
-		ledger:    ledger,
-		faults:    newFaultEngine(cfg.Faults, dedupe),
-		committed: committed,
-		closing:   make(chan struct{}),
-		charges:   make([]*record, 0, len(records)),
-		byKey:     make(map[string]*record, len(records)),
-		byID:      make(map[string]*record, len(records)),
-		inFlight:  make(map[string]struct{}),
+		logger:     logger,
+		now:        now,
+		ledger:     ledger,
+		faults:     newFaultEngine(cfg.Faults, dedupe),
+		committed:  committed,
+		holdWindow: cmp.Or(cfg.HoldWindow, DefaultHoldWindow),
+		closing:    make(chan struct{}),
+		charges:    make([]*record, 0, len(records)),
+		byKey:      make(map[string]*record, len(records)),
+		byID:       make(map[string]*record, len(records)),
+		inFlight:   make(map[string]struct{}),
 	}
 	for _, rec := range records {
 		c := &record{ledgerRecord: rec, committed: committed}
@@ -169,21 +184,25 @@ func New(cfg Config) (*Server, error) {
 	}
 
 	logger.Info("fakepsp: ready", slog.String("protocol", protocol), slog.String("ledger", cfg.LedgerPath),
-		slog.Int("charges", len(s.charges)), slog.Int("refunds", len(s.refunds)), slog.Bool("dedupe", dedupe), slog.Int("fault_rules", len(cfg.Faults.Rules)),
+		slog.Int("charges", len(s.charges)), slog.Int("refunds", len(s.refunds)), slog.Int("operations", len(s.operations)), slog.Bool("dedupe", dedupe), slog.Duration("hold_window", s.holdWindow), slog.Int("fault_rules", len(cfg.Faults.Rules)),
 		slog.Bool("notifications", notifying))
 	return s, nil
 }
 
-// linkLocked points a refund read back from the ledger at its charge, which
-// an earlier line holds: a refund is appended only after its charge. A
-// refund of a charge the file does not hold is a corrupt ledger. s.mu must
-// be held, or the server not yet shared.
+// linkLocked points a refund, a capture or a cancel read back from the
+// ledger at its charge, which an earlier line holds: each is appended only
+// after its charge. One of a charge the file does not hold, or a second
+// capture or cancel of one hold, is a corrupt ledger. s.mu must be held,
+// or the server not yet shared.
 func (s *Server) linkLocked(c *record) error {
-	if !c.isRefund() {
+	if !c.isRefund() && !c.isOperation() {
 		return nil
 	}
 	if c.charge = s.findLocked(kindCharge, c.Charge); c.charge == nil {
-		return fmt.Errorf("refund %s of charge %s, which no earlier line holds", c.ID, c.Charge)
+		return fmt.Errorf("%s %s of charge %s, which no earlier line holds", c.Kind, c.ID, c.Charge)
+	}
+	if c.isOperation() && (c.charge.Status != psp.StatusRequiresCapture || c.charge.settlement.Load() != nil) {
+		return fmt.Errorf("%s %s of charge %s, which was not held", c.Kind, c.ID, c.Charge)
 	}
 	return nil
 }
@@ -208,6 +227,8 @@ func (s *Server) routes(protocol string) http.Handler {
 	case ProtocolAdyen:
 		mux.Handle("POST /v71/payments", s.adyen(s.handleAdyenPayment))
 		mux.Handle("POST /v71/payments/{paymentPspReference}/refunds", s.adyen(s.handleAdyenRefund))
+		mux.Handle("POST /v71/payments/{paymentPspReference}/captures", s.adyen(s.handleAdyenCapture))
+		mux.Handle("POST /v71/payments/{paymentPspReference}/cancels", s.adyen(s.handleAdyenCancel))
 		mux.Handle("/v71/", s.adyen(handleAdyenNotFound))
 	case ProtocolStripe:
 		mux.Handle("POST /v1/payment_intents", s.stripe(s.handleStripeCreate))

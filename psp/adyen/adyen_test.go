@@ -159,6 +159,39 @@ func TestChargeSendsOnePayment(t *testing.T) {
 	}, jsonOf(t, req.body))
 }
 
+// A charge to be captured later is sent for manual capture, and Adyen's
+// Authorised is then money held, not moved; a refusal is a decline as
+// ever.
+func TestChargeToCaptureLaterIsHeld(t *testing.T) {
+	t.Parallel()
+
+	server := startServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Idempotency-Key") == "cf_ch_2" {
+			answerWith(answerRefused)(w, r)
+			return
+		}
+		answerWith(answerAuthorised)(w, r)
+	})
+	adapter := newAdapter(server.URL)
+	req := chargeRequest("cf_ch_1")
+	req.CaptureLater = true
+	held, err := adapter.Charge(t.Context(), req)
+	require.NoError(t, err)
+	require.Equal(t, psp.Charge{ID: testPSP, Status: psp.StatusRequiresCapture, Amount: 1000, Currency: "EUR", Reference: "ch_1"}, held)
+	body := jsonOf(t, server.request(0).body)
+	require.Equal(t, map[string]any{"manualCapture": "true"}, body["additionalData"])
+
+	req.Key = "cf_ch_2"
+	declined, err := adapter.Charge(t.Context(), req)
+	require.NoError(t, err)
+	require.Equal(t, psp.StatusFailed, declined.Status)
+	require.Equal(t, "insufficient_funds", declined.DeclineCode)
+
+	_, err = adapter.Charge(t.Context(), chargeRequest("cf_ch_3"))
+	require.NoError(t, err)
+	require.NotContains(t, jsonOf(t, server.request(2).body), "additionalData", "a charge captured at once asks nothing of the kind")
+}
+
 func TestChargeWithoutATenantSendsNone(t *testing.T) {
 	t.Parallel()
 
@@ -471,19 +504,21 @@ func TestCapabilities(t *testing.T) {
 	adapter := New(Config{Timeout: 7 * time.Second})
 	require.Equal(t, psp.Capabilities{
 		Name: "adyen", KeyWindow: 7 * 24 * time.Hour, Lookup: psp.LookupByResend, Consistency: psp.Strong,
-		ByProviderID: false, Refunds: true, Notifications: true,
+		ByProviderID: false, Refunds: true, Notifications: true, SeparateCapture: true, HoldWindow: 7 * 24 * time.Hour,
 	}, adapter.Capabilities())
 	require.Equal(t, 7*time.Second, adapter.Timeout())
 	require.Equal(t, psp.DefaultTimeout, New(Config{}).Timeout())
 
-	named := New(Config{Name: "adyen_eu", KeyWindow: 31 * 24 * time.Hour})
+	named := New(Config{Name: "adyen_eu", KeyWindow: 31 * 24 * time.Hour, HoldWindow: 28 * 24 * time.Hour})
 	require.Equal(t, "adyen_eu", named.Capabilities().Name)
 	require.Equal(t, 31*24*time.Hour, named.Capabilities().KeyWindow)
+	require.Equal(t, 28*24*time.Hour, named.Capabilities().Hold())
 }
 
 // Calls are psp's spans, under the caller's, with the trace context sent
 // to Adyen, measured by op and outcome, and without the payment method,
-// the API key, our reference or the tenant.
+// the API key, our references or the tenant: a charge, a refund, a capture
+// and a cancel.
 func TestTelemetry(t *testing.T) {
 	t.Parallel()
 
@@ -493,11 +528,16 @@ func TestTelemetry(t *testing.T) {
 		mu.Lock()
 		traceParents = append(traceParents, r.Header.Get("traceparent"))
 		mu.Unlock()
-		if strings.HasSuffix(r.URL.Path, "/refunds") {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/refunds"):
 			answerWith(answerRefundReceived)(w, r)
-			return
+		case strings.HasSuffix(r.URL.Path, "/captures"):
+			answerWith(answerCaptureReceived)(w, r)
+		case strings.HasSuffix(r.URL.Path, "/cancels"):
+			answerWith(answerCancelReceived)(w, r)
+		default:
+			answerWith(answerRefused)(w, r)
 		}
-		answerWith(answerRefused)(w, r)
 	})
 	spans := tracetest.NewSpanRecorder()
 	tracerProvider := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
@@ -510,14 +550,19 @@ func TestTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	_, err = adapter.Refund(ctx, refundRequest("cf_re_1"))
 	requirePSPError(t, err, psp.ErrUnknownOutcome, "refund_received")
+	_, err = adapter.Capture(ctx, operationRequest("cf_cp_1", "cp_1"))
+	requirePSPError(t, err, psp.ErrUnknownOutcome, "capture_received")
+	_, err = adapter.Cancel(ctx, operationRequest("cf_cx_1", "cx_1"))
+	requirePSPError(t, err, psp.ErrUnknownOutcome, "cancel_received")
 	parent.End()
 
 	ended := spans.Ended()
-	require.Len(t, ended, 3)
+	require.Len(t, ended, 5)
 	for i, want := range []struct {
 		name, outcome string
 		status        codes.Code
-	}{{"psp.charge", "charge", codes.Unset}, {"psp.refund", "unknown", codes.Error}} {
+	}{{"psp.charge", "charge", codes.Unset}, {"psp.refund", "unknown", codes.Error},
+		{"psp.capture", "unknown", codes.Error}, {"psp.cancel", "unknown", codes.Error}} {
 		span := ended[i]
 		require.Equal(t, want.name, span.Name())
 		require.Equal(t, parent.SpanContext().SpanID(), span.Parent().SpanID())
@@ -525,7 +570,7 @@ func TestTelemetry(t *testing.T) {
 		attrs := map[string]string{}
 		for _, kv := range span.Attributes() {
 			attrs[string(kv.Key)] = kv.Value.Emit()
-			for _, secret := range []string{"pm_canary", "canary_api_key", "ch_1", "re_1", "tn_1", "cf_"} {
+			for _, secret := range []string{"pm_canary", "canary_api_key", "ch_1", "re_1", "cp_1", "cx_1", "tn_1", "cf_"} {
 				require.NotContains(t, kv.Value.Emit(), secret)
 			}
 		}
@@ -536,6 +581,8 @@ func TestTelemetry(t *testing.T) {
 	}
 	require.Equal(t, "insufficient_funds", attrsOf(ended[0])["psp.decline_code"])
 	require.Equal(t, "refund_received", attrsOf(ended[1])["psp.reason"])
+	require.Equal(t, "capture_received", attrsOf(ended[2])["psp.reason"])
+	require.Equal(t, "cancel_received", attrsOf(ended[3])["psp.reason"])
 
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
@@ -550,7 +597,7 @@ func TestTelemetry(t *testing.T) {
 			}
 		}
 	}
-	require.Equal(t, map[string]uint64{"charge/charge": 1, "refund/unknown": 1}, counts)
+	require.Equal(t, map[string]uint64{"charge/charge": 1, "refund/unknown": 1, "capture/unknown": 1, "cancel/unknown": 1}, counts)
 }
 
 func attrsOf(span sdktrace.ReadOnlySpan) map[string]string {

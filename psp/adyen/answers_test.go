@@ -12,9 +12,11 @@ import (
 
 const (
 	// testPSP is the payment's pspReference in the answers, testRefundPSP
-	// a refund's.
-	testPSP       = "8816118280275544"
-	testRefundPSP = "993617894906488A"
+	// a refund's, testCapturePSP a capture's and testCancelPSP a cancel's.
+	testPSP        = "8816118280275544"
+	testRefundPSP  = "993617894906488A"
+	testCapturePSP = "993617894906501C"
+	testCancelPSP  = "993617894906502D"
 )
 
 // paymentJSON is a PaymentResponse of result code result for our charge
@@ -71,15 +73,23 @@ var (
 	answer502Proxy       = answer{http.StatusBadGateway, "<html>bad gateway</html>", false}
 	answerRefundReceived = answer{http.StatusCreated, fmt.Sprintf(`{"merchantAccount":"ChargeflowTest","paymentPspReference":%q,`+
 		`"reference":"re_1","pspReference":%q,"status":"received","amount":{"currency":"EUR","value":400}}`, testPSP, testRefundPSP), true}
+	answerCaptureReceived = answer{http.StatusCreated, fmt.Sprintf(`{"merchantAccount":"ChargeflowTest","paymentPspReference":%q,`+
+		`"reference":"cp_1","pspReference":%q,"status":"received","amount":{"currency":"EUR","value":600}}`, testPSP, testCapturePSP), true}
+	answerCancelReceived = answer{http.StatusCreated, fmt.Sprintf(`{"merchantAccount":"ChargeflowTest","paymentPspReference":%q,`+
+		`"reference":"cx_1","pspReference":%q,"status":"received"}`, testPSP, testCancelPSP), true}
 )
 
-// paymentAnswers and refundAnswers are every answer above, by the call
-// it answers, for TestAnswersAreAdyens.
+// paymentAnswers, refundAnswers, captureAnswers and cancelAnswers are
+// every answer above, by the call it answers, for TestAnswersAreAdyens.
 var (
 	paymentAnswers = []answer{answerAuthorised, answerRefused, answerRefusedOther, answerCancelled, answerError,
 		answerPending, answerReceived, answerChallenge, answerNoAmount,
 		answer400, answer401, answer403, answer422Validation, answer422InProgress, answer422Other,
 		answer409InProgress, answer429, answer500, answer502Proxy}
 	refundAnswers = []answer{answerRefundReceived, answer400, answer401, answer403, answer422Validation,
+		answer422InProgress, answer422Other, answer500}
+	captureAnswers = []answer{answerCaptureReceived, answer400, answer401, answer403, answer422Validation,
+		answer422InProgress, answer422Other, answer500}
+	cancelAnswers = []answer{answerCancelReceived, answer400, answer401, answer403, answer422Validation,
 		answer422InProgress, answer422Other, answer500}
 )

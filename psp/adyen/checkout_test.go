@@ -23,18 +23,17 @@ import (
 // are refused, so the check can fail; and every answer the tests' servers
 // give is one the description allows.
 
-// refundRoute matches a refund's path and names its route.
-var refundRoute = regexp.MustCompile(`^/v71/payments/[^/]+/refunds$`)
+// modificationRoute matches the path of a modification of a payment (a
+// refund, a capture, a cancel) and names which.
+var modificationRoute = regexp.MustCompile(`^/v71/payments/[^/]+/(refunds|captures|cancels)$`)
 
 // shapeOf is an exchange's shape: its method, its route as the description
 // names it, and the JSON property paths of its body, sorted.
 func shapeOf(t *testing.T, e checkoutspec.Exchange) string {
 	t.Helper()
-	route := e.Path
-	if refundRoute.MatchString(route) {
-		route = "/payments/{paymentPspReference}/refunds"
-	} else {
-		route = strings.TrimPrefix(route, "/v71")
+	route := strings.TrimPrefix(e.Path, "/v71")
+	if m := modificationRoute.FindStringSubmatch(e.Path); m != nil {
+		route = "/payments/{paymentPspReference}/" + m[1]
 	}
 	var body map[string]any
 	require.NoError(t, json.Unmarshal(e.Body, &body))
@@ -64,16 +63,22 @@ func propertyPaths(prefix string, v map[string]any) []string {
 
 // recordedRequests drives the adapter through every request shape it
 // sends — a charge with and without a tenant, a refund with each reason
-// and without one — against a loopback server answering as Adyen does,
-// through checkoutspec's Recorder, and returns what was recorded.
+// and without one, a charge to capture later, its capture and a cancel —
+// against a loopback server answering as Adyen does, through
+// checkoutspec's Recorder, and returns what was recorded, in that order.
 func recordedRequests(t *testing.T) []checkoutspec.Exchange {
 	t.Helper()
 	server := startServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/refunds") {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/refunds"):
 			answerWith(answerRefundReceived)(w, r)
-			return
+		case strings.HasSuffix(r.URL.Path, "/captures"):
+			answerWith(answerCaptureReceived)(w, r)
+		case strings.HasSuffix(r.URL.Path, "/cancels"):
+			answerWith(answerCancelReceived)(w, r)
+		default:
+			answerWith(answerAuthorised)(w, r)
 		}
-		answerWith(answerAuthorised)(w, r)
 	})
 	recorder := &checkoutspec.Recorder{Next: psp.NewTransport()}
 	adapter := newAdapter(server.URL, func(c *Config) { c.HTTPClient = &http.Client{Transport: recorder} })
@@ -91,8 +96,26 @@ func recordedRequests(t *testing.T) []checkoutspec.Exchange {
 		_, err := adapter.Refund(ctx, refund)
 		requirePSPError(t, err, psp.ErrUnknownOutcome, "refund_received")
 	}
+	later := chargeRequest("cf_ch_3")
+	later.CaptureLater = true
+	held, err := adapter.Charge(ctx, later)
+	require.NoError(t, err)
+	require.Equal(t, psp.StatusRequiresCapture, held.Status)
+	_, err = adapter.Capture(ctx, operationRequest("cf_cp_1", "cp_1"))
+	requirePSPError(t, err, psp.ErrUnknownOutcome, "capture_received")
+	_, err = adapter.Cancel(ctx, operationRequest("cf_cx_1", "cx_1"))
+	requirePSPError(t, err, psp.ErrUnknownOutcome, "cancel_received")
 	return recorder.Exchanges()
 }
+
+// The recorded exchanges, by what they are (recordedRequests' order).
+const (
+	recordedCharge  = 0
+	recordedRefund  = 2
+	recordedHeld    = 6
+	recordedCapture = 7
+	recordedCancel  = 8
+)
 
 func TestRequestsAreAdyens(t *testing.T) {
 	t.Parallel()
@@ -100,7 +123,7 @@ func TestRequestsAreAdyens(t *testing.T) {
 	spec, err := checkoutspec.Load()
 	require.NoError(t, err)
 	exchanges := recordedRequests(t)
-	require.Len(t, exchanges, 6)
+	require.Len(t, exchanges, 9)
 
 	var shapes []string
 	for _, e := range exchanges {
@@ -118,6 +141,10 @@ func TestRequestsAreAdyens(t *testing.T) {
 			"recurringProcessingModel reference returnUrl shopperInteraction",
 		"POST /payments/{paymentPspReference}/refunds " + payment + " merchantRefundReason reference",
 		"POST /payments/{paymentPspReference}/refunds " + payment + " reference",
+		"POST /payments additionalData.manualCapture " + payment + " metadata.chargeflow_tenant paymentMethod.storedPaymentMethodId " +
+			"paymentMethod.type recurringProcessingModel reference returnUrl shopperInteraction shopperReference",
+		"POST /payments/{paymentPspReference}/captures " + payment + " reference",
+		"POST /payments/{paymentPspReference}/cancels merchantAccount reference",
 	}, shapes, "every request shape the adapter sends, each valid by the description")
 
 	for _, e := range exchanges {
@@ -137,7 +164,8 @@ func TestTheDescriptionRefusesWhatAdyenWould(t *testing.T) {
 	spec, err := checkoutspec.Load()
 	require.NoError(t, err)
 	exchanges := recordedRequests(t)
-	charge, refund := exchanges[0], exchanges[2]
+	charge, refund := exchanges[recordedCharge], exchanges[recordedRefund]
+	held, capture, cancel := exchanges[recordedHeld], exchanges[recordedCapture], exchanges[recordedCancel]
 
 	variant := func(e checkoutspec.Exchange, edit func(body map[string]any)) checkoutspec.Exchange {
 		var body map[string]any
@@ -173,6 +201,14 @@ func TestTheDescriptionRefusesWhatAdyenWould(t *testing.T) {
 		{"a refund of our reason, not Adyen's", variant(refund, func(b map[string]any) { b["merchantRefundReason"] = "requested_by_customer" }), `"/merchantRefundReason": value is not one of the allowed values`},
 		{"a refund in a four-letter currency", variant(refund, func(b map[string]any) { object(b, "amount")["currency"] = "EURO" }), `"/amount/currency": maximum string length is 3`},
 		{"a refund whose reference is a number", variant(refund, func(b map[string]any) { b["reference"] = 1 }), `"/reference": value must be a string`},
+		{"a manual capture asked with a boolean", variant(held, func(b map[string]any) { object(b, "additionalData")["manualCapture"] = true }),
+			`"/additionalData/manualCapture": value must be a string`},
+		{"a capture without an amount", variant(capture, func(b map[string]any) { delete(b, "amount") }), `property "amount" is missing`},
+		{"a capture without merchantAccount", variant(capture, func(b map[string]any) { delete(b, "merchantAccount") }), `property "merchantAccount" is missing`},
+		{"a capture with metadata", variant(capture, func(b map[string]any) { b["metadata"] = map[string]any{"chargeflow_tenant": "tn_1"} }), `property "metadata" is unsupported`},
+		{"a capture whose value is a string", variant(capture, func(b map[string]any) { object(b, "amount")["value"] = "600" }), `"/amount/value": value must be an integer`},
+		{"a cancel with an amount", variant(cancel, func(b map[string]any) { b["amount"] = map[string]any{"currency": "EUR", "value": 1000} }), `property "amount" is unsupported`},
+		{"a cancel without merchantAccount", variant(cancel, func(b map[string]any) { delete(b, "merchantAccount") }), `property "merchantAccount" is missing`},
 	} {
 		require.ErrorContains(t, spec.ValidateRequest(tc.request), tc.refusal, tc.name)
 	}
@@ -180,8 +216,9 @@ func TestTheDescriptionRefusesWhatAdyenWould(t *testing.T) {
 	wrongRoute.Path = "/v71/payment"
 	require.Error(t, spec.ValidateRequest(wrongRoute), "a route the description does not have")
 
-	require.NoError(t, spec.ValidateRequest(charge))
-	require.NoError(t, spec.ValidateRequest(refund))
+	for _, e := range []checkoutspec.Exchange{charge, refund, held, capture, cancel} {
+		require.NoError(t, spec.ValidateRequest(e), "%s %s", e.Method, e.Path)
+	}
 }
 
 // Every answer the tests' servers give, where the description covers its
@@ -193,7 +230,8 @@ func TestAnswersAreAdyens(t *testing.T) {
 	spec, err := checkoutspec.Load()
 	require.NoError(t, err)
 	exchanges := recordedRequests(t)
-	charge, refund := exchanges[0], exchanges[2]
+	charge, refund := exchanges[recordedCharge], exchanges[recordedRefund]
+	capture, cancel := exchanges[recordedCapture], exchanges[recordedCancel]
 	json := http.Header{"Content-Type": {"application/json"}}
 	answered := func(e checkoutspec.Exchange, a answer) checkoutspec.Exchange {
 		e.Status, e.ResponseHeader, e.ResponseBody = a.status, json, []byte(a.body)
@@ -204,7 +242,7 @@ func TestAnswersAreAdyens(t *testing.T) {
 	for _, calls := range []struct {
 		request checkoutspec.Exchange
 		answers []answer
-	}{{charge, paymentAnswers}, {refund, refundAnswers}} {
+	}{{charge, paymentAnswers}, {refund, refundAnswers}, {capture, captureAnswers}, {cancel, cancelAnswers}} {
 		for _, a := range calls.answers {
 			if !a.inSpec {
 				continue
@@ -213,10 +251,14 @@ func TestAnswersAreAdyens(t *testing.T) {
 			validated++
 		}
 	}
-	require.Equal(t, 24, validated)
+	require.Equal(t, 40, validated)
 
 	require.Error(t, spec.ValidateResponse(answered(refund, answer{201, strings.Replace(answerRefundReceived.body, "received", "refunded", 1), false})),
 		"a refund status the description does not allow")
 	require.Error(t, spec.ValidateResponse(answered(charge, answer{200, paymentJSON("Charged", ""), false})),
 		"a result code the description does not allow")
+	require.Error(t, spec.ValidateResponse(answered(capture, answer{201, strings.Replace(answerCaptureReceived.body, "received", "captured", 1), false})),
+		"a capture status the description does not allow")
+	require.Error(t, spec.ValidateResponse(answered(cancel, answerCaptureReceived)),
+		"a cancel's acknowledgement names no amount")
 }

@@ -32,8 +32,10 @@ type paymentResponse struct {
 	RefusalReasonCode string  `json:"refusalReasonCode"`
 }
 
-// refundResponse is what classify reads of a PaymentRefundResponse.
-type refundResponse struct {
+// modificationResponse is what classify reads of the acknowledgement of
+// a modification: a PaymentRefundResponse, PaymentCaptureResponse or
+// PaymentCancelResponse.
+type modificationResponse struct {
 	PSPReference string `json:"pspReference"`
 	Status       string `json:"status"`
 }
@@ -106,24 +108,30 @@ func declineCodeOf(code string) string {
 // already processed or in progress"), answered with 422 or 409.
 const CodeIdempotencyKeyInUse = "704"
 
-// classify turns one call to Adyen (a charge, psp.OpCharge, or a refund,
-// psp.OpRefund) into what it proves, and is the only place where that
-// decision is made. A refund's answer is never final (Adyen settles a
-// refund only by its REFUND notification), so for a refund classify
-// returns an error only. The rules, in order:
+// classify turns one call to Adyen (a charge, psp.OpCharge; a refund,
+// psp.OpRefund; a capture or a cancel, opCapture and opCancel) into what
+// it proves, and is the only place where that decision is made. A
+// modification's answer (a refund's, a capture's, a cancel's) is never
+// final: Adyen settles one only by its notification (REFUND, CAPTURE or
+// CAPTURE_FAILED, CANCELLATION), so for one classify returns an error
+// only. The rules, in order:
 //
-//   - No answer: psp.Classify's transport rules (not applied when no
-//     connection was obtained; otherwise unknown).
+//   - No answer: psp.Classify's transport rules for a call that moves
+//     money (not applied when no connection was obtained; otherwise
+//     unknown).
 //   - A 2xx whose body could not be read whole: unknown (timeout,
 //     body_read_failed).
-//   - A 2xx answering a refund: unknown, refund_received, naming the
-//     refund's pspReference (refundAcknowledged).
+//   - A 2xx answering a modification: unknown, refund_received,
+//     capture_received or cancel_received, naming the modification's
+//     pspReference (acknowledged).
 //   - A 2xx answering a charge: its resultCode decides (chargeOf).
 //   - Anything else: classifyError.
 func classify(a psp.Attempt) (psp.Charge, error) {
 	switch {
 	case a.StatusCode == 0:
-		_, err := psp.Classify(psp.Attempt{Op: a.Op, Err: a.Err, GotConn: a.GotConn, WroteRequest: a.WroteRequest})
+		// A capture and a cancel move money as a charge does: a request
+		// that never reached Adyen applied nothing.
+		_, err := psp.Classify(psp.Attempt{Op: movesMoney(a.Op), Err: a.Err, GotConn: a.GotConn, WroteRequest: a.WroteRequest})
 		return psp.Charge{}, err
 	case a.StatusCode < 200 || a.StatusCode > 299:
 		return psp.Charge{}, classifyError(a)
@@ -131,11 +139,20 @@ func classify(a psp.Attempt) (psp.Charge, error) {
 		// A body cut off or timed out: psp.Classify's rule for a 2xx.
 		_, err := psp.Classify(psp.Attempt{Op: a.Op, Err: a.Err, GotConn: true, WroteRequest: true, StatusCode: a.StatusCode})
 		return psp.Charge{}, err
-	case a.Op == psp.OpRefund:
-		return psp.Charge{}, refundAcknowledged(a)
+	case a.Op == psp.OpRefund || a.Op == opCapture || a.Op == opCancel:
+		return psp.Charge{}, acknowledged(a)
 	default:
 		return chargeOf(a)
 	}
+}
+
+// movesMoney is the op whose psp rules classify op's transport: a
+// capture's and a cancel's are a charge's, which psp has no op for.
+func movesMoney(op psp.Op) psp.Op {
+	if op == opCapture || op == opCancel {
+		return psp.OpCharge
+	}
+	return op
 }
 
 // unknown is the unknown outcome of a, for reason, naming the provider's
@@ -199,29 +216,31 @@ func chargeOf(a psp.Attempt) (psp.Charge, error) {
 	}, nil
 }
 
-// refundAcknowledged reads a 2xx PaymentRefundResponse: Adyen received the
-// refund (status "received") and will settle it in a REFUND notification,
-// so the answer is an unknown outcome naming the refund's pspReference,
-// reason refund_received. A body that is not a refund's acknowledgement
-// is malformed; a status other than "received", which the description
-// does not allow, is unknown_status.
-func refundAcknowledged(a psp.Attempt) error {
-	var r refundResponse
+// acknowledged reads a 2xx answering a modification of a payment (a
+// PaymentRefundResponse, PaymentCaptureResponse or PaymentCancelResponse):
+// Adyen received it (status "received") and will settle it in a
+// notification, so the answer is an unknown outcome naming the
+// modification's pspReference, reason <op>_received (refund_received,
+// capture_received, cancel_received). A body that is not an
+// acknowledgement is malformed; a status other than "received", which the
+// description does not allow, is unknown_status.
+func acknowledged(a psp.Attempt) error {
+	var r modificationResponse
 	if err := json.Unmarshal(a.Body, &r); err != nil {
 		return unknown(a, "malformed_body", "", err)
 	}
 	switch {
 	case r.PSPReference == "" || r.Status == "":
-		return unknown(a, "malformed_body", "", errors.New("refund response without a pspReference or a status"))
+		return unknown(a, "malformed_body", "", fmt.Errorf("%s response without a pspReference or a status", a.Op))
 	case r.Status != "received":
-		return unknown(a, "unknown_status", r.PSPReference, fmt.Errorf("refund %s: status %q", r.PSPReference, r.Status))
+		return unknown(a, "unknown_status", r.PSPReference, fmt.Errorf("%s %s: status %q", a.Op, r.PSPReference, r.Status))
 	default:
-		return unknown(a, "refund_received", r.PSPReference, fmt.Errorf("refund %s received, settled by its notification", r.PSPReference))
+		return unknown(a, string(a.Op)+"_received", r.PSPReference, fmt.Errorf("%s %s received, settled by its notification", a.Op, r.PSPReference))
 	}
 }
 
 // classifyError classifies an answer that is not a 2xx, for a charge and a
-// refund alike. The rules, in order:
+// modification alike. The rules, in order:
 //
 //   - errorCode 704, whatever the status (Adyen answers 422 or 409): a
 //     request with this key is still being processed, and it may apply:

@@ -246,3 +246,44 @@ func TestAPIErrorNeverQuotesTheMessage(t *testing.T) {
 	err := classifyError(answered(psp.OpCharge, answer422Validation))
 	require.EqualError(t, err, "psp: request not applied (validation, status 422, code 14_030): adyen: 422 validation (code 14_030, psp reference 8516091485743033)")
 }
+
+// A capture's and a cancel's answers are classified as a refund's: the
+// acknowledgement is an unknown outcome naming the modification, errors
+// are a charge's, and one that never reached Adyen applied nothing.
+func TestClassifyCaptureAndCancel(t *testing.T) {
+	t.Parallel()
+
+	for _, m := range []struct {
+		op       psp.Op
+		received answer
+		id       string
+	}{{opCapture, answerCaptureReceived, testCapturePSP}, {opCancel, answerCancelReceived, testCancelPSP}} {
+		for _, tc := range []struct {
+			name string
+			a    psp.Attempt
+			want want
+		}{
+			{"201 received is acknowledged, not settled", answered(m.op, m.received),
+				want{kind: psp.ErrUnknownOutcome, reason: string(m.op) + "_received", providerID: m.id}},
+			{"201 of a status the description does not allow", answered(m.op, answer{201, fmt.Sprintf(`{"pspReference":%q,"status":"captured"}`, m.id), false}),
+				want{kind: psp.ErrUnknownOutcome, reason: "unknown_status", providerID: m.id}},
+			{"201 without a pspReference", answered(m.op, answer{201, `{"status":"received"}`, false}),
+				want{kind: psp.ErrUnknownOutcome, reason: "malformed_body"}},
+			{"a payment's answer is not a modification's", answered(m.op, answerAuthorised),
+				want{kind: psp.ErrUnknownOutcome, reason: "malformed_body"}},
+			{"422 validation", answered(m.op, answer422Validation), want{kind: psp.ErrNotApplied, reason: "validation", providerCode: "14_030"}},
+			{"422 704", answered(m.op, answer422InProgress), want{kind: psp.ErrUnknownOutcome, reason: "idempotency_key_in_use", providerCode: "704"}},
+			{"500", answered(m.op, answer500), want{kind: psp.ErrUnknownOutcome, reason: "status_500", providerCode: "905"}},
+			{"connection refused", psp.Attempt{Op: m.op, Err: refused}, want{kind: psp.ErrNotApplied, reason: "connection_refused"}},
+			{"timeout once connected", psp.Attempt{Op: m.op, GotConn: true, WroteRequest: true, Err: ctxDeadline},
+				want{kind: psp.ErrUnknownOutcome, reason: "timeout", wraps: context.DeadlineExceeded}},
+			{"201 cut off", psp.Attempt{Op: m.op, GotConn: true, WroteRequest: true, StatusCode: 201, Err: reset},
+				want{kind: psp.ErrUnknownOutcome, reason: "body_read_failed"}},
+		} {
+			t.Run(string(m.op)+" "+tc.name, func(t *testing.T) {
+				t.Parallel()
+				requireClassified(t, tc.a, tc.want)
+			})
+		}
+	}
+}

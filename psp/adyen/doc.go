@@ -1,5 +1,5 @@
-// Package adyen is the psp.Provider and psp.Refunder for Adyen's Checkout
-// API v71, written with net/http and encoding/json against Adyen's
+// Package adyen is the psp.Provider, psp.Refunder and psp.Capturer for
+// Adyen's Checkout API v71, written with net/http and encoding/json against Adyen's
 // published description of the API (psp/adyen/checkoutspec holds it, and
 // the tests hold every request the adapter sends to it): Adyen's own Go
 // library is not served by the module proxy this project builds from.
@@ -30,8 +30,8 @@
 // notification (ParseNotifications). So Capabilities declares
 // psp.LookupByResend, and Find and FindRefund answer an unknown outcome
 // (no_lookup) without sending anything, never psp.ErrNotFound; the caller
-// makes the re-send through Charge or Refund with the row's own request.
-// The key window declared is seven days (DefaultKeyWindow), the minimum
+// makes the re-send through Charge, Refund, Capture or Cancel with the
+// row's own request. The key window declared is seven days (DefaultKeyWindow), the minimum
 // Adyen has documented; its documentation now promises 31.
 //
 // # Refunds
@@ -43,6 +43,24 @@
 // that failed at Adyen arrives as a REFUND notification whose success is
 // "false".
 //
+// # Authorise now, capture later
+//
+// A charge sent with CaptureLater asks for manual capture (additionalData
+// manualCapture "true"), and its Authorised is psp.StatusRequiresCapture.
+// Capture is one POST /payments/{pspReference}/captures of the amount,
+// Cancel one POST /payments/{pspReference}/cancels, each with the
+// operation's key and our operation's id as reference. Adyen acknowledges
+// both as it does a refund (201, status "received"), so a received one is
+// an unknown outcome naming the modification's pspReference
+// (capture_received, cancel_received). Its outcome comes only in a CAPTURE
+// (or CAPTURE_FAILED) or CANCELLATION notification: a re-send under the
+// same key is acknowledged again and applies nothing more. An
+// AUTHORISATION does not say whether its payment was captured with it, so
+// its notification is marked psp.Notification.Authorization, which the
+// settler reads for the charge it is about (AnswerFor). The hold window
+// declared is seven days (DefaultHoldWindow), the card schemes' shortest
+// for such a payment, not Adyen's own 28.
+//
 // # Exactly one attempt, nothing after the timeout
 //
 // Each call is one request through psp.RoundTrip (GetBody cleared, so
@@ -52,9 +70,10 @@
 // 0, so a call that timed out is aborted and none of its bytes reach Adyen
 // later. The call is bounded by Timeout through its context.
 //
-// Telemetry is psp's own (psp.Telemetry): a "psp.charge" or "psp.refund"
-// span per call and chargeflow.provider.call.duration, labelled with what
-// the answer proved. Neither they nor any error carry the API key, the
-// payment method, the metadata, or Adyen's free text (a refusalReason, an
-// error's message).
+// Telemetry is psp's own (psp.Telemetry): a "psp.charge", "psp.refund",
+// "psp.capture" or "psp.cancel" span per call and
+// chargeflow.provider.call.duration, labelled with what the answer
+// proved. Neither they nor any error carry the API key, the payment
+// method, the metadata, or Adyen's free text (a refusalReason, an error's
+// message, a notification's reason).
 package adyen

@@ -34,12 +34,41 @@ const (
 	// EventRefund is the outcome of a refund: success "true" is a refund,
 	// "false" a failed refund.
 	EventRefund = "REFUND"
+
+	// EventCapture is the outcome of a capture: success "true" is the
+	// payment captured, "false" the capture refused.
+	EventCapture = "CAPTURE"
+
+	// EventCaptureFailed is a capture the card scheme rejected, which Adyen
+	// may send after a CAPTURE that said success "true": the capture
+	// failed, whatever its success says.
+	EventCaptureFailed = "CAPTURE_FAILED"
+
+	// EventCancellation is the outcome of a cancel: success "true" is the
+	// authorisation released, "false" the cancel refused.
+	EventCancellation = "CANCELLATION"
 )
 
-// RefundFailureCode is the failure code of a refund whose REFUND
-// notification says success "false". Adyen's reason for it is free text,
-// which is never put in a code.
-const RefundFailureCode = "refund_failed"
+// The failure and decline codes of a modification that failed at Adyen.
+// Adyen's reason for one is free text, which is never put in a code.
+const (
+	// RefundFailureCode: a REFUND that says success "false".
+	RefundFailureCode = "refund_failed"
+
+	// CaptureRefusedCode: a CAPTURE that says success "false": Adyen
+	// refused the capture (the payment was not authorised and held any
+	// more, or not for as much), and nothing was captured.
+	CaptureRefusedCode = "capture_refused"
+
+	// CaptureFailedCode: a CAPTURE_FAILED: the card scheme rejected the
+	// capture, and nothing was captured.
+	CaptureFailedCode = "capture_failed"
+
+	// CancelRefusedCode: a CANCELLATION that says success "false": Adyen
+	// refused the cancel (the payment was captured or released already),
+	// and nothing was released by it.
+	CancelRefusedCode = "cancel_refused"
+)
 
 // refusalReasons maps the refusal reasons Adyen documents for the refusal
 // codes of refusalCodes (the text of the notification's reason) to the
@@ -193,7 +222,8 @@ func verify(key []byte, item *notificationItem) *psp.NotificationError {
 }
 
 // read reads a verified item: an AUTHORISATION as a charge's answer, a
-// REFUND as a refund's, anything else as nothing to do.
+// REFUND as a refund's, a CAPTURE or CAPTURE_FAILED as a capture's, a
+// CANCELLATION as a cancel's, anything else as nothing to do.
 func read(item *notificationItem) (psp.Notification, *psp.NotificationError) {
 	switch {
 	case item.PSPReference == "":
@@ -210,7 +240,9 @@ func read(item *notificationItem) (psp.Notification, *psp.NotificationError) {
 	if created, err := time.Parse(time.RFC3339, item.EventDate); err == nil {
 		n.Created = created
 	}
-	if item.EventCode != EventAuthorisation && item.EventCode != EventRefund {
+	switch item.EventCode {
+	case EventAuthorisation, EventRefund, EventCapture, EventCaptureFailed, EventCancellation:
+	default:
 		n.Kind, n.Reason = psp.NotificationIgnored, "unhandled_type"
 		return n, nil
 	}
@@ -233,23 +265,55 @@ func read(item *notificationItem) (psp.Notification, *psp.NotificationError) {
 	}
 
 	if item.EventCode == EventAuthorisation {
-		n.Kind = psp.NotificationCharge
+		// Whether the payment was captured with its authorisation is the
+		// request's, which the item does not tell: Authorization says so.
+		n.Kind, n.Authorization = psp.NotificationCharge, true
 		n.Charge = psp.Charge{ID: item.PSPReference, Status: psp.StatusSucceeded, Amount: money, Currency: currency, Reference: item.MerchantReference}
 		if !succeeded {
 			n.Charge.Status, n.Charge.DeclineCode = psp.StatusFailed, refusalOf(item.Reason)
 		}
 		return n, nil
 	}
+	// A modification's item names its payment in originalReference.
 	if item.OriginalReference == "" {
 		return psp.Notification{}, missingField("originalReference")
 	}
-	n.Kind = psp.NotificationRefund
-	n.Refund = psp.Refund{ID: item.PSPReference, Status: psp.StatusSucceeded, Charge: item.OriginalReference,
-		Amount: money, Currency: currency, Reference: item.MerchantReference}
-	if !succeeded {
-		n.Refund.Status, n.Refund.FailureCode = psp.StatusFailed, RefundFailureCode
+	switch item.EventCode {
+	case EventRefund:
+		n.Kind = psp.NotificationRefund
+		n.Refund = psp.Refund{ID: item.PSPReference, Status: psp.StatusSucceeded, Charge: item.OriginalReference,
+			Amount: money, Currency: currency, Reference: item.MerchantReference}
+		if !succeeded {
+			n.Refund.Status, n.Refund.FailureCode = psp.StatusFailed, RefundFailureCode
+		}
+	case EventCapture, EventCaptureFailed:
+		// The item is the capture's, its amount what was to be captured:
+		// the payment's own amount and our charge's reference are not in
+		// it.
+		n.Kind = psp.NotificationCapture
+		n.Charge = psp.Charge{ID: item.OriginalReference, Status: psp.StatusSucceeded, Currency: currency, AmountCaptured: money}
+		switch {
+		case item.EventCode == EventCaptureFailed:
+			n.Charge = refusedModification(item, money, currency, CaptureFailedCode)
+		case !succeeded:
+			n.Charge = refusedModification(item, money, currency, CaptureRefusedCode)
+		}
+	case EventCancellation:
+		// A cancel's amount is the payment's, which it released whole.
+		n.Kind = psp.NotificationCancel
+		n.Charge = psp.Charge{ID: item.OriginalReference, Status: psp.StatusCanceled, Amount: money, Currency: currency}
+		if !succeeded {
+			n.Charge = refusedModification(item, money, currency, CancelRefusedCode)
+		}
 	}
 	return n, nil
+}
+
+// refusedModification is the answer of a capture or cancel that failed
+// at Adyen with code: the payment as it was, with the amount the item
+// names, as psp.OperationRequest.Refused makes one.
+func refusedModification(item *notificationItem, money int64, currency, code string) psp.Charge {
+	return psp.Charge{ID: item.OriginalReference, Status: psp.StatusFailed, Amount: money, Currency: currency, DeclineCode: code}
 }
 
 // moneyOf is an item's amount, which the evidence compares with the row's:

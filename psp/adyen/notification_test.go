@@ -131,6 +131,8 @@ var (
 	itemAuthorised = item{PSPReference: testPSP, MerchantReference: "ch_1", EventCode: "AUTHORISATION", Success: "true", Value: 1000, Currency: "EUR", Reason: "044925:1111:03/2030"}
 	itemRefused    = item{PSPReference: testPSP, MerchantReference: "ch_1", EventCode: "AUTHORISATION", Success: "false", Value: 1000, Currency: "EUR", Reason: "Not enough balance"}
 	itemRefunded   = item{PSPReference: testRefundPSP, OriginalReference: testPSP, MerchantReference: "re_1", EventCode: "REFUND", Success: "true", Value: 400, Currency: "EUR"}
+	itemCaptured   = item{PSPReference: testCapturePSP, OriginalReference: testPSP, MerchantReference: "cp_1", EventCode: "CAPTURE", Success: "true", Value: 600, Currency: "EUR"}
+	itemCancelled  = item{PSPReference: testCancelPSP, OriginalReference: testPSP, MerchantReference: "cx_1", EventCode: "CANCELLATION", Success: "true", Value: 1000, Currency: "EUR"}
 )
 
 // with is it changed by edit.
@@ -146,8 +148,17 @@ func TestParseNotifications(t *testing.T) {
 	charge := func(id string, status psp.Status, decline string) psp.Notification {
 		return psp.Notification{EventID: testPSP + ":AUTHORISATION:" + map[psp.Status]string{psp.StatusSucceeded: "true", psp.StatusFailed: "false"}[status],
 			EventType: "AUTHORISATION", Created: created, Kind: psp.NotificationCharge, Reference: "ch_1", ProviderID: id,
-			Charge: psp.Charge{ID: id, Status: status, Amount: 1000, Currency: "EUR", Reference: "ch_1", DeclineCode: decline}}
+			Charge: psp.Charge{ID: id, Status: status, Amount: 1000, Currency: "EUR", Reference: "ch_1", DeclineCode: decline}, Authorization: true}
 	}
+	// operation is a capture's or a cancel's notification of it, whose
+	// answer is the payment as the operation left it.
+	operation := func(it item, kind psp.NotificationKind, answer psp.Charge) psp.Notification {
+		return psp.Notification{EventID: it.PSPReference + ":" + it.EventCode + ":" + it.Success, EventType: it.EventCode, Created: created,
+			Kind: kind, Reference: it.MerchantReference, ProviderID: it.PSPReference, Charge: answer}
+	}
+	captureRefused := with(itemCaptured, func(i *item) { i.Success, i.Reason = "false", "Insufficient balance on payment pm_canary" })
+	captureFailed := with(itemCaptured, func(i *item) { i.EventCode, i.Reason = "CAPTURE_FAILED", "Capture rejected by card scheme pm_canary" })
+	cancelRefused := with(itemCancelled, func(i *item) { i.Success, i.Reason = "false", "Payment already captured pm_canary" })
 	refund := func(status psp.Status, failure string) psp.Notification {
 		success := "true"
 		if status == psp.StatusFailed {
@@ -179,14 +190,27 @@ func TestParseNotifications(t *testing.T) {
 		{"a REFUND that succeeded is a refund", batch(signed(hmacKey, itemRefunded)), []psp.Notification{refund(psp.StatusSucceeded, "")}},
 		{"a REFUND that failed is a failed refund", batch(signed(hmacKey, with(itemRefunded, func(i *item) { i.Success, i.Reason = "false", "Insufficient balance pm_canary" }))),
 			[]psp.Notification{refund(psp.StatusFailed, "refund_failed")}},
+		{"a CAPTURE that succeeded is the payment captured", batch(signed(hmacKey, itemCaptured)), []psp.Notification{
+			operation(itemCaptured, psp.NotificationCapture, psp.Charge{ID: testPSP, Status: psp.StatusSucceeded, Currency: "EUR", AmountCaptured: 600})}},
+		{"a CAPTURE that failed is the capture refused", batch(signed(hmacKey, captureRefused)), []psp.Notification{
+			operation(captureRefused, psp.NotificationCapture, psp.Charge{ID: testPSP, Status: psp.StatusFailed, Amount: 600, Currency: "EUR", DeclineCode: "capture_refused"})}},
+		{"a CAPTURE_FAILED is the capture failed", batch(signed(hmacKey, captureFailed)), []psp.Notification{
+			operation(captureFailed, psp.NotificationCapture, psp.Charge{ID: testPSP, Status: psp.StatusFailed, Amount: 600, Currency: "EUR", DeclineCode: "capture_failed"})}},
+		{"a CAPTURE_FAILED is a failure whatever its success", batch(signed(hmacKey, with(captureFailed, func(i *item) { i.Success = "false" }))), []psp.Notification{
+			operation(with(captureFailed, func(i *item) { i.Success = "false" }), psp.NotificationCapture,
+				psp.Charge{ID: testPSP, Status: psp.StatusFailed, Amount: 600, Currency: "EUR", DeclineCode: "capture_failed"})}},
+		{"a CANCELLATION that succeeded is the payment released", batch(signed(hmacKey, itemCancelled)), []psp.Notification{
+			operation(itemCancelled, psp.NotificationCancel, psp.Charge{ID: testPSP, Status: psp.StatusCanceled, Amount: 1000, Currency: "EUR"})}},
+		{"a CANCELLATION that failed is the cancel refused", batch(signed(hmacKey, cancelRefused)), []psp.Notification{
+			operation(cancelRefused, psp.NotificationCancel, psp.Charge{ID: testPSP, Status: psp.StatusFailed, Amount: 1000, Currency: "EUR", DeclineCode: "cancel_refused"})}},
 		{"other event codes are nothing to do", batch(
-			signed(hmacKey, with(itemAuthorised, func(i *item) { i.EventCode = "CAPTURE" })),
+			signed(hmacKey, with(itemAuthorised, func(i *item) { i.EventCode = "EXPIRE" })),
 			signed(hmacKey, with(itemRefunded, func(i *item) { i.EventCode = "REFUND_FAILED" })),
-			signed(hmacKey, with(itemAuthorised, func(i *item) { i.EventCode, i.Success = "CANCELLATION", "false" })),
+			signed(hmacKey, with(itemCancelled, func(i *item) { i.EventCode, i.Success = "TECHNICAL_CANCEL", "false" })),
 		), []psp.Notification{
-			ignored(with(itemAuthorised, func(i *item) { i.EventCode = "CAPTURE" })),
+			ignored(with(itemAuthorised, func(i *item) { i.EventCode = "EXPIRE" })),
 			ignored(with(itemRefunded, func(i *item) { i.EventCode = "REFUND_FAILED" })),
-			ignored(with(itemAuthorised, func(i *item) { i.EventCode, i.Success = "CANCELLATION", "false" })),
+			ignored(with(itemCancelled, func(i *item) { i.EventCode, i.Success = "TECHNICAL_CANCEL", "false" })),
 		}},
 		{"a batch is read in order", batch(signed(hmacKey, itemRefunded), signed(hmacKey, itemAuthorised), signed(hmacKey, itemRefused)),
 			[]psp.Notification{refund(psp.StatusSucceeded, ""), charge(testPSP, psp.StatusSucceeded, ""), charge(testPSP, psp.StatusFailed, "insufficient_funds")}},
@@ -280,6 +304,16 @@ func TestParseNotificationsRefusals(t *testing.T) {
 			psp.ErrNotificationMalformed, "field_missing"},
 		{"a REFUND without the payment itemRefunded", batch(signed(hmacKey, with(itemRefunded, func(i *item) { i.OriginalReference = "" }))),
 			psp.ErrNotificationMalformed, "field_missing"},
+		{"a CAPTURE without its payment", batch(signed(hmacKey, with(itemCaptured, func(i *item) { i.OriginalReference = "" }))),
+			psp.ErrNotificationMalformed, "field_missing"},
+		{"a CAPTURE_FAILED without our reference", batch(signed(hmacKey, with(itemCaptured, func(i *item) { i.EventCode, i.MerchantReference = "CAPTURE_FAILED", "" }))),
+			psp.ErrNotificationMalformed, "field_missing"},
+		{"a CANCELLATION's amount removed after signing", batch(signed(hmacKey, itemCancelled, func(o map[string]any) { delete(o, "amount") })),
+			psp.ErrNotificationForged, "signature_mismatch"},
+		{"a CANCELLATION without a currency", batch(signed(hmacKey, with(itemCancelled, func(i *item) { i.Currency = "" }))),
+			psp.ErrNotificationMalformed, "field_missing"},
+		{"a CANCELLATION whose success is neither", batch(signed(hmacKey, with(itemCancelled, func(i *item) { i.Success = "" }))),
+			psp.ErrNotificationMalformed, "type_mismatch"},
 		{"an item without a pspReference", batch(signed(hmacKey, with(itemAuthorised, func(i *item) { i.PSPReference = "" }))),
 			psp.ErrNotificationMalformed, "field_missing"},
 	} {
