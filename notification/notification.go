@@ -85,6 +85,16 @@ const maxRaces = 3
 // state a notification may still settle.
 var errMovedMeanwhile = errors.New("notification: the row moved meanwhile")
 
+// providerID is the provider's id a notification names for a row of kind
+// k: an operation's row keeps its held charge's id (answer.ID), the
+// notification's own being the operation's at the provider.
+func providerID(n psp.Notification, k intent.Kind, answer psp.Charge) string {
+	if k.Operation() {
+		return answer.ID
+	}
+	return n.ProviderID
+}
+
 func (s *Applier) applyOnce(ctx context.Context, provider string, n psp.Notification) (string, error) {
 	row, err := intent.Find(ctx, s.cfg.DB, n.Reference)
 	if errors.Is(err, intent.ErrNotFound) {
@@ -93,11 +103,12 @@ func (s *Applier) applyOnce(ctx context.Context, provider string, n psp.Notifica
 	if err != nil {
 		return "", err
 	}
-	answer, kind := settle.Notified(n)
+	answer, kind := settle.Notified(n, row)
+	applied := settle.Applied(kind, answer)
 	switch {
 	case row.Kind != kind:
 		return "ignored:kind_mismatch", nil
-	case row.Provider != provider && kind == intent.KindCharge && answer.Status == psp.StatusSucceeded:
+	case row.Provider != provider && kind == intent.KindCharge && applied && answer.Status != psp.StatusCanceled:
 		late, err := intent.RecordLateCharge(ctx, s.cfg.DB, row.TenantID, row.ID, provider, Actor,
 			fmt.Sprintf("%s notified that it charged %d %s (its id %s) after the charge had moved on", provider, answer.Amount, answer.Currency, answer.ID))
 		if err != nil {
@@ -113,9 +124,9 @@ func (s *Applier) applyOnce(ctx context.Context, provider string, n psp.Notifica
 		// Not this row's request: a provider object under another key is
 		// for a person to look at, not for a notification to settle.
 		return "ignored:key_mismatch", nil
-	case n.ProviderID != "" && row.ProviderChargeID != "" && n.ProviderID != row.ProviderChargeID:
+	case providerID(n, kind, answer) != "" && row.ProviderChargeID != "" && providerID(n, kind, answer) != row.ProviderChargeID:
 		return "ignored:provider_id_mismatch", nil
-	case (row.State == intent.StateSucceeded) != (answer.Status == psp.StatusSucceeded) &&
+	case (row.State == intent.StateSucceeded) != applied &&
 		(row.State == intent.StateSucceeded || row.State == intent.StateFailed):
 		// The provider says otherwise about a settled row (a refund that
 		// failed after it succeeded, say): never a move; a person's.

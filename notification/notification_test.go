@@ -516,3 +516,75 @@ func TestNotificationRacingTheWorkersMoveToUnknown(t *testing.T) {
 	require.Equal(t, intent.StateSucceeded, row.State)
 	require.Equal(t, n.ProviderID, row.ProviderChargeID)
 }
+
+// A capture's or cancel's notification (Adyen's CAPTURE, CAPTURE_FAILED,
+// CANCELLATION: about the operation, by its reference) settles the
+// operation by settle.OperationMoves, and its success moves the held charge
+// in the same transaction; an authorization's notification of a charge
+// captured later (Adyen's AUTHORISATION, which does not say whether it was
+// captured) is a hold, not a success.
+func TestNotificationSettlesOperations(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	held := func(t *testing.T) intent.Charge {
+		c := dbtest.PendingCharge(t, e.pool, dbtest.Charge{TenantID: e.tenant, CaptureLater: true})
+		return e.walk(t, c, "psp_held", intent.StateSubmitting, intent.StateRequiresCapture)
+	}
+	operation := func(t *testing.T, parent intent.Charge, kind intent.Kind) intent.Charge {
+		op, err := dbtest.PendingOperation(e.pool, parent, kind, parent.Amount)
+		require.NoError(t, err)
+		return e.walk(t, op, "", intent.StateSubmitting, intent.StateUnknown)
+	}
+	notified := func(kind psp.NotificationKind, op intent.Charge, status psp.Status, captured int64, code string) psp.Notification {
+		return psp.Notification{Kind: kind, Reference: op.ID, ProviderID: "psp_modification",
+			Charge: psp.Charge{ID: "psp_held", Status: status, AmountCaptured: captured, Currency: op.Currency, DeclineCode: code}}
+	}
+
+	t.Run("CaptureSucceeds", func(t *testing.T) {
+		parent := held(t)
+		op := operation(t, parent, intent.KindCapture)
+		e.apply(t, e.applier, notified(psp.NotificationCapture, op, psp.StatusSucceeded, op.Amount, ""), "settled")
+		require.Equal(t, intent.StateSucceeded, e.find(t, op).State)
+		got := e.find(t, parent)
+		require.Equal(t, intent.StateSucceeded, got.State)
+		require.Equal(t, op.Amount, got.AmountCaptured)
+	})
+
+	t.Run("CaptureFailedLeavesTheChargeHeld", func(t *testing.T) {
+		parent := held(t)
+		op := operation(t, parent, intent.KindCapture)
+		e.apply(t, e.applier, notified(psp.NotificationCapture, op, psp.StatusFailed, 0, "capture_failed"), "settled")
+		row := e.find(t, op)
+		require.Equal(t, intent.StateFailed, row.State)
+		require.Equal(t, "capture_failed", row.FailureCode)
+		got := e.find(t, parent)
+		require.Equal(t, intent.StateRequiresCapture, got.State)
+		require.Empty(t, got.OpInFlight, "another capture or a cancel may follow")
+	})
+
+	t.Run("CancelReleases", func(t *testing.T) {
+		parent := held(t)
+		op := operation(t, parent, intent.KindCancel)
+		n := notified(psp.NotificationCancel, op, psp.StatusCanceled, 0, "")
+		e.apply(t, e.applier, n, "settled")
+		require.Equal(t, intent.StateCanceled, e.find(t, parent).State)
+		e.apply(t, e.applier, n, "no_op")
+	})
+
+	t.Run("ACaptureNotificationIsNotACancels", func(t *testing.T) {
+		op := operation(t, held(t), intent.KindCancel)
+		e.apply(t, e.applier, notified(psp.NotificationCapture, op, psp.StatusSucceeded, op.Amount, ""), "ignored:kind_mismatch")
+		require.Equal(t, intent.StateUnknown, e.find(t, op).State)
+	})
+
+	t.Run("AuthorizationOfAChargeCapturedLaterIsAHold", func(t *testing.T) {
+		c := dbtest.PendingCharge(t, e.pool, dbtest.Charge{TenantID: e.tenant, CaptureLater: true})
+		c = e.walk(t, c, "", intent.StateSubmitting, intent.StateUnknown)
+		n := psp.Notification{Kind: psp.NotificationCharge, Reference: c.ID, ProviderID: "psp_auth", Authorization: true,
+			Charge: psp.Charge{ID: "psp_auth", Status: psp.StatusSucceeded, Amount: c.Amount, Currency: c.Currency, Reference: c.ID}}
+		e.apply(t, e.applier, n, "settled")
+		got := e.find(t, c)
+		require.Equal(t, intent.StateRequiresCapture, got.State)
+		require.Equal(t, "psp_auth", got.ProviderChargeID)
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"syscall"
 )
@@ -51,9 +52,10 @@ type Attempt struct {
 //   - No response after a connection was obtained: ErrUnknownOutcome
 //     (timeout, canceled, reset_after_send, write_failed).
 //   - A 2xx whose body decodes into a charge with an id and a known status:
-//     that charge, with a nil error; a decline is such a charge. Any other 2xx
-//     body is ErrUnknownOutcome (malformed_body, unknown_status,
-//     body_read_failed).
+//     that charge, with a nil error; a decline is such a charge, and so is
+//     one authorized to be captured later, requires_capture or canceled.
+//     Any other 2xx body is ErrUnknownOutcome (malformed_body,
+//     unknown_status, body_read_failed).
 //   - A charge or refund only: 429 and 400, 401, 403, 404, 405, 413, 415
 //     mean the provider refused before processing: ErrNotApplied with reason
 //     status_NNN.
@@ -82,6 +84,23 @@ func ClassifyRefund(a Attempt) (Refund, error) {
 		}
 	}
 	return classifyAs(a, decodeRefund)
+}
+
+// ClassifyOperation turns one capture or cancel call (OpCapture, OpCancel)
+// into a Charge or an error, by Classify's rules with one more before
+// them: a 409 whose error code is CodeChargeNotCapturable,
+// CodeCaptureExceedsAuthorization or CodeHoldExpired is the provider's
+// decisive refusal, a failed Charge with that code as DeclineCode and no
+// ID (the adapter fills in the request: OperationRequest.Refused). A 2xx
+// is the authorized charge as the operation left it.
+func ClassifyOperation(a Attempt) (Charge, error) {
+	if (a.Op == OpCapture || a.Op == OpCancel) && a.StatusCode == http.StatusConflict && a.Err == nil {
+		switch code := providerErrorCode(a.Body); code {
+		case CodeChargeNotCapturable, CodeCaptureExceedsAuthorization, CodeHoldExpired:
+			return Charge{Status: StatusFailed, DeclineCode: code}, nil
+		}
+	}
+	return classifyAs(a, decodeCharge)
 }
 
 // classifyAs is Classify for an answer whose 2xx body decode reads.
@@ -196,21 +215,23 @@ func isTimeout(err error) bool {
 }
 
 // decodeCharge decodes a 2xx body into a charge, refusing anything that is not
-// a charge with an id and a known status.
+// a charge with an id and a known status: succeeded or failed, or for a
+// charge captured later requires_capture or canceled.
 func decodeCharge(a Attempt) (Charge, error) {
-	return decodeAnswer(a, "charge", func(c Charge) (string, Status) { return c.ID, c.Status })
+	return decodeAnswer(a, "charge", func(c Charge) (string, Status) { return c.ID, c.Status },
+		StatusSucceeded, StatusFailed, StatusRequiresCapture, StatusCanceled)
 }
 
 // decodeRefund decodes a 2xx body into a refund, refusing anything that is
 // not a refund with an id and a known status.
 func decodeRefund(a Attempt) (Refund, error) {
-	return decodeAnswer(a, "refund", func(r Refund) (string, Status) { return r.ID, r.Status })
+	return decodeAnswer(a, "refund", func(r Refund) (string, Status) { return r.ID, r.Status }, StatusSucceeded, StatusFailed)
 }
 
 // decodeAnswer decodes a 2xx body into the object (named what) whose id and
-// status identify returns, refusing anything without an id and a known
-// status.
-func decodeAnswer[T any](a Attempt, what string, identify func(T) (string, Status)) (T, error) {
+// status identify returns, refusing anything without an id and one of the
+// known statuses.
+func decodeAnswer[T any](a Attempt, what string, identify func(T) (string, Status), known ...Status) (T, error) {
 	var none T
 	unknown := func(reason string, err error) (T, error) {
 		return none, &Error{Kind: ErrUnknownOutcome, Reason: reason, StatusCode: a.StatusCode, Err: err}
@@ -231,12 +252,10 @@ func decodeAnswer[T any](a Attempt, what string, identify func(T) (string, Statu
 	if id == "" || status == "" {
 		return unknown("malformed_body", errors.New(what+" without id or status"))
 	}
-	switch status {
-	case StatusSucceeded, StatusFailed:
-		return answer, nil
-	default:
+	if !slices.Contains(known, status) {
 		return unknown("unknown_status", fmt.Errorf("%s status %q", what, status))
 	}
+	return answer, nil
 }
 
 // providerErrorCode returns the code of a provider error body

@@ -58,7 +58,10 @@ type Config struct {
 	// defaults to "fakepsp", Lookup to LookupByKey, Consistency to Strong
 	// and KeyWindow to DefaultKeyWindow, which is what the bundled fake
 	// offers. Refunds is always true: the Client is a Refunder; so is
-	// Notifications: the protocol has them (ParseNotification).
+	// Notifications: the protocol has them (ParseNotification); and so is
+	// SeparateCapture: the Client is a Capturer. HoldWindow is the
+	// provider's (the fake's --hold-window); zero means DefaultHoldWindow,
+	// the fake's default.
 	Capabilities Capabilities
 
 	// HTTPClient makes the calls; wrap its Transport for transport-level
@@ -69,7 +72,8 @@ type Config struct {
 	HTTPClient *http.Client
 
 	// TracerProvider makes one client span per call, "psp.charge",
-	// "psp.lookup", "psp.refund" or "psp.refund_lookup", that records what
+	// "psp.lookup", "psp.refund", "psp.refund_lookup", "psp.capture" or
+	// "psp.cancel", that records what
 	// the answer proved (see Outcome), and
 	// the call sends the W3C traceparent header so a provider that traces
 	// joins the caller's trace. Nil means no spans.
@@ -102,6 +106,8 @@ func NewClient(cfg Config) *Client {
 	// reads.
 	caps.Refunds = true
 	caps.Notifications = true
+	// It authorizes now and captures later (Capture, Cancel).
+	caps.SeparateCapture = true
 	return &Client{
 		baseURL:      baseURL,
 		capabilities: caps,
@@ -117,8 +123,10 @@ func (c *Client) Timeout() time.Duration { return c.timeout }
 // Capabilities are what the provider behind this client promises.
 func (c *Client) Capabilities() Capabilities { return c.capabilities }
 
-// Find looks the charge up by its provider key, the one lookup this
-// protocol has (see Lookup).
+// Find looks the charge up by its provider key (see Lookup), the lookup
+// of an authorized charge's capture or cancel too: it answers the charge
+// as it stands now, requires_capture, succeeded with AmountCaptured, or
+// canceled.
 func (c *Client) Find(ctx context.Context, q LookupRequest) (Charge, error) {
 	return c.Lookup(ctx, q.Key)
 }
@@ -190,12 +198,14 @@ func NewTransport() *http.Transport {
 	}
 }
 
-// chargeBody is the JSON body of POST /v1/charges.
+// chargeBody is the JSON body of POST /v1/charges. Capture is sent, false,
+// only for a charge to be captured later.
 type chargeBody struct {
 	Amount        int64  `json:"amount"`
 	Currency      string `json:"currency"`
 	PaymentMethod string `json:"payment_method"`
 	Reference     string `json:"reference"`
+	Capture       *bool  `json:"capture,omitempty"`
 }
 
 // Charge asks the provider to charge req once and classifies the answer (see
@@ -209,12 +219,17 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Charge, error) 
 	if req.Key == "" {
 		return Charge{}, &Error{Kind: ErrNotApplied, Reason: "invalid_request", Err: errors.New("empty idempotency key")}
 	}
-	return call(ctx, c, OpCharge, c.post("/v1/charges", req.Key, req.Tag, chargeBody{
+	body := chargeBody{
 		Amount:        req.Amount,
 		Currency:      req.Currency,
 		PaymentMethod: req.PaymentMethod,
 		Reference:     req.Reference,
-	}), Classify)
+	}
+	if req.CaptureLater {
+		capture := false
+		body.Capture = &capture
+	}
+	return call(ctx, c, OpCharge, c.post("/v1/charges", req.Key, req.Tag, body), Classify)
 }
 
 // Lookup asks the provider for the charge it holds under the provider
@@ -287,6 +302,67 @@ func (c *Client) FindRefund(ctx context.Context, q LookupRequest) (Refund, error
 
 // Client is a Refunder.
 var _ Refunder = (*Client)(nil)
+
+// captureBody is the JSON body of POST /v1/charges/{id}/capture, and
+// without an amount of /cancel.
+type captureBody struct {
+	Amount    int64  `json:"amount,omitempty"`
+	Reference string `json:"reference"`
+}
+
+// Capture asks the provider to capture req.Amount of the authorized charge
+// req.Charge once, with req.Key as its Idempotency-Key, and classifies the
+// answer (ClassifyOperation): the charge as the capture left it
+// (succeeded, AmountCaptured), a refusal (req.Refused: the hold expired,
+// the charge was captured or released already, or the amount is more than
+// was authorized), or an *Error of kind ErrNotApplied or
+// ErrUnknownOutcome. Exactly one request is sent, as for Charge.
+func (c *Client) Capture(ctx context.Context, req OperationRequest) (Charge, error) {
+	if err := checkOperation(req, true); err != nil {
+		return Charge{}, &Error{Kind: ErrNotApplied, Reason: "invalid_request", Err: err}
+	}
+	return c.operate(ctx, OpCapture, req, captureBody{Amount: req.Amount, Reference: req.Reference})
+}
+
+// Cancel asks the provider to release the authorized charge req.Charge
+// once, with req.Key as its Idempotency-Key, and classifies the answer as
+// Capture does: the charge canceled, a refusal, or an *Error.
+func (c *Client) Cancel(ctx context.Context, req OperationRequest) (Charge, error) {
+	if err := checkOperation(req, false); err != nil {
+		return Charge{}, &Error{Kind: ErrNotApplied, Reason: "invalid_request", Err: err}
+	}
+	return c.operate(ctx, OpCancel, req, captureBody{Reference: req.Reference})
+}
+
+// operate makes the one call of a capture or a cancel (op) of req with
+// body; a refusal answers with what req asked for.
+func (c *Client) operate(ctx context.Context, op Op, req OperationRequest, body captureBody) (Charge, error) {
+	path := "/v1/charges/" + url.PathEscape(req.Charge) + "/" + string(op)
+	charge, err := call(ctx, c, op, c.post(path, req.Key, req.Tag, body), ClassifyOperation)
+	if err == nil && charge.ID == "" {
+		charge = req.Refused(charge.DeclineCode)
+	}
+	return charge, err
+}
+
+// checkOperation refuses a capture or cancel request that must not be
+// sent: without a key it could be applied twice, without a charge it
+// names no hold, and a capture without a positive amount names no money.
+func checkOperation(req OperationRequest, capture bool) error {
+	switch {
+	case req.Key == "":
+		return errors.New("empty idempotency key")
+	case req.Charge == "":
+		return errors.New("no authorized charge")
+	case capture && req.Amount <= 0:
+		return errors.New("capture amount not positive")
+	default:
+		return nil
+	}
+}
+
+// Client is a Capturer.
+var _ Capturer = (*Client)(nil)
 
 // answer is what a call of the protocol answers: a charge or a refund, and
 // what its span records of it.

@@ -36,6 +36,18 @@ const (
 
 	// EventRefundSucceeded: a refund moved money back; data is the refund.
 	EventRefundSucceeded = "refund.succeeded"
+
+	// EventChargeAuthorized: a charge sent to be captured later was
+	// authorized; data is the charge, requires_capture.
+	EventChargeAuthorized = "charge.authorized"
+
+	// EventChargeCaptured and EventChargeCanceled: an authorized charge
+	// was captured (data: the charge, succeeded, with amount_captured) or
+	// released by a cancel (data: the charge, canceled). The key is the
+	// charge's, as for every charge notification. A hold the provider
+	// releases itself when it expires is not notified.
+	EventChargeCaptured = "charge.captured"
+	EventChargeCanceled = "charge.canceled"
 )
 
 // DefaultNotificationTolerance is how far a notification's signature time
@@ -395,7 +407,7 @@ func readNotification(body []byte) (Notification, error) {
 	n := Notification{EventID: envelope.ID, EventType: envelope.Type, Created: envelope.CreatedAt}
 
 	switch envelope.Type {
-	case EventChargeSucceeded, EventChargeFailed:
+	case EventChargeSucceeded, EventChargeFailed, EventChargeAuthorized, EventChargeCaptured, EventChargeCanceled:
 		var data ChargeNotification
 		if err := json.Unmarshal(envelope.Data, &data); err != nil {
 			return Notification{}, &NotificationError{Kind: ErrNotificationMalformed, Reason: "body_invalid", Err: err}
@@ -439,6 +451,12 @@ func checkChargeData(eventType string, c Charge) error {
 		return refuse(ErrNotificationMalformed, "type_mismatch", "a "+eventType+" whose charge is not failed")
 	case eventType == EventChargeFailed && c.DeclineCode == "":
 		return missing("data.decline_code")
+	case eventType == EventChargeAuthorized && c.Status != StatusRequiresCapture:
+		return refuse(ErrNotificationMalformed, "type_mismatch", "a "+eventType+" whose charge is not requires_capture")
+	case eventType == EventChargeCaptured && (c.Status != StatusSucceeded || c.AmountCaptured <= 0):
+		return refuse(ErrNotificationMalformed, "type_mismatch", "a "+eventType+" whose charge is not succeeded with an amount captured")
+	case eventType == EventChargeCanceled && c.Status != StatusCanceled:
+		return refuse(ErrNotificationMalformed, "type_mismatch", "a "+eventType+" whose charge is not canceled")
 	}
 	return nil
 }

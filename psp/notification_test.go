@@ -53,6 +53,12 @@ func TestParseNotification(t *testing.T) {
 		return `{"id":"evt_9","type":"` + typ + `","created_at":"2025-03-01T11:59:59Z","data":` + object + `}`
 	}
 
+	const (
+		held     = `{"id":"py_4","status":"requires_capture","amount":1000,"currency":"EUR","reference":"ch_4","idempotency_key":"pk_4"}`
+		captured = `{"id":"py_4","status":"succeeded","amount":1000,"currency":"EUR","reference":"ch_4","amount_captured":600,"idempotency_key":"pk_4"}`
+		canceled = `{"id":"py_4","status":"canceled","amount":1000,"currency":"EUR","reference":"ch_4","idempotency_key":"pk_4"}`
+	)
+
 	created := time.Date(2025, 3, 1, 11, 59, 59, 0, time.UTC)
 	for _, tc := range []struct {
 		name      string
@@ -148,6 +154,26 @@ func TestParseNotification(t *testing.T) {
 			body: strings.Replace(chargeDeclined, `"status":"failed"`, `"status":"succeeded"`, 1), kind: psp.ErrNotificationMalformed, reason: "type_mismatch"},
 		{name: "refund.succeeded whose refund is pending", header: valid(strings.Replace(refundOK, `"status":"succeeded"`, `"status":"pending"`, 1)),
 			body: strings.Replace(refundOK, `"status":"succeeded"`, `"status":"pending"`, 1), kind: psp.ErrNotificationMalformed, reason: "type_mismatch"},
+
+		// A charge captured later: authorized, captured, canceled.
+		{name: "a charge authorized", header: valid(data("charge.authorized", held)), body: data("charge.authorized", held),
+			want: psp.Notification{EventID: "evt_9", EventType: "charge.authorized", Created: created, Kind: psp.NotificationCharge,
+				Reference: "ch_4", ProviderID: "py_4", ProviderKey: "pk_4",
+				Charge: psp.Charge{ID: "py_4", Status: psp.StatusRequiresCapture, Amount: 1000, Currency: "EUR", Reference: "ch_4"}}},
+		{name: "a charge captured", header: valid(data("charge.captured", captured)), body: data("charge.captured", captured),
+			want: psp.Notification{EventID: "evt_9", EventType: "charge.captured", Created: created, Kind: psp.NotificationCharge,
+				Reference: "ch_4", ProviderID: "py_4", ProviderKey: "pk_4",
+				Charge: psp.Charge{ID: "py_4", Status: psp.StatusSucceeded, Amount: 1000, Currency: "EUR", Reference: "ch_4", AmountCaptured: 600}}},
+		{name: "a charge canceled", header: valid(data("charge.canceled", canceled)), body: data("charge.canceled", canceled),
+			want: psp.Notification{EventID: "evt_9", EventType: "charge.canceled", Created: created, Kind: psp.NotificationCharge,
+				Reference: "ch_4", ProviderID: "py_4", ProviderKey: "pk_4",
+				Charge: psp.Charge{ID: "py_4", Status: psp.StatusCanceled, Amount: 1000, Currency: "EUR", Reference: "ch_4"}}},
+		{name: "charge.authorized whose charge succeeded", header: valid(data("charge.authorized", captured)), body: data("charge.authorized", captured),
+			kind: psp.ErrNotificationMalformed, reason: "type_mismatch"},
+		{name: "charge.captured without an amount captured", header: valid(data("charge.captured", strings.Replace(captured, `,"amount_captured":600`, "", 1))),
+			body: data("charge.captured", strings.Replace(captured, `,"amount_captured":600`, "", 1)), kind: psp.ErrNotificationMalformed, reason: "type_mismatch"},
+		{name: "charge.canceled whose charge is held", header: valid(data("charge.canceled", held)), body: data("charge.canceled", held),
+			kind: psp.ErrNotificationMalformed, reason: "type_mismatch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

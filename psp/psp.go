@@ -101,12 +101,20 @@ const (
 	// OpRefundLookup is GET /v1/refunds/by-key/{key}: a lookup, classified
 	// by the rules of a charge's lookup.
 	OpRefundLookup Op = "refund_lookup"
+
+	// OpCapture and OpCancel are POST /v1/charges/{id}/capture and
+	// /cancel: calls that move (or release) money, classified by the
+	// rules of a charge (ClassifyOperation).
+	OpCapture Op = "capture"
+	OpCancel  Op = "cancel"
 )
 
-// Applies reports whether op asks the provider to move money (a charge or a
-// refund). Only such a call can be "not applied": a lookup that could not
-// be made proves nothing either way.
-func (op Op) Applies() bool { return op == OpCharge || op == OpRefund }
+// Applies reports whether op asks the provider to move money (a charge, a
+// refund, a capture or a cancel). Only such a call can be "not applied": a
+// lookup that could not be made proves nothing either way.
+func (op Op) Applies() bool {
+	return op == OpCharge || op == OpRefund || op == OpCapture || op == OpCancel
+}
 
 // notFoundCode is the provider error code that, on a 404, proves that op's
 // lookup found nothing; "" for a call that is not a lookup.

@@ -70,7 +70,8 @@ func OutcomeOp(op Op, err error) Outcome {
 }
 
 // MetricCallDuration is the histogram of provider call latency, in seconds,
-// by op (charge, lookup, refund, refund_lookup) and outcome.
+// by op (charge, lookup, refund, refund_lookup, capture, cancel) and
+// outcome.
 const MetricCallDuration = "chargeflow.provider.call.duration"
 
 // instrumentationName names the tracer and meter of this package.

@@ -70,9 +70,13 @@ func (r *Reconciler) minHoldAge(ctx context.Context, providers []string) (time.D
 }
 
 // sweepable reports whether a provider's holds can be swept: it holds
-// authorizations, and a lookup by its id tells what became of one.
+// authorizations, and a lookup of one — by its id, or by a key lookup
+// that sees everything applied — tells what became of it at once.
 func sweepable(caps psp.Capabilities) bool {
-	return caps.SeparateCapture && caps.ByProviderID && caps.Lookup != psp.LookupByResend && caps.Lookup != psp.LookupNone
+	if !caps.SeparateCapture || caps.Lookup == psp.LookupByResend || caps.Lookup == psp.LookupNone {
+		return false
+	}
+	return caps.ByProviderID || caps.Consistency == psp.Strong
 }
 
 // checkHold looks held charge c up if its own provider's hold is due, and

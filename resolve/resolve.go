@@ -264,25 +264,12 @@ func (r *Resolver) Verify(ctx context.Context, charge intent.Charge, res Resolut
 				cmp.Or(charge.Kind, intent.KindCharge), res.Status))
 		}
 	case intent.StateFailed, intent.StatePending:
-		if !notFound && applied(charge, found.Status) {
+		if !notFound && settle.Applied(charge.Kind, found) {
 			return mismatch(fmt.Sprintf("the provider's records show this %s applied (%s); resolve it with the provider's charge id",
 				cmp.Or(charge.Kind, intent.KindCharge), found.Status))
 		}
 	}
 	return nil
-}
-
-// applied reports whether the provider's answer of status says it applied
-// c, whatever the money: a charge taken, or held (and maybe released since);
-// a capture whose charge was captured; a cancel whose charge was released.
-func applied(c intent.Charge, status psp.Status) bool {
-	switch c.Kind {
-	case intent.KindCapture:
-		return status == psp.StatusSucceeded
-	case intent.KindCancel:
-		return status == psp.StatusCanceled
-	}
-	return status == psp.StatusSucceeded || status == psp.StatusRequiresCapture || status == psp.StatusCanceled
 }
 
 // resendWindow is how long after a row's first send to provider a new

@@ -31,7 +31,7 @@ func sendOperation(ctx context.Context, db intent.DB, p psp.Provider, c intent.C
 	if c.Kind == intent.KindCancel {
 		call = capturer.Cancel
 	}
-	answer, err := call(ctx, req)
+	answer, err := call(ctx, req.OperationRequest)
 	if err == nil && answer.Status == psp.StatusRequiresCapture {
 		return psp.Charge{}, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "operation_not_reflected", ProviderID: answer.ID,
 			Err: fmt.Errorf("the provider answered the %s with the charge still held", c.Kind)}
@@ -48,20 +48,26 @@ func findOperation(ctx context.Context, db intent.DB, p psp.Provider, c intent.C
 	if err != nil {
 		return psp.Charge{}, err
 	}
-	answer, err := p.Find(ctx, psp.LookupRequest{Key: intent.ProviderKeyFor(req.ChargeReference),
-		Reference: req.ChargeReference, ProviderID: req.Charge})
+	answer, err := p.Find(ctx, psp.LookupRequest{Key: req.chargeKey, Reference: req.ChargeReference, ProviderID: req.Charge})
 	if err == nil && answer.Status == psp.StatusRequiresCapture {
 		return psp.Charge{}, fmt.Errorf("%s %s: its charge %s is still held: %w", c.Kind, c.ID, req.Charge, psp.ErrNotFound)
 	}
 	return answer, err
 }
 
+// operation is a capture's or cancel's request, and the provider key of
+// the charge it acts on, which a lookup of it asks for.
+type operation struct {
+	psp.OperationRequest
+	chargeKey string
+}
+
 // operationOf returns the provider as a Capturer and capture or cancel
 // c's request. Its errors are *psp.Error of kind.
-func operationOf(ctx context.Context, db intent.DB, p psp.Provider, c intent.Charge, kind error) (psp.Capturer, psp.OperationRequest, error) {
+func operationOf(ctx context.Context, db intent.DB, p psp.Provider, c intent.Charge, kind error) (psp.Capturer, operation, error) {
 	capturer, ok := p.(psp.Capturer)
 	if !ok || !p.Capabilities().SeparateCapture {
-		return nil, psp.OperationRequest{}, &psp.Error{Kind: kind, Reason: "provider_cannot_capture",
+		return nil, operation{}, &psp.Error{Kind: kind, Reason: "provider_cannot_capture",
 			Err: fmt.Errorf("provider %s does not capture separately", p.Capabilities().Name)}
 	}
 	parent, err := intent.Get(ctx, db, c.TenantID, c.ParentID)
@@ -69,11 +75,12 @@ func operationOf(ctx context.Context, db intent.DB, p psp.Provider, c intent.Cha
 		err = errors.New("it has no provider id")
 	}
 	if err != nil {
-		return nil, psp.OperationRequest{}, &psp.Error{Kind: kind, Reason: "held_charge_unreadable",
+		return nil, operation{}, &psp.Error{Kind: kind, Reason: "held_charge_unreadable",
 			Err: fmt.Errorf("%s %s: read its charge %s: %w", c.Kind, c.ID, c.ParentID, err)}
 	}
-	return capturer, psp.OperationRequest{Key: c.ProviderKey, Charge: parent.ProviderChargeID, Amount: c.Amount,
-		Currency: c.Currency, Reference: c.ID, ChargeReference: parent.ID, Tag: c.TenantID}, nil
+	return capturer, operation{OperationRequest: psp.OperationRequest{Key: c.ProviderKey, Charge: parent.ProviderChargeID,
+		Amount: c.Amount, Currency: c.Currency, Reference: c.ID, ChargeReference: parent.ID, Tag: c.TenantID},
+		chargeKey: parent.ProviderKey}, nil
 }
 
 // OperationMoves is Moves for a capture or cancel op (its Kind says which),

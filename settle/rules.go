@@ -42,12 +42,34 @@ func ResendCovered(c intent.Charge, window time.Duration, now time.Time) bool {
 	return window > 0 && now.Before(c.FirstAttemptAt.Add(window))
 }
 
-// Notified is a notification's answer, read as Moves reads a lookup's, and
-// the kind of row it is about: a charge's answer as it is, a refund's
-// through AnswerOf.
-func Notified(n psp.Notification) (psp.Charge, intent.Kind) {
-	if n.Kind == psp.NotificationRefund {
+// Notified is a notification's answer about row, read as Moves reads a
+// lookup's, and the kind of row it is about: a refund's through AnswerOf,
+// a capture's or cancel's as it is (the held charge as the operation left
+// it), a charge's as it is, but for an authorization's of a charge
+// captured later, which is a hold (psp.Notification.AnswerFor).
+func Notified(n psp.Notification, row intent.Charge) (psp.Charge, intent.Kind) {
+	switch n.Kind {
+	case psp.NotificationRefund:
 		return AnswerOf(n.Refund), intent.KindRefund
+	case psp.NotificationCapture:
+		return n.Charge, intent.KindCapture
+	case psp.NotificationCancel:
+		return n.Charge, intent.KindCancel
 	}
-	return n.Charge, intent.KindCharge
+	return n.AnswerFor(row.CaptureLater), intent.KindCharge
+}
+
+// Applied reports whether answer says the provider applied row of kind
+// k, whatever the money: a charge or refund that succeeded, a charge held
+// (and maybe released since), a capture whose charge was captured, a
+// cancel whose charge was released.
+func Applied(k intent.Kind, answer psp.Charge) bool {
+	switch k {
+	case intent.KindCancel:
+		return answer.Status == psp.StatusCanceled
+	case intent.KindCharge, "":
+		return answer.Status == psp.StatusSucceeded || answer.Status == psp.StatusRequiresCapture ||
+			answer.Status == psp.StatusCanceled
+	}
+	return answer.Status == psp.StatusSucceeded
 }

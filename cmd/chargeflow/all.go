@@ -75,6 +75,8 @@ func runAll(ctx context.Context, e env, args []string) error {
 		o.ProviderWebhookSecret = newSecret()
 	}
 	p.webhookSecret = o.ProviderWebhookSecret
+	// The provider holds authorizations for as long as the roles declare.
+	p.holdWindow = o.Provider.Capabilities.HoldWindow
 	// The API listens first, so that the provider's notifications are sent
 	// to the port it really has (--addr may ask for any: port 0).
 	apiListener, err := net.Listen("tcp", addr)

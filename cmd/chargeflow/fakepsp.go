@@ -26,7 +26,8 @@ type fakepspFlags struct {
 	ledger   string
 
 	// holdWindow is how long the provider holds an authorization before
-	// it releases it itself (fakepsp.Config.HoldWindow).
+	// it releases it itself (fakepsp.Config.HoldWindow); bound by
+	// bindHoldWindow, or set by `chargeflow all`.
 	holdWindow time.Duration
 
 	// protocol is bound by `chargeflow fakepsp` alone: `chargeflow all`
@@ -45,6 +46,12 @@ func (f *fakepspFlags) bind(fs *flag.FlagSet, e env, addrFlag string) {
 	fs.StringVar(&f.faults, "faults", "", `fault schedule at start, e.g. {"seed": 1, "rules": [{"on": "charge", "fault": "apply_then_timeout", "p": 0.3, "ms": 2000}]}`)
 	fs.StringVar(&f.ledger, "ledger", filepath.Join(cmp.Or(e.getenv("CHARGEFLOW_DATA"), ".data"), "fakepsp-ledger.jsonl"),
 		"the durable ledger file (created if missing; replayed on start); the default is under CHARGEFLOW_DATA when that is set")
+}
+
+// bindHoldWindow binds --hold-window, bound by `chargeflow fakepsp` alone:
+// `chargeflow all` sets it from its own --hold-window, the one its roles
+// declare the provider holds an authorization for.
+func (f *fakepspFlags) bindHoldWindow(fs *flag.FlagSet) {
 	fs.DurationVar(&f.holdWindow, "hold-window", fakepsp.DefaultHoldWindow,
 		"how long the provider holds an authorization (a charge to capture later) before it releases it itself: a capture after that is refused")
 }
@@ -122,6 +129,7 @@ func runFakePSP(ctx context.Context, e env, args []string) error {
 	c.bindLogLevel(fs)
 	f.bind(fs, e, "addr")
 	f.bindProtocol(fs)
+	f.bindHoldWindow(fs)
 	f.bindWebhook(fs)
 	if err := parseFlags(fs, e, args); err != nil {
 		return err

@@ -80,6 +80,39 @@ func TestFakePSPProtocolFlag(t *testing.T) {
 	})
 }
 
+// `chargeflow fakepsp --hold-window` is how long an authorization is held:
+// its ledger entry expires that long after it was made, and a capture
+// inside the window is one.
+func TestFakePSPHoldWindowFlag(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{{nil, 7 * 24 * time.Hour}, {[]string{"--hold-window", "90m"}, 90 * time.Minute}} {
+		p := start(t, nil, append([]string{"fakepsp", "--addr", "127.0.0.1:0", "--ledger", filepath.Join(t.TempDir(), "ledger.jsonl")}, tc.args...)...)
+		url := p.listenAddr()
+		client := psp.NewClient(psp.Config{BaseURL: url})
+
+		held, err := client.Charge(t.Context(), psp.ChargeRequest{Key: "pk_1", Amount: 100, Currency: "EUR", PaymentMethod: fakepsp.PaymentMethodVisa,
+			Reference: "ch_1", CaptureLater: true})
+		require.NoError(t, err)
+		require.Equal(t, psp.StatusRequiresCapture, held.Status)
+		ledger, err := fakepsp.FetchLedger(t.Context(), url, true)
+		require.NoError(t, err)
+		require.Len(t, ledger, 1)
+		require.Equal(t, tc.want, ledger[0].HoldExpiresAt.Sub(ledger[0].CreatedAt), "args %v", tc.args)
+
+		captured, err := client.Capture(t.Context(), psp.OperationRequest{Key: "cpk_1", Charge: held.ID, Amount: 60, Currency: "EUR", Reference: "cp_1", ChargeReference: "ch_1"})
+		require.NoError(t, err)
+		require.Equal(t, int64(60), captured.AmountCaptured)
+	}
+
+	err := run(context.Background(), []string{"fakepsp", "--hold-window", "0s", "--ledger", filepath.Join(t.TempDir(), "ledger.jsonl")},
+		func(string) string { return "" }, io.Discard, io.Discard)
+	require.ErrorContains(t, err, "--hold-window")
+}
+
 // postAdyenPayment sends the payment chargeflow's Adyen adapter sends for
 // the reference "ch_" + key to the fake at url, and returns the answer.
 func postAdyenPayment(t *testing.T, url, key string) (int, string) {

@@ -80,7 +80,8 @@ func runReconciler(ctx context.Context, e env, args []string) error {
 }
 
 // bindCapabilities registers what the provider promises (its name on
-// charges, its key window, how consistent its lookup is) and the margin
+// charges, its key window, how consistent its lookup is, how long it holds
+// an authorization) and the margin
 // kept before its key window ends: the reconciler's decisions follow from
 // them, and the API refuses an operator's re-attempt past the window.
 func bindCapabilities(fs *flag.FlagSet, o *app.Options) {
@@ -91,6 +92,7 @@ func bindCapabilities(fs *flag.FlagSet, o *app.Options) {
 	caps.Consistency = psp.Strong
 	fs.Var(strongLookup{&caps.Consistency}, "strong-lookup", "the provider's lookup is strongly consistent, so a not-found after the apply window proves no charge exists")
 	fs.DurationVar(&caps.LagBound, "lookup-lag-bound", 0, "with --strong-lookup=false: the longest the lookup may lag behind the provider (0: unbounded, so a not-found never proves anything)")
+	fs.DurationVar(&caps.HoldWindow, "hold-window", psp.DefaultHoldWindow, "with --psp fake: how long the provider holds an authorization (a charge to capture later) before it releases it itself (the fake's --hold-window)")
 }
 
 // strongLookup is --strong-lookup: a boolean flag that sets a consistency.

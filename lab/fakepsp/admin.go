@@ -319,30 +319,28 @@ func (s *Server) Ledger(includeDeclines bool) []LedgerEntry {
 // Refunds returns the refunds on disk in the order they were applied. A
 // refund whose ledger line is not yet fsynced is not listed.
 func (s *Server) Refunds() []RefundEntry {
-	s.mu.Lock()
-	refunds := s.refunds
-	s.mu.Unlock()
-
-	entries := make([]RefundEntry, 0, len(refunds))
-	for _, refund := range refunds {
-		if refund.committed.durable() {
-			entries = append(entries, refund.refundEntry())
-		}
-	}
-	return entries
+	return durableEntries(s, &s.refunds, (*record).refundEntry)
 }
 
 // Operations returns the captures and cancels on disk in the order they
 // were applied. One whose ledger line is not yet fsynced is not listed.
 func (s *Server) Operations() []OperationEntry {
+	return durableEntries(s, &s.operations, (*record).operationEntry)
+}
+
+// durableEntries reports, with entry, the records of *list (one of the
+// server's lists in ledger order) whose lines are on disk. The list only
+// grows and its records do not change once appended, so the slice taken
+// under s.mu is read without it.
+func durableEntries[T any](s *Server, list *[]*record, entry func(*record) T) []T {
 	s.mu.Lock()
-	operations := s.operations
+	records := *list
 	s.mu.Unlock()
 
-	entries := make([]OperationEntry, 0, len(operations))
-	for _, operation := range operations {
-		if operation.committed.durable() {
-			entries = append(entries, operation.operationEntry())
+	entries := make([]T, 0, len(records))
+	for _, c := range records {
+		if c.committed.durable() {
+			entries = append(entries, entry(c))
 		}
 	}
 	return entries

@@ -2,6 +2,9 @@ package fakepsp
 
 import (
 	"cmp"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/chargeflow/chargeflow/psp"
@@ -65,7 +68,8 @@ type OperationEntry struct {
 	IdempotencyKey string `json:"idempotency_key"`
 
 	// Reference is the caller's reference for the operation: the fake
-	// protocol's reference field, Stripe's metadata[chargeflow_operation].
+	// protocol's reference field; empty under Stripe's protocol, whose
+	// capture and cancel carry none (the key names the operation).
 	Reference string `json:"reference"`
 
 	// Charge is the provider's id of the charge captured or released.
@@ -83,7 +87,8 @@ type OperationEntry struct {
 	// Reason is a cancel's reason as it was asked, "" when none was.
 	Reason string `json:"reason,omitempty"`
 
-	// TenantTag is the charge's tenant tag.
+	// TenantTag is the request's tenant tag (the fake protocol's
+	// X-Tenant-Tag), else its charge's.
 	TenantTag string `json:"tenant_tag"`
 
 	// CreatedAt is when the operation was applied.
@@ -261,4 +266,104 @@ func (e LedgerEntry) Moved() int64 {
 	default:
 		return e.Amount
 	}
+}
+
+// The fake protocol's capture and cancel: POST /v1/charges/{id}/capture
+// and /cancel (docs/provider.md).
+
+// hash fingerprints a capture or cancel request of the fake protocol. It
+// starts with the operation, so a key reused across endpoints is a reuse
+// with other parameters, refused.
+func (p holdParams) hash() string {
+	return fingerprint("%s\x00%s\x00%d\x00%s", p.Kind, p.Charge, p.Amount, p.Reference)
+}
+
+// handleCapture serves POST /v1/charges/{id}/capture.
+func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request) {
+	s.serveHold(w, r, kindCapture)
+}
+
+// handleCancel serves POST /v1/charges/{id}/cancel.
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
+	s.serveHold(w, r, kindCancel)
+}
+
+// serveHold serves a capture or a cancel of the fake protocol.
+func (s *Server) serveHold(w http.ResponseWriter, r *http.Request, kind string) {
+	s.serveFakePost(w, r, fakeHoldAnswers{kind: kind}, func() (request, bool) {
+		params, ok := decodeHoldParams(w, r, kind)
+		return request{reference: params.Reference, op: params, hash: params.hash(), idPrefix: kind[:3] + "_"}, ok
+	})
+}
+
+// decodeHoldParams reads and validates the body of a capture ({"amount",
+// "reference"}, the amount optional: all of the authorization) or a cancel
+// ({"reference"}), answering 400 or 413 when it is not acceptable.
+func decodeHoldParams(w http.ResponseWriter, r *http.Request, kind string) (holdParams, bool) {
+	params := holdParams{Kind: kind, Charge: r.PathValue("id")}
+	var reference string
+	if kind == kindCapture {
+		var body struct {
+			Amount    json.RawMessage `json:"amount"`
+			Reference string          `json:"reference"`
+		}
+		if !readJSONBody(w, r, &body, kind) {
+			return holdParams{}, false
+		}
+		if body.Amount != nil {
+			amount, ok := parseAmount(body.Amount)
+			if !ok {
+				writeParamError(w, "amount", "amount must be a positive integer in the charge's minor unit, or absent to capture all of it")
+				return holdParams{}, false
+			}
+			params.Amount = amount
+		}
+		reference = body.Reference
+	} else {
+		var body struct {
+			Reference string `json:"reference"`
+		}
+		if !readJSONBody(w, r, &body, kind) {
+			return holdParams{}, false
+		}
+		reference = body.Reference
+	}
+	if reference == "" {
+		writeParamError(w, "reference", "reference is required")
+		return holdParams{}, false
+	}
+	params.Reference = reference
+	return params, true
+}
+
+// fakeHoldAnswers words a capture's or a cancel's (kind's) answers in the
+// fake protocol.
+type fakeHoldAnswers struct{ kind string }
+
+// result answers with the charge as the operation left it, or with the
+// refusal the key saved: 409, the code saying why.
+func (fakeHoldAnswers) result(w http.ResponseWriter, c *record) {
+	switch c.FailureCode {
+	case "":
+		writeJSON(w, http.StatusOK, c.charge.wireAt(c.leftHeld()))
+	case holdExpired:
+		writeError(w, http.StatusConflict, holdExpired, "the authorization's hold expired, which released it: nothing was captured")
+	case captureExceedsAuthorization:
+		writeError(w, http.StatusConflict, captureExceedsAuthorization,
+			fmt.Sprintf("the amount is more than the %d authorized: nothing was captured", c.Capturable))
+	default:
+		writeError(w, http.StatusConflict, chargeNotCapturable, "the provider holds no authorization with this id waiting for a capture: nothing was "+verbOf(c.Refused))
+	}
+}
+
+func (a fakeHoldAnswers) failure(w http.ResponseWriter, f failure) {
+	writeFakeFailure(w, f, a.kind)
+}
+
+// verbOf is what an operation of kind does, for a refusal's message.
+func verbOf(kind string) string {
+	if kind == kindCancel {
+		return "released"
+	}
+	return "captured"
 }

@@ -3,7 +3,7 @@ package fakepsp
 import (
 	"os"
 	"path/filepath"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,23 +12,18 @@ import (
 	"github.com/chargeflow/chargeflow/psp"
 )
 
-// coreClock is a settable clock for the core's tests.
-type coreClock struct {
-	mu  sync.Mutex
-	now time.Time
+// coreClock is a clock the core's tests move by hand: nanoseconds since
+// the epoch.
+type coreClock struct{ unixNano atomic.Int64 }
+
+func newCoreClock() *coreClock {
+	c := &coreClock{}
+	c.unixNano.Store(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC).UnixNano())
+	return c
 }
 
-func (c *coreClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *coreClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func (c *coreClock) Now() time.Time          { return time.Unix(0, c.unixNano.Load()).UTC() }
+func (c *coreClock) Advance(d time.Duration) { c.unixNano.Add(int64(d)) }
 
 // coreServer opens a server on path whose clock is clock.
 func coreServer(t *testing.T, path string, clock *coreClock, window time.Duration) *Server {
@@ -57,7 +52,7 @@ func TestHoldCapturedOnceReplayedAndDurable(t *testing.T) {
 	t.Parallel()
 
 	path := filepath.Join(t.TempDir(), "ledger.jsonl")
-	clock := &coreClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clock := newCoreClock()
 	s := coreServer(t, path, clock, time.Hour)
 
 	charge := authorize(t, s, "pk_1", 1000)
@@ -129,7 +124,7 @@ func TestHoldExpiresAndRefusesCapture(t *testing.T) {
 	t.Parallel()
 
 	path := filepath.Join(t.TempDir(), "ledger.jsonl")
-	clock := &coreClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clock := newCoreClock()
 	s := coreServer(t, path, clock, time.Hour)
 
 	charge := authorize(t, s, "pk_1", 1000)

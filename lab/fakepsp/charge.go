@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/chargeflow/chargeflow/psp"
 )
@@ -76,6 +77,8 @@ const (
 	maxKeyLength = 255
 )
 
+// wire is the charge as it was created, in psp's wire format: what its
+// create answers, a replay included, and its notification.
 func (c *record) wire() psp.Charge {
 	return psp.Charge{
 		ID:          c.ID,
@@ -87,10 +90,37 @@ func (c *record) wire() psp.Charge {
 	}
 }
 
+// fakeCharge is the fake protocol's charge object: psp.Charge's wire
+// format and, for a charge captured later, until when it is held
+// (requires_capture) or why it was released (canceled: requested or
+// hold_expired).
+type fakeCharge struct {
+	psp.Charge
+	HoldExpiresAt  *time.Time `json:"hold_expires_at,omitempty"`
+	CanceledReason string     `json:"canceled_reason,omitempty"`
+}
+
+// wireAt is the charge in state hold, as the fake protocol shows it. A
+// charge not captured later shows as psp.Charge alone.
+func (c *record) wireAt(hold holdState) fakeCharge {
+	charge := fakeCharge{Charge: c.wire(), CanceledReason: hold.canceledReason}
+	charge.Status, charge.AmountCaptured = hold.status, hold.captured
+	if hold.status == psp.StatusRequiresCapture {
+		charge.HoldExpiresAt = &c.HoldExpiresAt
+	}
+	return charge
+}
+
 // hash fingerprints the parameters of the fake protocol; a known key is only
-// replayed for the same fingerprint.
+// replayed for the same fingerprint. A charge to be captured later differs
+// from the same charge captured at once; a charge's fingerprint is the one
+// it had before captures existed.
 func (p chargeParams) hash() string {
-	return fingerprint("%d\x00%s\x00%s\x00%s", p.Amount, p.Currency, p.PaymentMethod, p.Reference)
+	hash := fingerprint("%d\x00%s\x00%s\x00%s", p.Amount, p.Currency, p.PaymentMethod, p.Reference)
+	if p.CaptureLater {
+		hash = fingerprint("capture_later\x00%s", hash)
+	}
+	return hash
 }
 
 // fingerprint hashes a request's parameters, formatted, into what the
@@ -130,7 +160,7 @@ func (s *Server) serveFakePost(w http.ResponseWriter, r *http.Request, answers a
 type fakeChargeAnswers struct{}
 
 func (fakeChargeAnswers) result(w http.ResponseWriter, c *record) {
-	writeJSON(w, http.StatusOK, c.wire())
+	writeJSON(w, http.StatusOK, c.wireAt(holdState{status: c.Status}))
 }
 
 func (fakeChargeAnswers) failure(w http.ResponseWriter, f failure) {
@@ -161,12 +191,31 @@ func writeFakeFailure(w http.ResponseWriter, f failure, what string) {
 	}
 }
 
-// handleLookup serves GET /v1/charges/by-key/{key}.
+// handleLookup serves GET /v1/charges/by-key/{key}: the charge as it
+// stands now.
 func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
-	s.lookupByKey(w, r, byKeyLookup{
-		kind: kindCharge, name: "charge", notFoundCode: psp.CodeChargeNotFound, notFound: "no charge exists for this idempotency key",
-		show: func(c *record) any { return c.wire() },
-	})
+	s.lookupByKey(w, r, s.chargeLookup("no charge exists for this idempotency key"))
+}
+
+// handleChargeByID serves GET /v1/charges/{id}: the charge as it stands
+// now, through the same lookup faults as a lookup by key, whose
+// key_prefix is matched against the charge's idempotency key.
+func (s *Server) handleChargeByID(w http.ResponseWriter, r *http.Request) {
+	c := s.find(kindCharge, r.PathValue("id"))
+	key := ""
+	if c != nil {
+		key = c.IdempotencyKey
+	}
+	s.lookup(w, r, key, func() *record { return c }, s.chargeLookup("no charge exists with this id"))
+}
+
+// chargeLookup is what a lookup of a charge finds: the charge as it
+// stands now, or 404 charge_not_found saying notFound.
+func (s *Server) chargeLookup(notFound string) byKeyLookup {
+	return byKeyLookup{
+		kind: kindCharge, name: "charge", notFoundCode: psp.CodeChargeNotFound, notFound: notFound,
+		show: func(c *record) any { return c.wireAt(c.holdAt(s.now(), false)) },
+	}
 }
 
 // byKeyLookup is what a lookup by key of the fake protocol finds: the
@@ -187,7 +236,17 @@ type byKeyLookup struct {
 // duration, as an eventually consistent read would.
 func (s *Server) lookupByKey(w http.ResponseWriter, r *http.Request, lookup byKeyLookup) {
 	key := r.PathValue("key")
+	s.lookup(w, r, key, func() *record {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.rememberedLocked(key)
+	}, lookup)
+}
 
+// lookup serves a lookup of the fake protocol through the lookup faults
+// drawn for key: the record find returns once the faults let the lookup
+// through, shown by lookup.show, or 404 when it is not of lookup's kind.
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request, key string, find func() *record, lookup byKeyLookup) {
 	decision := s.drawFault(OnLookup, key, nil)
 	switch decision.fault {
 	case FaultLatency:
@@ -203,9 +262,7 @@ func (s *Server) lookupByKey(w http.ResponseWriter, r *http.Request, lookup byKe
 		return
 	}
 
-	s.mu.Lock()
-	c := s.rememberedLocked(key)
-	s.mu.Unlock()
+	c := find()
 	if c == nil || c.Kind != lookup.kind {
 		writeError(w, http.StatusNotFound, lookup.notFoundCode, lookup.notFound)
 		return
@@ -262,6 +319,7 @@ func decodeChargeParams(w http.ResponseWriter, r *http.Request) (chargeParams, b
 		Currency      string          `json:"currency"`
 		PaymentMethod string          `json:"payment_method"`
 		Reference     string          `json:"reference"`
+		Capture       *bool           `json:"capture"`
 	}
 	if !readJSONBody(w, r, &body, "charge") {
 		return chargeParams{}, false
@@ -282,7 +340,8 @@ func decodeChargeParams(w http.ResponseWriter, r *http.Request) (chargeParams, b
 		writeParamError(w, "reference", "reference is required")
 		return chargeParams{}, false
 	}
-	return chargeParams{Amount: amount, Currency: body.Currency, PaymentMethod: body.PaymentMethod, Reference: body.Reference}, true
+	return chargeParams{Amount: amount, Currency: body.Currency, PaymentMethod: body.PaymentMethod, Reference: body.Reference,
+		CaptureLater: body.Capture != nil && !*body.Capture}, true
 }
 
 // readJSONBody reads a request body of at most 64 KiB into v, strictly:

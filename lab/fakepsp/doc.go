@@ -7,16 +7,21 @@
 // ledger, faults and admin endpoints. ProtocolFake is the protocol of
 // docs/provider.md, the one chargeflow/psp speaks:
 //
-//	POST /v1/charges                  create a charge (Idempotency-Key required)
+//	POST /v1/charges                  create a charge (Idempotency-Key required); "capture": false authorizes only
 //	GET  /v1/charges/by-key/{key}     look a charge up by its idempotency key
+//	GET  /v1/charges/{id}             look a charge up by its id
+//	POST /v1/charges/{id}/capture     capture an authorized charge, in part or in full
+//	POST /v1/charges/{id}/cancel      release an authorized charge
 //	POST /v1/refunds                  refund a charge, in part or in full
 //	GET  /v1/refunds/by-key/{key}     look a refund up by its idempotency key
 //
 // ProtocolStripe is the subset of Stripe's API that docs/provider.md ("The
 // Stripe protocol") lists, good enough for stripe-go pointed at the fake:
 //
-//	POST /v1/payment_intents          create and confirm a PaymentIntent (form-encoded)
+//	POST /v1/payment_intents          create and confirm a PaymentIntent (form-encoded); capture_method=manual authorizes only
 //	GET  /v1/payment_intents/{id}     retrieve one, strongly consistent
+//	POST /v1/payment_intents/{id}/capture  capture an authorized one, amount_to_capture or all
+//	POST /v1/payment_intents/{id}/cancel   release an authorized one
 //	GET  /v1/payment_intents/search   search by metadata, eventually consistent
 //	GET  /v1/payment_intents          list newest first, strongly consistent
 //	POST /v1/refunds                  refund a PaymentIntent (form-encoded)
@@ -33,8 +38,8 @@
 //
 // Every protocol shares the admin endpoints:
 //
-//	GET  /_admin/ledger[?all=true]    the ground truth: charges that moved money, with their refunds
-//	GET  /_admin/audit                charges per key, refunds per reference, totals per tenant tag and currency
+//	GET  /_admin/ledger[?all=true]    the ground truth: charges that moved money, with their refunds, captures and cancels
+//	GET  /_admin/audit                charges per key, refunds per reference, holds, totals per tenant tag and currency
 //	GET  /_admin/faults               the fault schedule and how often each fault fired
 //	POST /_admin/faults               replace the fault schedule
 //	GET  /_admin/notifications        notifications made, sent, failed, pending, and per fault
@@ -62,15 +67,36 @@
 // under Adyen's the 201 that acknowledges every refund, the refusal told
 // by a REFUND notification). docs/refunds.md is the contract.
 //
+// # Authorize now, capture later
+//
+// A charge asked to be captured later that the payment method lets
+// through is only authorized: it is held (requires_capture) until a
+// capture takes some or all of it, the rest released, or a cancel
+// releases it, each an operation with its own key through the pipeline of
+// a charge (its own fault rules, "on": "capture" and "cancel"), decided
+// under the lock every operation on the charge is decided under, so only
+// one of any number racing settles the hold. A hold is kept for
+// Config.HoldWindow (chargeflow fakepsp --hold-window, seven days by
+// default) from the authorization, a time its ledger line records: past
+// it the provider has released the hold itself. Nothing is written then:
+// every read and every operation works the state out from the clock, so a
+// lookup after the window says canceled (hold_expired) and a capture is
+// refused. A refused capture or cancel (the hold expired, the charge is
+// not held, more than was authorized) applies nothing and is the key's
+// saved answer, as a refused refund is; refunds apply to what was
+// captured. Each protocol words the states and refusals its own way:
+// psp's codes in the fake protocol, Stripe's PaymentIntent statuses and
+// errors in Stripe's.
+//
 // # Ledger
 //
-// Every processed charge, succeeded or declined, and every refund is
-// appended to the ledger file as one JSON line and fsynced before anyone
-// sees it: before the answer, a replay, a lookup or the admin ledger. A
-// refund is a line of its own after its charge's, so the file stays
-// append-only. Concurrent requests share fsyncs (group commit). New replays
-// the file, so charges, refunds, keys, key expiries, refusals and replayed
-// errors survive a restart; a torn last line left by a crash is cut off and
+// Every processed charge, succeeded, held or declined, and every refund,
+// capture and cancel is appended to the ledger file as one JSON line and
+// fsynced before anyone sees it: before the answer, a replay, a lookup or
+// the admin ledger. A refund, a capture and a cancel are lines of their
+// own after their charge's, so the file stays append-only. Concurrent requests share fsyncs (group commit). New replays
+// the file, so charges, holds, refunds, captures, cancels, keys, key
+// expiries, refusals and replayed errors survive a restart; a torn last line left by a crash is cut off and
 // ignored. One Server must own a ledger file at a time.
 //
 // # Faults
@@ -95,8 +121,9 @@
 // # Notifications
 //
 // With Config.Notifications (chargeflow fakepsp --webhook-url) the provider
-// POSTs a signed notification of every charge it applies or declines and
-// every refund it applies (under Adyen's protocol, or refuses), in its
+// POSTs a signed notification of every charge it applies, authorizes or
+// declines, every capture and cancel it applies, and every refund it
+// applies (under Adyen's protocol, or refuses), in its
 // protocol's words: the fake protocol's events (PSP-Signature), Stripe's
 // (Stripe-Signature) or Adyen's standard webhook (its HMAC in the item). They are queued in
 // memory and sent by one sender, never on the way of an answer, and retried

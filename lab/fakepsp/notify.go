@@ -55,8 +55,9 @@ var ErrNotificationConfig = errors.New("fakepsp: invalid Config.Notifications")
 // Notifications configures the notifications the provider sends. The zero
 // value sends none.
 type Notifications struct {
-	// URL receives a POST for every charge applied or declined and every
-	// refund applied: an absolute http or https URL. Empty sends nothing.
+	// URL receives a POST for every charge applied, authorized or declined
+	// and every refund, capture and cancel applied: an absolute http or
+	// https URL. Empty sends nothing.
 	URL string
 
 	// Secret signs every notification with HMAC-SHA256: as Stripe signs
@@ -86,8 +87,9 @@ type NotificationStats struct {
 	// Enabled says the provider sends notifications (Notifications.URL).
 	Enabled bool `json:"enabled"`
 
-	// Made counts the notifications made: one per charge applied or
-	// declined and per refund applied, whatever became of it.
+	// Made counts the notifications made: one per charge applied,
+	// authorized or declined and per refund, capture and cancel applied,
+	// whatever became of it.
 	Made int `json:"made"`
 
 	// Sent counts the genuine deliveries the receiver answered 2xx; a
@@ -287,8 +289,14 @@ func (n *notifier) notify(c *record, draw func() decision) {
 		// The same event of an altered record, under the genuine
 		// signature: a header's over the genuine body, or the genuine
 		// item's own.
+		// The charge too: a cancel's event shows its charge, and no amount
+		// of its own.
 		tampered := &record{ledgerRecord: c.ledgerRecord, committed: c.committed, charge: c.charge}
 		tampered.Amount *= 100
+		if c.charge != nil {
+			tampered.charge = &record{ledgerRecord: c.charge.ledgerRecord, committed: c.charge.committed}
+			tampered.charge.Amount *= 100
+		}
 		forgery, _, err = n.word(tampered, id, created, func([]byte) string { return n.scheme.signBody(n.cfg.Secret, signed) })
 	case forged && n.scheme.header == "":
 		// The genuine body, its own signature made with a wrong key.
@@ -564,14 +572,24 @@ func (q *deliveryQueue) Pop() any {
 }
 
 // fakeEvent words a notification in the fake protocol
-// (psp.NotificationEnvelope): a charge applied or declined, a refund
-// applied; nothing for a saved answer, which applied nothing.
+// (psp.NotificationEnvelope): a charge applied, authorized or declined, a
+// refund applied, a capture or a cancel applied (the charge as it left
+// it, under the charge's key); nothing for a saved answer, which applied
+// nothing.
 func fakeEvent(c *record, id string, created time.Time, _ func([]byte) string) (event, bool, error) {
 	var typ string
 	var data any
 	switch {
 	case c.isCharge() && c.Status == psp.StatusSucceeded:
 		typ, data = psp.EventChargeSucceeded, psp.ChargeNotification{Charge: c.wire(), IdempotencyKey: c.IdempotencyKey}
+	case c.isCharge() && c.Status == psp.StatusRequiresCapture:
+		typ, data = psp.EventChargeAuthorized, psp.ChargeNotification{Charge: c.wire(), IdempotencyKey: c.IdempotencyKey}
+	case c.isOperation():
+		typ = psp.EventChargeCaptured
+		if c.Kind == kindCancel {
+			typ = psp.EventChargeCanceled
+		}
+		data = psp.ChargeNotification{Charge: c.charge.wireAt(c.leftHeld()).Charge, IdempotencyKey: c.charge.IdempotencyKey}
 	case c.isCharge():
 		typ, data = psp.EventChargeFailed, psp.ChargeNotification{Charge: c.wire(), IdempotencyKey: c.IdempotencyKey}
 	case c.isRefund():

@@ -30,8 +30,8 @@ const (
 
 	// ProtocolStripe is the subset of Stripe's API that docs/provider.md
 	// ("The Stripe protocol") lists: PaymentIntents created and confirmed in
-	// one call, retrieved, searched and listed, and their refunds, created,
-	// retrieved and listed.
+	// one call (or authorized, then captured or canceled), retrieved,
+	// searched and listed, and their refunds, created, retrieved and listed.
 	ProtocolStripe = "stripe"
 
 	// ProtocolAdyen is the part of Adyen's Checkout API v71 that
@@ -43,9 +43,9 @@ const (
 
 // Config configures a Server.
 type Config struct {
-	// LedgerPath is the ledger file: every processed charge and refund is
-	// appended to it, and it is read back on New, so charges, refunds and
-	// keys survive a restart. Required.
+	// LedgerPath is the ledger file: every processed charge, refund,
+	// capture and cancel is appended to it, and it is read back on New, so
+	// they and their keys survive a restart. Required.
 	LedgerPath string
 
 	// Protocol is the wire protocol served: ProtocolFake (the default when
@@ -74,8 +74,9 @@ type Config struct {
 	Now func() time.Time
 
 	// Notifications, when its URL is set, makes the provider send a signed
-	// notification of every charge it applies or declines and every refund
-	// it applies, in the protocol's words (docs/notifications.md).
+	// notification of every charge it applies, authorizes or declines and
+	// every refund, capture and cancel it applies, in the protocol's words
+	// (docs/notifications.md).
 	Notifications Notifications
 
 	// HoldWindow is how long an authorization (a charge to be captured
@@ -234,6 +235,8 @@ func (s *Server) routes(protocol string) http.Handler {
 		mux.Handle("POST /v1/payment_intents", s.stripe(s.handleStripeCreate))
 		mux.Handle("GET /v1/payment_intents/search", s.stripe(s.handleStripeSearch))
 		mux.Handle("GET /v1/payment_intents/{id}", s.stripe(s.handleStripeRetrieve))
+		mux.Handle("POST /v1/payment_intents/{id}/capture", s.stripe(s.handleStripeCapture))
+		mux.Handle("POST /v1/payment_intents/{id}/cancel", s.stripe(s.handleStripeCancel))
 		mux.Handle("GET /v1/payment_intents", s.stripe(s.handleStripeList))
 		mux.Handle("POST /v1/refunds", s.stripe(s.handleStripeRefund))
 		mux.Handle("GET /v1/refunds/{id}", s.stripe(s.handleStripeRefundRetrieve))
@@ -242,6 +245,9 @@ func (s *Server) routes(protocol string) http.Handler {
 	default:
 		mux.HandleFunc("POST /v1/charges", s.handleCharge)
 		mux.HandleFunc("GET /v1/charges/by-key/{key}", s.handleLookup)
+		mux.HandleFunc("GET /v1/charges/{id}", s.handleChargeByID)
+		mux.HandleFunc("POST /v1/charges/{id}/capture", s.handleCapture)
+		mux.HandleFunc("POST /v1/charges/{id}/cancel", s.handleCancel)
 		mux.HandleFunc("POST /v1/refunds", s.handleRefund)
 		mux.HandleFunc("GET /v1/refunds/by-key/{key}", s.handleRefundLookup)
 	}

@@ -69,6 +69,8 @@ type stripePaymentIntent struct {
 	Amount             int64             `json:"amount"`
 	AmountCapturable   int64             `json:"amount_capturable"`
 	AmountReceived     int64             `json:"amount_received"`
+	CanceledAt         *int64            `json:"canceled_at"`
+	CancellationReason *string           `json:"cancellation_reason"`
 	CaptureMethod      string            `json:"capture_method"`
 	ConfirmationMethod string            `json:"confirmation_method"`
 	Created            int64             `json:"created"`
@@ -83,11 +85,18 @@ type stripePaymentIntent struct {
 	Status             string            `json:"status"`
 }
 
-// stripeIntent shows a charge as a PaymentIntent. It is derived from the
-// ledger record alone, so every answer about a charge, a replay included,
-// says the same. The charge and payment method ids share the
+// stripeIntent shows a charge in state hold as a PaymentIntent. It is
+// derived from the ledger records alone (the charge's, and its capture's
+// or cancel's), so every answer about a charge in one state, a replay
+// included, says the same. The charge and payment method ids share the
 // PaymentIntent's suffix; the test payment method itself is never stored.
-func stripeIntent(c *record) stripePaymentIntent {
+//
+// A charge captured later is a PaymentIntent with capture_method manual:
+// requires_capture while held (amount_capturable), succeeded once
+// captured (amount_received what was captured), canceled once released,
+// with the cancel's cancellation_reason, or automatic when its hold
+// expired.
+func stripeIntent(c *record, hold holdState) stripePaymentIntent {
 	metadata := c.Metadata
 	if metadata == nil {
 		// A charge the fake protocol made (stripeMetadataValue).
@@ -108,17 +117,43 @@ func stripeIntent(c *record) stripePaymentIntent {
 	if c.Description != "" {
 		intent.Description = &c.Description
 	}
-	intent.Status = stripeStatus(c)
-	if c.Status == psp.StatusSucceeded {
-		intent.AmountReceived = c.Amount
-		_, suffix, _ := strings.Cut(c.ID, "_")
-		paymentMethod := "pm_" + suffix
-		intent.PaymentMethod = &paymentMethod
-	} else {
+	if c.CaptureLater {
+		intent.CaptureMethod = "manual"
+	}
+	intent.Status = stripeStatus(hold)
+	if hold.status == psp.StatusFailed {
 		decline := stripeDecline(c)
 		intent.LastPaymentError = &decline
+		return intent
+	}
+	_, suffix, _ := strings.Cut(c.ID, "_")
+	paymentMethod := "pm_" + suffix
+	intent.PaymentMethod = &paymentMethod
+	switch hold.status {
+	case psp.StatusSucceeded:
+		intent.AmountReceived = c.Amount
+		if c.CaptureLater {
+			intent.AmountReceived = hold.captured
+		}
+	case psp.StatusRequiresCapture:
+		intent.AmountCapturable = c.Amount
+	case psp.StatusCanceled:
+		canceledAt, reason := c.HoldExpiresAt.Unix(), "automatic"
+		if hold.settled != nil {
+			canceledAt, reason = hold.settled.CreatedAt.Unix(), hold.settled.Reason
+		}
+		intent.CanceledAt = &canceledAt
+		if reason != "" {
+			intent.CancellationReason = &reason
+		}
 	}
 	return intent
+}
+
+// stripeIntentNow is c's PaymentIntent as it stands now: what a read
+// shows.
+func (s *Server) stripeIntentNow(c *record) stripePaymentIntent {
+	return stripeIntent(c, c.holdAt(s.now(), false))
 }
 
 // stripeChargeID is the id of the Charge of the PaymentIntent intentID, its
@@ -128,14 +163,15 @@ func stripeChargeID(intentID string) string {
 	return "ch_" + suffix
 }
 
-// stripeStatus is the status of c's PaymentIntent: a declined
-// confirmation leaves the intent waiting for another payment method, with
-// the decline as its last error.
-func stripeStatus(c *record) string {
-	if c.Status == psp.StatusSucceeded {
-		return "succeeded"
+// stripeStatus is the status of a PaymentIntent whose charge is in state
+// hold: a declined confirmation leaves the intent waiting for another
+// payment method, with the decline as its last error; the states of a
+// charge captured later are Stripe's own words.
+func stripeStatus(hold holdState) string {
+	if hold.status == psp.StatusFailed {
+		return "requires_payment_method"
 	}
-	return "requires_payment_method"
+	return string(hold.status)
 }
 
 // stripeMetadataValue is c's PaymentIntent's metadata value for key. A
@@ -321,8 +357,12 @@ func decodeStripeCreate(form url.Values) (chargeParams, *stripeError) {
 		case name == "amount", name == "currency", name == "payment_method", name == "confirm", name == "description":
 			// Checked below.
 		case name == "capture_method":
-			if value != "automatic" && value != "automatic_async" {
-				return fail(name, "", "Only automatic capture is modeled: capture_method must be automatic or automatic_async.")
+			switch value {
+			case "automatic", "automatic_async":
+			case "manual":
+				params.CaptureLater = true
+			default:
+				return fail(name, "", "capture_method must be automatic, automatic_async or manual.")
 			}
 		case name == "off_session", name == "error_on_requires_action", name == "automatic_payment_methods[enabled]":
 			if value != "true" && value != "false" {
@@ -432,8 +472,8 @@ type stripeChargeAnswers struct{}
 // result answers with the PaymentIntent, or for a decline with Stripe's 402
 // card error carrying it.
 func (stripeChargeAnswers) result(w http.ResponseWriter, c *record) {
-	intent := stripeIntent(c)
-	if c.Status != psp.StatusSucceeded {
+	intent := stripeIntent(c, holdState{status: c.Status})
+	if c.Status == psp.StatusFailed {
 		decline := stripeDecline(c)
 		decline.PaymentIntent = &intent
 		writeStripeError(w, http.StatusPaymentRequired, decline)

@@ -20,7 +20,8 @@ const stripeMockKey = "sk_test_chargeflow"
 // allow, to stripe-mock and to the fake speaking Stripe: what the mock
 // accepts the fake accepts, and what the mock refuses with 400 the fake
 // refuses with 400 too, so a request the fake lets through is one Stripe's
-// description allows. (The fake is stricter where it models less: it only
+// description allows; the captures and cancels name intents still held,
+// so the fake refuses a variant for its form, not for the intent's state. (The fake is stricter where it models less: it only
 // refunds PaymentIntents, and knows only its own test payment methods.)
 func TestStripeProtocolAsStrictAsStripeMock(t *testing.T) {
 	t.Parallel()
@@ -31,7 +32,10 @@ func TestStripeProtocolAsStrictAsStripeMock(t *testing.T) {
 	refund, err := b.createRefund(t, "cf_mock_refund", refundOf(intent.ID, "re_mock", 100))
 	require.NoError(t, err)
 
-	for i, r := range stripemocktest.Requests(intent.ID, refund.ID, fakepsp.PaymentMethodVisa) {
+	ids := stripemocktest.IDs{Intent: intent.ID, Refund: refund.ID, PaymentMethod: fakepsp.PaymentMethodVisa,
+		ToCapture: b.manualIntent(t, "cf_mock_to_capture").ID, ToCancel: b.manualIntent(t, "cf_mock_to_cancel").ID,
+		Held: b.manualIntent(t, "cf_mock_held").ID}
+	for i, r := range stripemocktest.Requests(ids) {
 		key := fmt.Sprintf("cf_variant_%d", i)
 		want := http.StatusBadRequest
 		if r.Valid {

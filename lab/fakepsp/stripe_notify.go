@@ -22,9 +22,11 @@ const StripeAPIVersion = "2025-08-27.basil"
 // The event types the fake sends, Stripe's (stripe/openapi; docs.stripe.com
 // "Types of events").
 const (
-	stripeEventIntentSucceeded = "payment_intent.succeeded"
-	stripeEventIntentFailed    = "payment_intent.payment_failed"
-	stripeEventRefundCreated   = "refund.created"
+	stripeEventIntentSucceeded  = "payment_intent.succeeded"
+	stripeEventIntentFailed     = "payment_intent.payment_failed"
+	stripeEventIntentCapturable = "payment_intent.amount_capturable_updated"
+	stripeEventIntentCanceled   = "payment_intent.canceled"
+	stripeEventRefundCreated    = "refund.created"
 )
 
 // stripeEvent is Stripe's event object, with the fields the fake has
@@ -56,20 +58,30 @@ type stripeEventRequest struct {
 }
 
 // stripeNotification words a notification as Stripe's event: a
-// PaymentIntent that succeeded (payment_intent.succeeded) or whose
-// confirmation was declined (payment_intent.payment_failed, the intent
-// left in requires_payment_method with the decline as its
-// last_payment_error), or a refund created (refund.created, succeeded at
-// once, as the fake's refunds are). The object is the one every read
-// shows (stripeIntent, stripeRefundObject).
+// PaymentIntent that succeeded (payment_intent.succeeded), was authorized
+// to be captured later (payment_intent.amount_capturable_updated) or
+// whose confirmation was declined (payment_intent.payment_failed, the
+// intent left in requires_payment_method with the decline as its
+// last_payment_error); one captured (payment_intent.succeeded) or
+// released by a cancel (payment_intent.canceled), under the capture's or
+// cancel's key, the request that caused it; or a refund created
+// (refund.created, succeeded at once, as the fake's refunds are). The
+// object is the one every read of that state shows (stripeIntent,
+// stripeRefundObject). A hold that expires is not notified.
 func stripeNotification(c *record, id string, created time.Time, _ func([]byte) string) (event, bool, error) {
 	var typ string
 	var object any
 	switch {
 	case c.isCharge() && c.Status == psp.StatusSucceeded:
-		typ, object = stripeEventIntentSucceeded, stripeIntent(c)
+		typ, object = stripeEventIntentSucceeded, stripeIntent(c, holdState{status: c.Status})
+	case c.isCharge() && c.Status == psp.StatusRequiresCapture:
+		typ, object = stripeEventIntentCapturable, stripeIntent(c, holdState{status: c.Status})
 	case c.isCharge():
-		typ, object = stripeEventIntentFailed, stripeIntent(c)
+		typ, object = stripeEventIntentFailed, stripeIntent(c, holdState{status: c.Status})
+	case c.Kind == kindCapture:
+		typ, object = stripeEventIntentSucceeded, stripeIntent(c.charge, c.leftHeld())
+	case c.Kind == kindCancel:
+		typ, object = stripeEventIntentCanceled, stripeIntent(c.charge, c.leftHeld())
 	case c.isRefund():
 		typ, object = stripeEventRefundCreated, stripeRefundObject(c)
 	default:

@@ -70,7 +70,7 @@ func (s *Server) stripeLookupFaults(w http.ResponseWriter, r *http.Request, subj
 // consistent, so a PaymentIntent is there as soon as its create answered.
 func (s *Server) handleStripeRetrieve(w http.ResponseWriter, r *http.Request) {
 	s.stripeRetrieve(w, r, stripeRetrieval{kind: kindCharge, name: "PaymentIntent",
-		show: func(c *record) any { return stripeIntent(c) }, failure: stripeChargeAnswers{}.failure})
+		show: func(c *record) any { return s.stripeIntentNow(c) }, failure: stripeChargeAnswers{}.failure})
 }
 
 // stripeRetrieval is what a retrieve by id finds: the record of one kind,
@@ -146,7 +146,7 @@ func (s *Server) handleStripeSearch(w http.ResponseWriter, r *http.Request) {
 		if d.fault == FaultLookupLag && now.Sub(c.CreatedAt) < d.duration {
 			return false // not indexed yet
 		}
-		return query.matches(c)
+		return query.matches(c, now)
 	})
 
 	result := stripeSearchResult{Object: "search_result", Data: []stripePaymentIntent{}, URL: "/v1/payment_intents/search"}
@@ -156,7 +156,7 @@ func (s *Server) handleStripeSearch(w http.ResponseWriter, r *http.Request) {
 		result.NextPage = &next
 	}
 	for _, c := range found {
-		result.Data = append(result.Data, stripeIntent(c))
+		result.Data = append(result.Data, s.stripeIntentNow(c))
 	}
 	writeJSON(w, http.StatusOK, result)
 }
@@ -180,7 +180,7 @@ func (s *Server) handleStripeList(w http.ResponseWriter, r *http.Request) {
 	page, hasMore := paging.page(s.ledgerView())
 	list := stripeList[stripePaymentIntent]{Object: "list", Data: []stripePaymentIntent{}, HasMore: hasMore, URL: "/v1/payment_intents"}
 	for _, c := range page {
-		list.Data = append(list.Data, stripeIntent(c))
+		list.Data = append(list.Data, s.stripeIntentNow(c))
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -394,10 +394,10 @@ type stripeQuery struct {
 	status   string
 }
 
-// matches reports whether c satisfies every clause, reading the charge as
-// stripeIntent shows it without building the intent.
-func (q stripeQuery) matches(c *record) bool {
-	if q.status != "" && stripeStatus(c) != q.status {
+// matches reports whether c satisfies every clause at now, reading the
+// charge as stripeIntent shows it without building the intent.
+func (q stripeQuery) matches(c *record, now time.Time) bool {
+	if q.status != "" && stripeStatus(c.holdAt(now, false)) != q.status {
 		return false
 	}
 	for key, value := range q.metadata {

@@ -624,7 +624,7 @@ func TestStripeValidationSavesNothing(t *testing.T) {
 		{"payment method missing", without("payment_method"), 400, "payment_method", "parameter_missing"},
 		{"payment method unknown", set("payment_method", "pm_card_canary_4242"), 400, "payment_method", "resource_missing"},
 		{"not confirmed", without("confirm"), 400, "confirm", ""},
-		{"manual capture", set("capture_method", "manual"), 400, "capture_method", ""},
+		{"capture method outside its enum", set("capture_method", "later"), 400, "capture_method", ""},
 		{"allow_redirects without enabled", func(f map[string][]string) {
 			delete(f, "automatic_payment_methods[enabled]")
 			f["automatic_payment_methods[allow_redirects]"] = []string{"never"}

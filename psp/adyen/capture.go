@@ -12,14 +12,8 @@ import (
 // A capture and a cancel are Adyen modifications of an authorised
 // payment, acknowledged at once (201, status "received") and settled only
 // by a notification, as a refund is (docs/provider.md, "The Adyen
-// adapter"). Their ops name
-// their spans and label the call duration; a capture and a cancel move
-// money as a charge does, so their transport is classified by a charge's
-// rules (classify).
-const (
-	opCapture psp.Op = "capture"
-	opCancel  psp.Op = "cancel"
-)
+// adapter"). They move money as a charge does, so psp classifies their
+// transport by a charge's rules (psp.Op.Applies).
 
 // captureBody is the body of POST /payments/{paymentPspReference}/captures.
 type captureBody struct {
@@ -48,7 +42,7 @@ type cancelBody struct {
 // payment, a positive amount or a reference is refused unsent, not
 // applied. Exactly one request is sent.
 func (a *Adapter) Capture(ctx context.Context, req psp.OperationRequest) (psp.Charge, error) {
-	return psp.Charge{}, a.modify(ctx, opCapture, req, "/captures", func() (any, error) {
+	return psp.Charge{}, a.modify(ctx, psp.OpCapture, req, "/captures", func() (any, error) {
 		if req.Amount <= 0 {
 			// Adyen requires an amount; a capture of nothing names no money.
 			return nil, notSent("capture amount not positive")
@@ -70,7 +64,7 @@ func (a *Adapter) Capture(ctx context.Context, req psp.OperationRequest) (psp.Ch
 // sent again with the same key releases nothing more. Exactly one request
 // is sent.
 func (a *Adapter) Cancel(ctx context.Context, req psp.OperationRequest) (psp.Charge, error) {
-	return psp.Charge{}, a.modify(ctx, opCancel, req, "/cancels", func() (any, error) {
+	return psp.Charge{}, a.modify(ctx, psp.OpCancel, req, "/cancels", func() (any, error) {
 		return cancelBody{MerchantAccount: a.merchantAccount, Reference: req.Reference}, nil
 	})
 }

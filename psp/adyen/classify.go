@@ -109,7 +109,7 @@ func declineCodeOf(code string) string {
 const CodeIdempotencyKeyInUse = "704"
 
 // classify turns one call to Adyen (a charge, psp.OpCharge; a refund,
-// psp.OpRefund; a capture or a cancel, opCapture and opCancel) into what
+// psp.OpRefund; a capture or a cancel, psp.OpCapture and psp.OpCancel) into what
 // it proves, and is the only place where that decision is made. A
 // modification's answer (a refund's, a capture's, a cancel's) is never
 // final: Adyen settles one only by its notification (REFUND, CAPTURE or
@@ -129,9 +129,8 @@ const CodeIdempotencyKeyInUse = "704"
 func classify(a psp.Attempt) (psp.Charge, error) {
 	switch {
 	case a.StatusCode == 0:
-		// A capture and a cancel move money as a charge does: a request
-		// that never reached Adyen applied nothing.
-		_, err := psp.Classify(psp.Attempt{Op: movesMoney(a.Op), Err: a.Err, GotConn: a.GotConn, WroteRequest: a.WroteRequest})
+		// A request that never reached Adyen applied nothing.
+		_, err := psp.Classify(psp.Attempt{Op: a.Op, Err: a.Err, GotConn: a.GotConn, WroteRequest: a.WroteRequest})
 		return psp.Charge{}, err
 	case a.StatusCode < 200 || a.StatusCode > 299:
 		return psp.Charge{}, classifyError(a)
@@ -139,20 +138,11 @@ func classify(a psp.Attempt) (psp.Charge, error) {
 		// A body cut off or timed out: psp.Classify's rule for a 2xx.
 		_, err := psp.Classify(psp.Attempt{Op: a.Op, Err: a.Err, GotConn: true, WroteRequest: true, StatusCode: a.StatusCode})
 		return psp.Charge{}, err
-	case a.Op == psp.OpRefund || a.Op == opCapture || a.Op == opCancel:
+	case a.Op == psp.OpRefund || a.Op == psp.OpCapture || a.Op == psp.OpCancel:
 		return psp.Charge{}, acknowledged(a)
 	default:
 		return chargeOf(a)
 	}
-}
-
-// movesMoney is the op whose psp rules classify op's transport: a
-// capture's and a cancel's are a charge's, which psp has no op for.
-func movesMoney(op psp.Op) psp.Op {
-	if op == opCapture || op == opCancel {
-		return psp.OpCharge
-	}
-	return op
 }
 
 // unknown is the unknown outcome of a, for reason, naming the provider's

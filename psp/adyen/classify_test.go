@@ -257,7 +257,7 @@ func TestClassifyCaptureAndCancel(t *testing.T) {
 		op       psp.Op
 		received answer
 		id       string
-	}{{opCapture, answerCaptureReceived, testCapturePSP}, {opCancel, answerCancelReceived, testCancelPSP}} {
+	}{{psp.OpCapture, answerCaptureReceived, testCapturePSP}, {psp.OpCancel, answerCancelReceived, testCancelPSP}} {
 		for _, tc := range []struct {
 			name string
 			a    psp.Attempt

@@ -48,16 +48,24 @@ const (
 	opRefundRetrieve
 	// opRefundList is one page of GET /v1/refunds?payment_intent=….
 	opRefundList
+	// opCapture is POST /v1/payment_intents/{id}/capture.
+	opCapture
+	// opCancel is POST /v1/payment_intents/{id}/cancel.
+	opCancel
 )
 
 // pspOp is the psp.Op an op is recorded and classified as: a charge, a
-// refund, or the lookup of either.
+// refund, a capture, a cancel, or the lookup of a charge or a refund.
 func (o op) pspOp() psp.Op {
 	switch o {
 	case opCharge:
 		return psp.OpCharge
 	case opRefund:
 		return psp.OpRefund
+	case opCapture:
+		return psp.OpCapture
+	case opCancel:
+		return psp.OpCancel
 	case opRefundRetrieve, opRefundList:
 		return psp.OpRefundLookup
 	default:
@@ -271,6 +279,10 @@ func checkPage(page listing, o op) error {
 //     unknown (idempotency_key_in_use, conflict).
 //   - A refund that Stripe refused for the charge's state (refusesRefund):
 //     a failed refund with Stripe's code as its failure code, a value.
+//   - A capture or cancel that Stripe refused for the intent's state or
+//     the amount (refusesOperation): a failed charge without an id whose
+//     decline code is Stripe's code, a value (the adapter fills in the
+//     request: psp.OperationRequest.Refused).
 //   - A charge whose error carries the PaymentIntent: the intent's state
 //     decides (chargeOf); a card error's decline_code, else its code, is
 //     the decline code. A card decline is a failed charge: a value.
@@ -317,6 +329,8 @@ func classifyAPIError(a attempt, e *stripego.Error) (answer, error) {
 		return fail(psp.ErrUnknownOutcome, "conflict")
 	case a.op == opRefund && refused:
 		return answer{refund: psp.Refund{Status: psp.StatusFailed, FailureCode: refusal}}, nil
+	case (a.op == opCapture || a.op == opCancel) && refusesOperation(status, e):
+		return answer{charge: psp.Charge{Status: psp.StatusFailed, DeclineCode: string(e.Code)}}, nil
 	case a.op == opCharge && e.PaymentIntent != nil && e.PaymentIntent.ID != "":
 		declineCode := ""
 		if e.Type == stripego.ErrorTypeCard {
@@ -377,15 +391,33 @@ func refusesRefund(status int, e *stripego.Error) (string, bool) {
 	return string(e.Code), true
 }
 
+// refusesOperation reports whether e, answering a capture or a cancel, is
+// Stripe's decisive refusal of it: a 400 invalid_request_error whose code
+// is payment_intent_unexpected_state (the intent is not requires_capture:
+// captured, canceled, or released when its authorization expired) or
+// amount_too_large (more than amount_capturable). Each describes the
+// intent, which a re-send with the same key cannot change; any other 400
+// is the request's form, not applied.
+func refusesOperation(status int, e *stripego.Error) bool {
+	return status == http.StatusBadRequest && e.Type == stripego.ErrorTypeInvalidRequest &&
+		(e.Code == stripego.ErrorCodePaymentIntentUnexpectedState || e.Code == stripego.ErrorCodeAmountTooLarge)
+}
+
 // chargeOf maps a PaymentIntent to what it proves. succeeded is a charge;
 // requires_payment_method after a failed confirmation, and canceled, are
 // declines (a value: no money moved, and none will without a new
 // confirmation, which only we could send); declineCode, when set, is the
 // decline code, else the last payment error's. Every other status
-// (processing, requires_action, requires_confirmation, requires_capture)
-// is not final: an unknown outcome whose ProviderID lets the reconciler
-// retrieve the intent by id. requires_payment_method without a payment
-// error is one too: it was never confirmed, which we always ask for.
+// (processing, requires_action, requires_confirmation) is not final: an
+// unknown outcome whose ProviderID lets the reconciler retrieve the intent
+// by id. requires_payment_method without a payment error is one too: it
+// was never confirmed, which we always ask for.
+//
+// An intent created to be captured later (capture_method manual) is
+// authorized and held in requires_capture (psp.StatusRequiresCapture), a
+// value; canceled is psp.StatusCanceled, released by a cancel or when its
+// authorization expired; succeeded is captured, AmountCaptured its
+// amount_received.
 func chargeOf(pi *stripego.PaymentIntent, declineCode string) (psp.Charge, error) {
 	if pi == nil || pi.ID == "" || pi.Status == "" {
 		return psp.Charge{}, &psp.Error{Kind: psp.ErrUnknownOutcome, Reason: "malformed_body", Err: errors.New("payment intent without id or status")}
@@ -404,9 +436,26 @@ func chargeOf(pi *stripego.PaymentIntent, declineCode string) (psp.Charge, error
 			Err: fmt.Errorf("payment intent %s is %s", pi.ID, pi.Status)}
 	}
 
+	later := pi.CaptureMethod == stripego.PaymentIntentCaptureMethodManual
 	switch pi.Status {
 	case stripego.PaymentIntentStatusSucceeded:
 		charge.Status = psp.StatusSucceeded
+		if later {
+			charge.AmountCaptured = pi.AmountReceived
+		}
+		return charge, nil
+	case stripego.PaymentIntentStatusRequiresCapture:
+		if !later {
+			return unknown("intent_requires_capture")
+		}
+		charge.Status = psp.StatusRequiresCapture
+		return charge, nil
+	case stripego.PaymentIntentStatusCanceled:
+		if later {
+			charge.Status = psp.StatusCanceled
+			return charge, nil
+		}
+		charge.Status, charge.DeclineCode = psp.StatusFailed, cmp.Or(declineCode, "canceled")
 		return charge, nil
 	case stripego.PaymentIntentStatusRequiresPaymentMethod:
 		if declineCode == "" {
@@ -414,13 +463,9 @@ func chargeOf(pi *stripego.PaymentIntent, declineCode string) (psp.Charge, error
 		}
 		charge.Status, charge.DeclineCode = psp.StatusFailed, declineCode
 		return charge, nil
-	case stripego.PaymentIntentStatusCanceled:
-		charge.Status, charge.DeclineCode = psp.StatusFailed, cmp.Or(declineCode, "canceled")
-		return charge, nil
 	case stripego.PaymentIntentStatusProcessing,
 		stripego.PaymentIntentStatusRequiresAction,
-		stripego.PaymentIntentStatusRequiresConfirmation,
-		stripego.PaymentIntentStatusRequiresCapture:
+		stripego.PaymentIntentStatusRequiresConfirmation:
 		return unknown("intent_" + string(pi.Status))
 	default:
 		return unknown("unknown_status")

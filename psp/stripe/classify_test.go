@@ -469,3 +469,73 @@ func TestMatchRefund(t *testing.T) {
 	require.ErrorContains(t, err, "re_1, re_2")
 	require.NotContains(t, err.Error(), "rf_1", "an error never quotes the metadata")
 }
+
+// An intent created to be captured later, and its capture and cancel:
+// each state is a value, Stripe's refusals for the intent's state or the
+// amount are a refusal, everything else follows a charge's rules.
+func TestClassifyCaptureLater(t *testing.T) {
+	t.Parallel()
+
+	manual := func(status stripego.PaymentIntentStatus, received int64) *stripego.PaymentIntent {
+		return &stripego.PaymentIntent{ID: "pi_1", Status: status, Amount: 1000, Currency: "eur", AmountReceived: received,
+			CaptureMethod: stripego.PaymentIntentCaptureMethodManual, Metadata: map[string]string{MetadataKey: "ch_1"}}
+	}
+	ok := func(o op, pi *stripego.PaymentIntent) attempt {
+		a := sent(o)
+		a.status, a.intent = 200, pi
+		return a
+	}
+	charge := func(status psp.Status, captured int64) psp.Charge {
+		return psp.Charge{ID: "pi_1", Status: status, Amount: 1000, Currency: "EUR", Reference: "ch_1", AmountCaptured: captured}
+	}
+	refusal := func(code string) psp.Charge { return psp.Charge{Status: psp.StatusFailed, DeclineCode: code} }
+
+	tests := []struct {
+		name    string
+		attempt attempt
+		want    want
+	}{
+		{"authorized", ok(opCharge, manual("requires_capture", 0)), want{charge: charge(psp.StatusRequiresCapture, 0)}},
+		{"retrieved held", ok(opRetrieve, manual("requires_capture", 0)), want{charge: charge(psp.StatusRequiresCapture, 0)}},
+		{"retrieved captured in part", ok(opRetrieve, manual("succeeded", 600)), want{charge: charge(psp.StatusSucceeded, 600)}},
+		{"retrieved released", ok(opRetrieve, manual("canceled", 0)), want{charge: charge(psp.StatusCanceled, 0)}},
+		{"captured", ok(opCapture, manual("succeeded", 600)), want{charge: charge(psp.StatusSucceeded, 600)}},
+		{"canceled", ok(opCancel, manual("canceled", 0)), want{charge: charge(psp.StatusCanceled, 0)}},
+		{"replayed capture is the same capture", replayed(ok(opCapture, manual("succeeded", 600))), want{charge: charge(psp.StatusSucceeded, 600)}},
+		{"a declined authorization is a decline", ok(opCharge, func() *stripego.PaymentIntent {
+			pi := manual("requires_payment_method", 0)
+			pi.LastPaymentError = &stripego.Error{Type: stripego.ErrorTypeCard, Code: "card_declined", DeclineCode: "insufficient_funds"}
+			return pi
+		}()), want{charge: psp.Charge{ID: "pi_1", Status: psp.StatusFailed, Amount: 1000, Currency: "EUR", Reference: "ch_1", DeclineCode: "insufficient_funds"}}},
+
+		{"capture of an intent not held", stripeErr(opCapture, 400, stripego.ErrorTypeInvalidRequest, stripego.ErrorCodePaymentIntentUnexpectedState,
+			withIntent(manual("canceled", 0))), want{charge: refusal("payment_intent_unexpected_state")}},
+		{"cancel of an intent captured", stripeErr(opCancel, 400, stripego.ErrorTypeInvalidRequest, stripego.ErrorCodePaymentIntentUnexpectedState,
+			withIntent(manual("succeeded", 1000))), want{charge: refusal("payment_intent_unexpected_state")}},
+		{"capture of more than is capturable", stripeErr(opCapture, 400, stripego.ErrorTypeInvalidRequest, stripego.ErrorCodeAmountTooLarge),
+			want{charge: refusal("amount_too_large")}},
+		{"a replayed refusal is the same refusal", replayed(stripeErr(opCapture, 400, stripego.ErrorTypeInvalidRequest, stripego.ErrorCodePaymentIntentUnexpectedState)),
+			want{charge: refusal("payment_intent_unexpected_state")}},
+
+		{"capture of no such intent", stripeErr(opCapture, 404, stripego.ErrorTypeInvalidRequest, "resource_missing"),
+			want{kind: psp.ErrNotApplied, reason: "invalid_request", providerCode: "resource_missing"}},
+		{"capture with a parameter refused", stripeErr(opCapture, 400, stripego.ErrorTypeInvalidRequest, "parameter_unknown"),
+			want{kind: psp.ErrNotApplied, reason: "invalid_request", providerCode: "parameter_unknown"}},
+		{"capture rate limited", stripeErr(opCapture, 429, stripego.ErrorTypeInvalidRequest, "rate_limit"),
+			want{kind: psp.ErrNotApplied, reason: "rate_limited", providerCode: "rate_limit"}},
+		{"cancel key reused", stripeErr(opCancel, 400, stripego.ErrorTypeIdempotency, ""), want{kind: psp.ErrUnknownOutcome, reason: "idempotency_key_reused"}},
+		{"cancel 500", stripeErr(opCancel, 500, stripego.ErrorTypeAPI, ""), want{kind: psp.ErrUnknownOutcome, reason: "status_500"}},
+		{"capture reset after sending", attempt{op: opCapture, gotConn: true, wroteRequest: true, err: reset}, want{kind: psp.ErrUnknownOutcome, reason: "reset_after_send", wraps: syscall.ECONNRESET}},
+		{"capture connection refused", attempt{op: opCapture, err: refused}, want{kind: psp.ErrNotApplied, reason: "connection_refused", wraps: syscall.ECONNREFUSED}},
+		{"a refund's refusal code means nothing to a charge", stripeErr(opCharge, 400, stripego.ErrorTypeInvalidRequest, stripego.ErrorCodeAmountTooLarge),
+			want{kind: psp.ErrNotApplied, reason: "invalid_request", providerCode: "amount_too_large"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			requireClassified(t, tc.attempt, tc.want)
+		})
+	}
+	require.Equal(t, psp.OpCapture, opCapture.pspOp())
+	require.Equal(t, psp.OpCancel, opCancel.pspOp())
+}

@@ -1,4 +1,5 @@
-// Package stripe is the psp.Provider and psp.Refunder for Stripe, built on
+// Package stripe is the psp.Provider, psp.Refunder and psp.Capturer for
+// Stripe, built on
 // stripe-go: a charge is one PaymentIntent created and confirmed in one
 // request, and a lookup retrieves a PaymentIntent by id or finds it by our
 // reference in its metadata; a refund is one Refund of a PaymentIntent,
@@ -85,6 +86,19 @@
 // has few refunds), every page, and matches our reference: none is a
 // not-found, two are a double refund for a person.
 //
+// # Captures
+//
+// A charge to capture later is the same PaymentIntent created with
+// capture_method=manual, authorized and held (requires_capture). Capture
+// is POST /v1/payment_intents/{id}/capture with amount_to_capture, Cancel
+// POST /v1/payment_intents/{id}/cancel, each with the operation's provider
+// key as its Idempotency-Key; their answer, and a lookup's, is the intent
+// read by chargeOf: for a manual intent requires_capture is held,
+// succeeded captured (amount_received), canceled released, by a cancel or
+// when the seven-day authorization expired. Stripe's refusal for the
+// intent's state (payment_intent_unexpected_state) or the amount
+// (amount_too_large) is psp.OperationRequest.Refused with Stripe's code.
+//
 // # Events
 //
 // ParseNotification verifies a Stripe event with stripe-go's webhook
@@ -95,7 +109,8 @@
 // object not final or not ours, is nothing to do (docs/notifications.md).
 //
 // Telemetry is psp's own (psp.Telemetry): a "psp.charge", "psp.lookup",
-// "psp.refund" or "psp.refund_lookup" span per call (a lookup's pages are
+// "psp.refund", "psp.refund_lookup", "psp.capture" or "psp.cancel" span
+// per call (a lookup's pages are
 // one span) and chargeflow.provider.call.duration, labelled with what the
 // answer proved. Neither they nor any error carry the payment method, the
 // API key, the metadata or Stripe's error messages (which can quote a

@@ -1,6 +1,7 @@
 package stripe_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -122,6 +123,116 @@ func TestAgainstTheFakeStripe(t *testing.T) {
 		requirePSPError(t, err, psp.ErrUnknownOutcome, "timeout")
 		_, err = adapter.Charge(t.Context(), request("pk_1", "ch_1", "pm_card_visa"))
 		requirePSPError(t, err, psp.ErrUnknownOutcome, "idempotency_key_in_use")
+	})
+
+	t.Run("authorized, captured in part, refunded what was captured", func(t *testing.T) {
+		t.Parallel()
+		provider, adapter := start(t, fakepsp.Config{})
+		require.True(t, adapter.Capabilities().SeparateCapture)
+		since := time.Now()
+
+		req := request("pk_1", "ch_1", "pm_card_visa")
+		req.CaptureLater = true
+		held, err := adapter.Charge(t.Context(), req)
+		require.NoError(t, err)
+		require.Equal(t, psp.Charge{ID: held.ID, Status: psp.StatusRequiresCapture, Amount: 1000, Currency: "EUR", Reference: "ch_1"}, held)
+		found, err := adapter.Find(t.Context(), lookup("ch_1", since))
+		require.NoError(t, err)
+		require.Equal(t, held, found, "held, found by reference")
+
+		op := psp.OperationRequest{Key: "cpk_1", Charge: held.ID, Amount: 1001, Currency: "EUR", Reference: "cp_1", ChargeReference: "ch_1", Tag: "tn_1"}
+		refused, err := adapter.Capture(t.Context(), op)
+		require.NoError(t, err)
+		require.Equal(t, op.Refused("amount_too_large"), refused)
+
+		op.Key, op.Amount = "cpk_2", 600
+		captured, err := adapter.Capture(t.Context(), op)
+		require.NoError(t, err)
+		want := held
+		want.Status, want.AmountCaptured = psp.StatusSucceeded, 600
+		require.Equal(t, want, captured)
+		again, err := adapter.Capture(t.Context(), op)
+		require.NoError(t, err)
+		require.Equal(t, captured, again, "the same key is the same capture")
+		found, err = adapter.Find(t.Context(), psp.LookupRequest{ProviderID: held.ID})
+		require.NoError(t, err)
+		require.Equal(t, want, found, "the operation's lookup is the charge's, by id")
+
+		op.Key = "cxk_1"
+		refused, err = adapter.Cancel(t.Context(), op)
+		require.NoError(t, err)
+		require.Equal(t, op.Refused("payment_intent_unexpected_state"), refused)
+		op.Key = "cpk_3"
+		refused, err = adapter.Capture(t.Context(), op)
+		require.NoError(t, err)
+		require.Equal(t, op.Refused("payment_intent_unexpected_state"), refused)
+
+		_, err = adapter.Capture(t.Context(), psp.OperationRequest{Key: "cpk_4", Charge: "pi_missing", Amount: 1, Currency: "EUR"})
+		requirePSPError(t, err, psp.ErrNotApplied, "invalid_request")
+
+		// Refunds apply to what was captured: beyond it, Stripe's 400
+		// without a code (docs/refunds.md), all of it, a refund.
+		_, err = adapter.Refund(t.Context(), psp.RefundRequest{Key: "rk_1", Charge: held.ID, Amount: 601, Currency: "EUR", Reference: "re_1"})
+		requirePSPError(t, err, psp.ErrNotApplied, "invalid_request")
+		refund, err := adapter.Refund(t.Context(), psp.RefundRequest{Key: "rk_2", Charge: held.ID, Amount: 600, Currency: "EUR", Reference: "re_2"})
+		require.NoError(t, err)
+		require.Equal(t, psp.StatusSucceeded, refund.Status)
+
+		operations, err := fakepsp.FetchOperations(t.Context(), provider.URL)
+		require.NoError(t, err)
+		require.Len(t, operations, 1)
+		require.Equal(t, "cpk_2", operations[0].IdempotencyKey)
+		require.Equal(t, int64(600), operations[0].Amount)
+		require.Equal(t, "tn_1", operations[0].TenantTag, "filed under its intent's tenant")
+	})
+
+	t.Run("canceled, and a hold that expired", func(t *testing.T) {
+		t.Parallel()
+		var mu sync.Mutex
+		now := time.Now()
+		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+		_, adapter := start(t, fakepsp.Config{Now: clock, HoldWindow: time.Hour})
+
+		req := request("pk_1", "ch_1", "pm_card_visa")
+		req.CaptureLater = true
+		held, err := adapter.Charge(t.Context(), req)
+		require.NoError(t, err)
+		op := psp.OperationRequest{Key: "cxk_1", Charge: held.ID, Amount: 1000, Currency: "EUR", Reference: "cx_1", ChargeReference: "ch_1"}
+		canceled, err := adapter.Cancel(t.Context(), op)
+		require.NoError(t, err)
+		want := held
+		want.Status = psp.StatusCanceled
+		require.Equal(t, want, canceled)
+
+		req.Key, req.Reference = "pk_2", "ch_2"
+		held, err = adapter.Charge(t.Context(), req)
+		require.NoError(t, err)
+		mu.Lock()
+		now = now.Add(time.Hour)
+		mu.Unlock()
+		found, err := adapter.Find(t.Context(), psp.LookupRequest{ProviderID: held.ID})
+		require.NoError(t, err)
+		require.Equal(t, psp.StatusCanceled, found.Status, "released by the provider when the hold expired")
+		op = psp.OperationRequest{Key: "cpk_2", Charge: held.ID, Amount: 1000, Currency: "EUR", Reference: "cp_2", ChargeReference: "ch_2"}
+		refused, err := adapter.Capture(t.Context(), op)
+		require.NoError(t, err)
+		require.Equal(t, op.Refused("payment_intent_unexpected_state"), refused)
+	})
+
+	t.Run("a capture whose answer is lost is found by the charge's lookup", func(t *testing.T) {
+		t.Parallel()
+		_, adapter := start(t, always(fakepsp.OnCapture, fakepsp.FaultApplyThenReset, 0))
+
+		req := request("pk_1", "ch_1", "pm_card_visa")
+		req.CaptureLater = true
+		held, err := adapter.Charge(t.Context(), req)
+		require.NoError(t, err)
+		_, err = adapter.Capture(t.Context(), psp.OperationRequest{Key: "cpk_1", Charge: held.ID, Amount: 1000, Currency: "EUR", Reference: "cp_1", ChargeReference: "ch_1"})
+		requirePSPError(t, err, psp.ErrUnknownOutcome, "reset_after_send")
+		found, err := adapter.Find(t.Context(), psp.LookupRequest{ProviderID: held.ID})
+		require.NoError(t, err)
+		require.Equal(t, psp.StatusSucceeded, found.Status)
+		require.Equal(t, int64(1000), found.AmountCaptured)
 	})
 
 	t.Run("without dedupe, two intents for one charge are never a pick", func(t *testing.T) {

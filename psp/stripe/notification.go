@@ -23,13 +23,16 @@ const SignatureHeader = "Stripe-Signature"
 
 // The event types that carry a charge's PaymentIntent. Its status decides
 // what the event proves, as in an answer (chargeOf): succeeded and a
-// failed confirmation are final; processing and requires_action are not.
+// failed confirmation are final; processing and requires_action are not;
+// an intent to be captured later is held (amount_capturable_updated),
+// captured (succeeded) or released (canceled).
 var intentEvents = map[stripego.EventType]bool{
-	stripego.EventTypePaymentIntentSucceeded:      true,
-	stripego.EventTypePaymentIntentPaymentFailed:  true,
-	stripego.EventTypePaymentIntentCanceled:       true,
-	stripego.EventTypePaymentIntentProcessing:     true,
-	stripego.EventTypePaymentIntentRequiresAction: true,
+	stripego.EventTypePaymentIntentSucceeded:               true,
+	stripego.EventTypePaymentIntentAmountCapturableUpdated: true,
+	stripego.EventTypePaymentIntentPaymentFailed:           true,
+	stripego.EventTypePaymentIntentCanceled:                true,
+	stripego.EventTypePaymentIntentProcessing:              true,
+	stripego.EventTypePaymentIntentRequiresAction:          true,
 }
 
 // The event types that carry a Refund. Since API version 2024-10-28 Stripe

@@ -241,6 +241,34 @@ func TestStripeEventsFromTheFake(t *testing.T) {
 	require.Equal(t, refund, n.Refund)
 	require.Equal(t, "re_1", n.Reference)
 
+	// A charge to capture later: authorized, captured; another canceled.
+	// A capture's or cancel's event names its own request's key.
+	later := psp.ChargeRequest{Key: "pk_3", Amount: 1200, Currency: "EUR", PaymentMethod: "pm_card_visa", Reference: "ch_3", CaptureLater: true}
+	held, err := adapter.Charge(t.Context(), later)
+	require.NoError(t, err)
+	event, n = next(t)
+	require.Equal(t, stripego.EventTypePaymentIntentAmountCapturableUpdated, event.Type)
+	require.Equal(t, psp.NotificationCharge, n.Kind)
+	require.Equal(t, held, n.Charge)
+	captured, err := adapter.Capture(t.Context(), psp.OperationRequest{Key: "cpk_3", Charge: held.ID, Amount: 700, Currency: "EUR", Reference: "cp_3", ChargeReference: "ch_3"})
+	require.NoError(t, err)
+	event, n = next(t)
+	require.Equal(t, stripego.EventTypePaymentIntentSucceeded, event.Type)
+	require.Equal(t, captured, n.Charge)
+	require.Equal(t, int64(700), n.Charge.AmountCaptured)
+	require.Equal(t, "cpk_3", n.ProviderKey)
+	require.Equal(t, "ch_3", n.Reference)
+	later.Key, later.Reference = "pk_4", "ch_4"
+	held, err = adapter.Charge(t.Context(), later)
+	require.NoError(t, err)
+	next(t)
+	canceled, err := adapter.Cancel(t.Context(), psp.OperationRequest{Key: "cxk_4", Charge: held.ID, Amount: 1200, Currency: "EUR", Reference: "cx_4", ChargeReference: "ch_4"})
+	require.NoError(t, err)
+	event, n = next(t)
+	require.Equal(t, stripego.EventTypePaymentIntentCanceled, event.Type)
+	require.Equal(t, canceled, n.Charge)
+	require.Equal(t, psp.StatusCanceled, n.Charge.Status)
+
 	for _, key := range []string{"forged-1", "forged-2"} {
 		_, err := adapter.Charge(t.Context(), psp.ChargeRequest{Key: key, Amount: 1200, Currency: "EUR", PaymentMethod: "pm_card_visa", Reference: "ch_" + key})
 		require.NoError(t, err)
@@ -253,6 +281,6 @@ func TestStripeEventsFromTheFake(t *testing.T) {
 
 	stats, err := fakepsp.FetchNotifications(t.Context(), provider.URL)
 	require.NoError(t, err)
-	require.Equal(t, 5, stats.Made)
+	require.Equal(t, 9, stats.Made)
 	require.Equal(t, 2, stats.Forged)
 }

@@ -106,10 +106,11 @@ type Adapter struct {
 	telemetry  psp.Telemetry
 }
 
-// Adapter is a psp.Provider and a psp.Refunder.
+// Adapter is a psp.Provider, a psp.Refunder and a psp.Capturer.
 var (
 	_ psp.Provider = (*Adapter)(nil)
 	_ psp.Refunder = (*Adapter)(nil)
+	_ psp.Capturer = (*Adapter)(nil)
 )
 
 // New returns an Adapter for cfg, with zero fields set to their defaults.
@@ -145,16 +146,20 @@ func (a *Adapter) Timeout() time.Duration { return a.timeout }
 // Capabilities are Stripe's: a 24-hour key window, a strongly consistent
 // lookup by reference (search finds, the list endpoint proves not-found;
 // see the package doc), a strong retrieve by PaymentIntent id, refunds,
-// and signed events (ParseNotification).
+// signed events (ParseNotification), and authorizations captured or
+// canceled later, held seven days (psp.DefaultHoldWindow, Stripe's for
+// card payments).
 func (a *Adapter) Capabilities() psp.Capabilities {
 	return psp.Capabilities{
-		Name:          a.name,
-		KeyWindow:     KeyWindow,
-		Lookup:        psp.LookupByReference,
-		Consistency:   psp.Strong,
-		ByProviderID:  true,
-		Refunds:       true,
-		Notifications: true,
+		Name:            a.name,
+		KeyWindow:       KeyWindow,
+		Lookup:          psp.LookupByReference,
+		Consistency:     psp.Strong,
+		ByProviderID:    true,
+		Refunds:         true,
+		Notifications:   true,
+		SeparateCapture: true,
+		HoldWindow:      psp.DefaultHoldWindow,
 	}
 }
 
@@ -202,6 +207,10 @@ func (a *Adapter) charge(ctx context.Context, req psp.ChargeRequest, header http
 			Enabled:        stripego.Bool(true),
 			AllowRedirects: stripego.String("never"),
 		},
+	}
+	if req.CaptureLater {
+		// Authorized only: requires_capture until Capture or Cancel.
+		params.CaptureMethod = stripego.String(string(stripego.PaymentIntentCaptureMethodManual))
 	}
 	params.IdempotencyKey = stripego.String(req.Key)
 	params.AddMetadata(MetadataKey, req.Reference)
@@ -301,6 +310,71 @@ func (a *Adapter) refund(ctx context.Context, req psp.RefundRequest, header http
 		return req.Refused(got.refund.FailureCode), nil
 	}
 	return got.refund, err
+}
+
+// Capture captures req.Amount of the PaymentIntent req.Charge, created
+// with capture_method manual, with req.Key as its Idempotency-Key (POST
+// /v1/payment_intents/{id}/capture, amount_to_capture), and classifies the
+// answer (classify): the intent as the capture left it (succeeded,
+// AmountCaptured its amount_received), Stripe's refusal for the intent's
+// state or the amount (req.Refused with Stripe's code:
+// payment_intent_unexpected_state, amount_too_large), or a *psp.Error of
+// kind ErrNotApplied or ErrUnknownOutcome. Exactly one request is sent.
+func (a *Adapter) Capture(ctx context.Context, req psp.OperationRequest) (psp.Charge, error) {
+	return traced(ctx, a, psp.OpCapture, psp.Telemetry.End, func(ctx context.Context, header http.Header, _ trace.Span) (psp.Charge, error) {
+		if err := a.checkOperation(req, true); err != nil {
+			return psp.Charge{}, err
+		}
+		params := &stripego.PaymentIntentCaptureParams{AmountToCapture: stripego.Int64(req.Amount)}
+		params.IdempotencyKey = stripego.String(req.Key)
+		return a.operate(ctx, opCapture, req, header, func(ctx context.Context) (*stripego.PaymentIntent, error) {
+			return a.client.V1PaymentIntents.Capture(ctx, req.Charge, params)
+		})
+	})
+}
+
+// Cancel releases the PaymentIntent req.Charge, with req.Key as its
+// Idempotency-Key (POST /v1/payment_intents/{id}/cancel), and classifies
+// the answer as Capture does: the intent canceled, Stripe's refusal, or a
+// *psp.Error.
+func (a *Adapter) Cancel(ctx context.Context, req psp.OperationRequest) (psp.Charge, error) {
+	return traced(ctx, a, psp.OpCancel, psp.Telemetry.End, func(ctx context.Context, header http.Header, _ trace.Span) (psp.Charge, error) {
+		if err := a.checkOperation(req, false); err != nil {
+			return psp.Charge{}, err
+		}
+		params := &stripego.PaymentIntentCancelParams{}
+		params.IdempotencyKey = stripego.String(req.Key)
+		return a.operate(ctx, opCancel, req, header, func(ctx context.Context) (*stripego.PaymentIntent, error) {
+			return a.client.V1PaymentIntents.Cancel(ctx, req.Charge, params)
+		})
+	})
+}
+
+// checkOperation refuses, as not applied, a capture or cancel that must
+// not be sent: one checkSend refuses, one naming no intent, or a capture
+// of no money (Stripe would capture all that is capturable).
+func (a *Adapter) checkOperation(req psp.OperationRequest, capture bool) error {
+	if err := a.checkSend(req.Key); err != nil {
+		return err
+	}
+	switch {
+	case req.Charge == "":
+		return &psp.Error{Kind: psp.ErrNotApplied, Reason: "invalid_request", Err: errors.New("no authorized charge")}
+	case capture && req.Amount <= 0:
+		return &psp.Error{Kind: psp.ErrNotApplied, Reason: "invalid_request", Err: errors.New("capture amount not positive")}
+	}
+	return nil
+}
+
+// operate makes the one request of a capture or cancel (o) of req that
+// send makes; a refusal answers with what req asked for.
+func (a *Adapter) operate(ctx context.Context, o op, req psp.OperationRequest, header http.Header,
+	send func(context.Context) (*stripego.PaymentIntent, error)) (psp.Charge, error) {
+	got, err := once(ctx, a, o, header, send, setIntent)
+	if err == nil && got.charge.ID == "" {
+		return req.Refused(got.charge.DeclineCode), nil
+	}
+	return got.charge, err
 }
 
 // FindRefund looks a refund up: by q.ProviderID when an earlier answer

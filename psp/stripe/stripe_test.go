@@ -692,7 +692,7 @@ func TestCapabilities(t *testing.T) {
 	adapter := newAdapter("http://127.0.0.1:1", func(c *pspstripe.Config) { c.Timeout = 7 * time.Second })
 	require.Equal(t, psp.Capabilities{
 		Name: "stripe", KeyWindow: 24 * time.Hour, Lookup: psp.LookupByReference, Consistency: psp.Strong, ByProviderID: true, Refunds: true,
-		Notifications: true,
+		Notifications: true, SeparateCapture: true, HoldWindow: 7 * 24 * time.Hour,
 	}, adapter.Capabilities())
 	require.Equal(t, 7*time.Second, adapter.Timeout())
 	require.Equal(t, psp.DefaultTimeout, pspstripe.New(pspstripe.Config{}).Timeout())

@@ -58,6 +58,8 @@ var routes = []struct {
 }{
 	{regexp.MustCompile(`^/v1/payment_intents/search$`), "/v1/payment_intents/search"},
 	{regexp.MustCompile(`^/v1/payment_intents/[^/]+$`), "/v1/payment_intents/{intent}"},
+	{regexp.MustCompile(`^/v1/payment_intents/[^/]+/capture$`), "/v1/payment_intents/{intent}/capture"},
+	{regexp.MustCompile(`^/v1/payment_intents/[^/]+/cancel$`), "/v1/payment_intents/{intent}/cancel"},
 	{regexp.MustCompile(`^/v1/refunds/[^/]+$`), "/v1/refunds/{refund}"},
 }
 
@@ -162,7 +164,8 @@ func TestStripeMock(t *testing.T) {
 // requestsAgainstStripeMock drives the adapter through every request shape
 // it sends — a charge with and without a tenant, a retrieve, a search, a
 // scan of the list paged on, a refund with and without a reason and a
-// tenant, a refund's retrieve and its list paged on — against stripe-mock,
+// tenant, a charge to capture later, a capture and a cancel, a refund's
+// retrieve and its list paged on — against stripe-mock,
 // which refuses with 400 a parameter Stripe does not know, a value of the
 // wrong type or enum, or a required one missing. Every request must be
 // accepted, and every shape must have been sent, so a new parameter is
@@ -204,6 +207,19 @@ func requestsAgainstStripeMock(t *testing.T, baseURL string) {
 	_, err = adapter.Refund(ctx, refund)
 	require.NoError(t, err)
 
+	// A charge to capture later, its capture and its cancel. The mock's
+	// fixture intent is no manual one, and never held.
+	later := visaRequest("cf_mock_3")
+	later.CaptureLater = true
+	_, err = adapter.Charge(ctx, later)
+	requirePSPError(t, err, psp.ErrUnknownOutcome, "intent_requires_payment_method")
+	operation := psp.OperationRequest{Key: "cf_cp_mock", Charge: intentID, Amount: 500, Currency: "USD", Reference: "cp_1", ChargeReference: "ch_1"}
+	_, err = adapter.Capture(ctx, operation)
+	requirePSPError(t, err, psp.ErrUnknownOutcome, "intent_requires_payment_method")
+	operation.Key = "cf_cx_mock"
+	_, err = adapter.Cancel(ctx, operation)
+	requirePSPError(t, err, psp.ErrUnknownOutcome, "intent_requires_payment_method")
+
 	byID, err := adapter.FindRefund(ctx, psp.LookupRequest{Key: "rk_mock_1", Charge: intentID, Reference: "re_1", ProviderID: got.ID})
 	require.NoError(t, err)
 	require.Equal(t, got.ID, byID.ID)
@@ -230,6 +246,9 @@ func requestsAgainstStripeMock(t *testing.T, baseURL string) {
 		"GET /v1/payment_intents created[gte] created[lte] limit starting_after",
 		"POST /v1/refunds amount metadata[chargeflow_refund] metadata[chargeflow_tenant] payment_intent reason",
 		"POST /v1/refunds amount metadata[chargeflow_refund] payment_intent",
+		"POST /v1/payment_intents amount automatic_payment_methods[allow_redirects] automatic_payment_methods[enabled] capture_method confirm currency metadata[chargeflow_charge] metadata[chargeflow_tenant] payment_method",
+		"POST /v1/payment_intents/{intent}/capture amount_to_capture",
+		"POST /v1/payment_intents/{intent}/cancel",
 		"GET /v1/refunds/{refund}",
 		"GET /v1/refunds limit payment_intent",
 		"GET /v1/refunds limit payment_intent starting_after",
@@ -247,7 +266,8 @@ func requestsAgainstStripeMock(t *testing.T, baseURL string) {
 // differ from the adapter's by one parameter Stripe's description does not
 // allow are refused with 400, and the adapter's own are accepted.
 func stripeMockRefuses(t *testing.T, baseURL string) {
-	for i, r := range stripemocktest.Requests("pi_1", "re_1", "pm_card_visa") {
+	ids := stripemocktest.IDs{Intent: "pi_1", Refund: "re_1", PaymentMethod: "pm_card_visa", ToCapture: "pi_2", ToCancel: "pi_3", Held: "pi_4"}
+	for i, r := range stripemocktest.Requests(ids) {
 		status := stripemocktest.Send(t, http.DefaultClient, baseURL, mockKey, fmt.Sprintf("cf_variant_%d", i), r)
 		want := http.StatusBadRequest
 		if r.Valid {

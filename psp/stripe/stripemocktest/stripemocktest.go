@@ -145,16 +145,37 @@ type Request struct {
 	Valid        bool       // whether Stripe's description allows it
 }
 
+// IDs are the objects the requests name.
+type IDs struct {
+	// Intent is a PaymentIntent, Refund one of its refunds, PaymentMethod
+	// the payment method a charge is made with.
+	Intent, Refund, PaymentMethod string
+
+	// ToCapture and ToCancel are PaymentIntents authorized to be captured
+	// later and still held, which the valid capture and the valid cancel
+	// settle; Held is one more that every refused capture and cancel
+	// names, which a server that refuses them before anything executes
+	// leaves held. Three, so that a server that keeps state (the fake)
+	// refuses each variant for its form and never for the intent's state.
+	ToCapture, ToCancel, Held string
+}
+
 // Requests are the adapter's request shapes, and variants of them that
 // stripe-mock refuses: a required parameter missing, one Stripe does not
-// know, a value of the wrong type or outside its enum. intent, refund and
-// paymentMethod are the ids they name.
-func Requests(intent, refund, paymentMethod string) []Request {
+// know, a value of the wrong type or outside its enum, naming ids.
+func Requests(ids IDs) []Request {
+	intent, refund := ids.Intent, ids.Refund
 	charge := url.Values{
-		"amount": {"1000"}, "currency": {"usd"}, "payment_method": {paymentMethod}, "confirm": {"true"},
+		"amount": {"1000"}, "currency": {"usd"}, "payment_method": {ids.PaymentMethod}, "confirm": {"true"},
 		"automatic_payment_methods[enabled]": {"true"}, "automatic_payment_methods[allow_redirects]": {"never"},
 		"metadata[chargeflow_charge]": {"ch_1"}, "metadata[chargeflow_tenant]": {"tn_1"},
 	}
+	later := url.Values{"capture_method": {"manual"}}
+	for name, values := range charge {
+		later[name] = values
+	}
+	capture := url.Values{"amount_to_capture": {"500"}}
+	capturePath := func(id, action string) string { return "/v1/payment_intents/" + id + "/" + action }
 	refunds := url.Values{"payment_intent": {intent}, "amount": {"100"}, "reason": {"requested_by_customer"},
 		"metadata[chargeflow_refund]": {"re_1"}, "metadata[chargeflow_tenant]": {"tn_1"}}
 	search := url.Values{"query": {"metadata['chargeflow_charge']:'ch_1'"}, "limit": {"10"}}
@@ -184,6 +205,14 @@ func Requests(intent, refund, paymentMethod string) []Request {
 		{"a charge without automatic_payment_methods[enabled]", post, "/v1/payment_intents", del(charge, "automatic_payment_methods[enabled]"), false},
 		{"a charge whose allow_redirects is outside its enum", post, "/v1/payment_intents", set(charge, "automatic_payment_methods[allow_redirects]", "sometimes"), false},
 		{"a charge with an unknown parameter", post, "/v1/payment_intents", set(charge, "reference", "ch_1"), false},
+		{"a charge to capture later", post, "/v1/payment_intents", later, true},
+		{"a charge whose capture_method is outside its enum", post, "/v1/payment_intents", set(later, "capture_method", "later"), false},
+		{"a capture", post, capturePath(ids.ToCapture, "capture"), capture, true},
+		{"a capture whose amount_to_capture is not an integer", post, capturePath(ids.Held, "capture"), set(capture, "amount_to_capture", "5.5"), false},
+		{"a capture with an unknown parameter", post, capturePath(ids.Held, "capture"), set(capture, "amount", "500"), false},
+		{"a cancel", post, capturePath(ids.ToCancel, "cancel"), url.Values{}, true},
+		{"a cancel whose cancellation_reason is outside its enum", post, capturePath(ids.Held, "cancel"), url.Values{"cancellation_reason": {"changed_mind"}}, false},
+		{"a cancel with an unknown parameter", post, capturePath(ids.Held, "cancel"), url.Values{"reason": {"duplicate"}}, false},
 		{"a refund", post, "/v1/refunds", refunds, true},
 		{"a refund whose amount is not an integer", post, "/v1/refunds", set(refunds, "amount", "1.5"), false},
 		{"a refund whose reason is outside its enum", post, "/v1/refunds", set(refunds, "reason", "changed_mind"), false},
