@@ -444,7 +444,7 @@ func (s *system) operateAround(ctx context.Context, chargeKey, id string, amount
 	case 1:
 		st.amount = max(amount/2, 1)
 	}
-	at := expiry.Add(time.Duration(s.intn(4000)-1500) * time.Millisecond)
+	at := expiry.Add(time.Duration(s.intn(4500)-2500) * time.Millisecond)
 	select {
 	case <-ctx.Done():
 		return false

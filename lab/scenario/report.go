@@ -192,8 +192,13 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 	}
 
 	// Reconciler events carry strictly increasing lease tokens per charge.
+	// The hold sweep's release of a held charge is the one that carries
+	// none (reconciler/hold.go): it claims without a lease, and its move is
+	// a compare-and-set from requires_capture with no capture or cancel in
+	// flight, from which nothing but a release of a hold the provider
+	// released can follow.
 	rows, err := s.pool.Query(ctx, `SELECT charge_id, lease_token FROM charge_audit
-		WHERE actor LIKE 'reconciler:%' ORDER BY charge_id, id`)
+		WHERE actor LIKE 'reconciler:%' AND reason IS DISTINCT FROM 'hold_released' ORDER BY charge_id, id`)
 	if err != nil {
 		return err
 	}
