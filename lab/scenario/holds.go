@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	chargeflow "github.com/chargeflow/chargeflow/client"
@@ -376,9 +377,9 @@ func holdExpiresDuringCapture() Scenario {
 			return append(slices.Clone(window), "--hold-margin", holdMargin.String(), "--hold-recheck", holdRecheck.String())
 		},
 		Faults: `{"seed": 31, "rules": [{"on": "capture", "fault": "latency", "p": 0.3, "ms": 700},
-			{"on": "capture", "fault": "delayed_apply", "p": 0.2, "ms": 1500},
+			{"on": "capture", "fault": "delayed_apply", "p": 0.3, "ms": 1500},
 			{"on": "cancel", "fault": "latency", "p": 0.3, "ms": 700}]}`,
-		Run:      holdsExpire(30, 100),
+		Run:      holdsExpire(40, 100),
 		MustFire: []string{"hold:capture_in_time", "hold:refused_expired", "hold:released_by_sweep", "fault:latency", "fault:delayed_apply"},
 		NotRunWith: func(psp string) string {
 			if psp == "stripe" {
@@ -389,15 +390,32 @@ func holdExpiresDuringCapture() Scenario {
 	}
 }
 
+// aroundExpiry are the moments, from a hold's expiry at the provider, at
+// which hold-expires-during-capture captures or cancels a held charge, and
+// what it sends then; the held charges take them in turn. Some are applied
+// in time; some reach the provider about when the hold expires, held there
+// by its latency or applied late (delayed_apply); some are accepted after
+// the expiry but before the hold sweep releases the charge, and refused
+// hold_expired there; some come after the sweep (charge_not_capturable).
+var aroundExpiry = []struct {
+	offset time.Duration
+	step   opStep
+}{
+	{-2000 * time.Millisecond, opStep{}},
+	{-1500 * time.Millisecond, opStep{cancel: true}},
+	{-600 * time.Millisecond, opStep{amount: -2}},
+	{-250 * time.Millisecond, opStep{}},
+	{150 * time.Millisecond, opStep{}},
+	{300 * time.Millisecond, opStep{cancel: true}},
+	{1200 * time.Millisecond, opStep{amount: -2}},
+	{2500 * time.Millisecond, opStep{}},
+}
+
 // holdsExpire sends charges to be captured later and captures or cancels
 // each held one around the moment its hold expires at the provider (read
-// from the provider's ledger), from a second and a half before to two and
-// a half after, so that some operations are applied in time, some are
-// accepted before the expiry and reach the provider after it, some are
-// accepted after it and refused there (hold_expired), and some come after
-// the reconciler's hold sweep released the charge (charge_not_capturable).
-// Then every hold must end: captured, or released (canceled) by a cancel or
-// by the sweep.
+// from the provider's ledger), at the moments of aroundExpiry, each
+// drawn 100 ms either way. Then every hold must end: captured, or released
+// (canceled) by a cancel or by the sweep.
 func holdsExpire(short, full int) func(ctx context.Context, s *system) error {
 	return func(ctx context.Context, s *system) error {
 		charges, err := s.heldTraffic(ctx, "hold", s.charges(short, full))
@@ -412,20 +430,22 @@ func holdsExpire(short, full int) func(ctx context.Context, s *system) error {
 		for _, e := range ledger {
 			expires[e.Reference] = e.HoldExpiresAt
 		}
+		var turn atomic.Int64
 		err = s.operateAll(ctx, charges, func(ctx context.Context, chargeKey, id string, amount int64) bool {
-			return s.operateAround(ctx, chargeKey, id, amount, expires[id])
+			return s.operateAround(ctx, chargeKey, id, amount, expires[id], &turn)
 		})
 		return errors.Join(err, s.waitHoldsEnded(ctx))
 	}
 }
 
-// operateAround sends one capture (all or half of the charge) or, one time
-// in four, a cancel of a held charge at a seeded moment around expiry, the
-// end of its hold at the provider. Accepted, it must succeed or fail
-// hold_expired; refused, it must be charge_not_capturable and answered
-// after the expiry (only the provider's release lets the sweep release the
-// charge).
-func (s *system) operateAround(ctx context.Context, chargeKey, id string, amount int64, expiry time.Time) bool {
+// operateAround sends one capture or cancel of a held charge at the next
+// moment of aroundExpiry (turn counts them) from expiry, the end of its hold
+// at the provider; a half capture (amount -2 there) takes half the charge.
+// Accepted, it must succeed or fail hold_expired; refused, it must be
+// charge_not_capturable and answered after the expiry (only the
+// provider's release lets the sweep release the charge). A charge not
+// held gets one capture, which must be refused charge_not_capturable.
+func (s *system) operateAround(ctx context.Context, chargeKey, id string, amount int64, expiry time.Time, turn *atomic.Int64) bool {
 	state, ok := s.awaitHeld(ctx, id)
 	if !ok || state == "" {
 		return ok
@@ -437,14 +457,12 @@ func (s *system) operateAround(ctx context.Context, chargeKey, id string, amount
 		s.client.unexpectedf("charge %s is held, but the provider's ledger has no hold of it", id)
 		return true
 	}
-	st := opStep{}
-	switch s.intn(4) {
-	case 0:
-		st.cancel = true
-	case 1:
+	moment := aroundExpiry[int(turn.Add(1)-1)%len(aroundExpiry)]
+	st := moment.step
+	if st.amount < 0 {
 		st.amount = max(amount/2, 1)
 	}
-	at := expiry.Add(time.Duration(s.intn(4500)-2500) * time.Millisecond)
+	at := expiry.Add(moment.offset + time.Duration(s.intn(200)-100)*time.Millisecond)
 	select {
 	case <-ctx.Done():
 		return false
