@@ -236,27 +236,11 @@ func stepRefund(s *hstate, in opInput, out opOutput) []*hstate {
 		n.read = "succeeded"
 		return n.seal()
 	}
-	if out.unknown {
-		if n := create("", ""); !rec.stored() && n != nil {
-			return []*hstate{s, n}
-		}
-		return []*hstate{s}
+	if next, handled := stepCreated(s, rec, in, out, create, func(n *hstate) keyRec { return n.refund(in.key) },
+		func(n *hstate, rec keyRec) { n.setRefund(in.key, rec) }); handled {
+		return next
 	}
 	switch {
-	case out.status == http.StatusCreated && !rec.stored():
-		n := create(out.id, out.body)
-		if out.replayed || n == nil || n.refund(in.key).amount != out.amount {
-			return nil
-		}
-		return []*hstate{n}
-	case out.status == http.StatusCreated:
-		got, ok := replayOf(rec, in, out)
-		if !ok || out.amount != rec.amount {
-			return nil
-		}
-		n := s.clone()
-		n.setRefund(in.key, got)
-		return []*hstate{n.seal()}
 	case out.status == http.StatusConflict && out.code == codeRefundExceedsCharge:
 		// Only a succeeded charge is measured, and a key with a record
 		// gets its answer first.
@@ -283,6 +267,39 @@ func stepRefund(s *hstate, in opInput, out opOutput) []*hstate {
 	return nil
 }
 
+// stepCreated is what a refund, a capture and a cancel share, each a
+// record of its own under its key (rec, in s): an attempt without an
+// answer may have created it (create, nil when it could not) or not; a
+// first 201 creates it, not marked as a replay, of the amount the record
+// created holds (recorded reads it back); a later one replays it, with the
+// first answer's id, body and amount, whose record set keeps. handled is
+// false for any other answer.
+func stepCreated(s *hstate, rec keyRec, in opInput, out opOutput, create func(id, body string) *hstate,
+	recorded func(*hstate) keyRec, set func(*hstate, keyRec)) (next []*hstate, handled bool) {
+	switch {
+	case out.unknown:
+		if n := create("", ""); !rec.stored() && n != nil {
+			return []*hstate{s, n}, true
+		}
+		return []*hstate{s}, true
+	case out.status == http.StatusCreated && !rec.stored():
+		n := create(out.id, out.body)
+		if out.replayed || n == nil || recorded(n).amount != out.amount {
+			return nil, true
+		}
+		return []*hstate{n}, true
+	case out.status == http.StatusCreated:
+		got, ok := replayOf(rec, in, out)
+		if !ok || out.amount != rec.amount {
+			return nil, true
+		}
+		n := s.clone()
+		set(n, got)
+		return []*hstate{n.seal()}, true
+	}
+	return nil, false
+}
+
 // stepOperation is a capture or a cancel (docs/api.md, "Authorize now,
 // capture later"). A 201 creates its record, of what it takes (all that was
 // authorized when it names no amount; a cancel, the authorized amount),
@@ -301,27 +318,11 @@ func stepOperation(s *hstate, in opInput, out opOutput) []*hstate {
 		n.ops = withRecord(n.ops, in.key, keyRec{fp: in.fp, id: id, body: body, amount: amount})
 		return n.seal()
 	}
-	if out.unknown {
-		if n := create("", ""); !rec.stored() && n != nil {
-			return []*hstate{s, n}
-		}
-		return []*hstate{s}
+	if next, handled := stepCreated(s, rec, in, out, create, func(n *hstate) keyRec { return recordOf(n.ops, in.key) },
+		func(n *hstate, rec keyRec) { n.ops = withRecord(n.ops, in.key, rec) }); handled {
+		return next
 	}
 	switch {
-	case out.status == http.StatusCreated && !rec.stored():
-		n := create(out.id, out.body)
-		if out.replayed || n == nil || out.amount != amount {
-			return nil
-		}
-		return []*hstate{n}
-	case out.status == http.StatusCreated:
-		got, ok := replayOf(rec, in, out)
-		if !ok || out.amount != rec.amount {
-			return nil
-		}
-		n := s.clone()
-		n.ops = withRecord(n.ops, in.key, got)
-		return []*hstate{n.seal()}
 	case out.status == http.StatusConflict && out.code == codeChargeNotCapturable:
 		if rec.stored() || !s.charge.stored() {
 			return nil
