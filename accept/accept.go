@@ -1,10 +1,11 @@
 // Package accept accepts what a merchant asks for once per idempotency key:
-// a charge or a refund of one, written with its idempotency record, its
-// first event and its charge.submit job in one statement — one round trip,
-// one transaction, one commit, shared with the charges that arrive while the
-// previous statement runs (batch.go). It keeps the records it wrote or read
-// last, to answer retries without a database read (replaycache.go), and
-// lets the refunds of one charge take turns (turns.go).
+// a charge, or a refund, capture or cancel of one, written with its
+// idempotency record, its first event and its charge.submit job in one
+// statement — one round trip, one transaction, one commit, shared with the
+// charges that arrive while the previous statement runs (batch.go). It
+// keeps the records it wrote or read last, to answer retries without a
+// database read (replaycache.go), and lets the requests that act on one
+// charge take turns (turns.go).
 //
 // It knows nothing of HTTP: the API parses a request into an
 // intent.Acceptance, calls Accept, and renders what it returns.
@@ -76,7 +77,7 @@ type Acceptor struct {
 	replays *replayCache
 	// batches batches new charges (Config.Batches); nil sends each alone.
 	batches *batch.Batcher[intent.Acceptance, acceptAnswer]
-	// turns lets the refunds of one charge go one at a time.
+	// turns lets the requests that act on one charge go one at a time.
 	turns     *turns
 	batchSize metric.Int64Histogram
 }
@@ -137,8 +138,8 @@ func (a *Acceptor) Record(ctx context.Context, tenantID string, keyHash [32]byte
 }
 
 // Turn waits until key's turn comes (turns.go) or ctx is done, and returns
-// the function that passes the turn on. The refunds of one charge take
-// turns under the charge's key.
+// the function that passes the turn on. The refunds, captures and cancels
+// of one charge take turns under the charge's key.
 func (a *Acceptor) Turn(ctx context.Context, key string) (release func(), err error) {
 	return a.turns.wait(ctx, key)
 }
@@ -227,8 +228,8 @@ func (a *Acceptor) acceptOnce(ctx context.Context, acc intent.Acceptance) (inten
 
 // acceptInTx is Accept in an explicit transaction, with the crash point
 // APIAfterInsertBeforeCommit between the statement and the commit. A
-// refund's transaction first waits for its charge's row
-// (intent.LockForRefund).
+// refund's, capture's or cancel's transaction first waits for its charge's
+// row (intent.LockForRefund).
 func (a *Acceptor) acceptInTx(ctx context.Context, acc intent.Acceptance) (intent.IdempotencyRecord, bool, error) {
 	tx, err := a.cfg.DB.Begin(ctx)
 	if err != nil {

@@ -6,13 +6,13 @@ import (
 )
 
 // turns lets one request at a time per key go on, the others waiting in
-// arrival order without holding anything else. Refunds of one charge take
-// turns (Acceptor.Turn): each must wait for the previous one's commit on
-// the charge's row anyway, and waiting here rather than on the row keeps
-// every other request's database connections free, so a hot charge cannot
-// starve the pool and turn contention into unavailability. Across API
-// processes the row lock still orders them (intent.LockForRefund), with at
-// most one waiter per process.
+// arrival order without holding anything else. The refunds, captures and
+// cancels of one charge take turns (Acceptor.Turn): each must wait for the
+// previous one's commit on the charge's row anyway, and waiting here rather
+// than on the row keeps every other request's database connections free,
+// so a hot charge cannot starve the pool and turn contention into
+// unavailability. Across API processes the row lock still orders them
+// (intent.LockForRefund), with at most one waiter per process.
 type turns struct {
 	mu sync.Mutex
 	m  map[string]*turn

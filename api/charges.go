@@ -19,6 +19,7 @@ import (
 	"github.com/chargeflow/chargeflow/crashpoint"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/resource"
 	"github.com/chargeflow/chargeflow/route"
 	"github.com/chargeflow/chargeflow/submit"
@@ -66,10 +67,11 @@ func (s *Server) createCharge(c echo.Context) error {
 		return err
 	}
 
-	provider, err := s.routeOf(ctx, t.ID, req.Currency, req.Amount)
+	provider, err := s.routeOf(ctx, t.ID, req)
 	if err != nil {
 		// As for a body that is not valid: an accepted request's retry is
-		// answered from its record whatever the route says now.
+		// answered from its record whatever the route, or the provider it
+		// names, says now.
 		if replayed, rerr := s.checkReplay(c, &k); replayed || rerr != nil {
 			return rerr
 		}
@@ -89,6 +91,7 @@ func (s *Server) createCharge(c echo.Context) error {
 		Metadata:      req.Metadata,
 		Provider:      provider,
 		ProviderKey:   intent.ProviderKeyFor(id),
+		CaptureLater:  req.CaptureLater,
 		CreatedAt:     now,
 		UpdatedAt:     now,
 	}
@@ -125,19 +128,51 @@ func (s *Server) createCharge(c echo.Context) error {
 	return c.Blob(http.StatusCreated, echo.MIMEApplicationJSON, response)
 }
 
-// routeOf is the provider account a new charge of tenantID goes to.
-func (s *Server) routeOf(ctx context.Context, tenantID, currency string, amount int64) (string, error) {
-	if s.cfg.Route == nil {
-		return s.cfg.Provider, nil
+// routeOf is the provider account a new charge of tenantID goes to, which
+// must be able to capture later when req asks for that.
+func (s *Server) routeOf(ctx context.Context, tenantID string, req chargeRequest) (string, error) {
+	provider := s.cfg.Provider
+	if s.cfg.Route != nil {
+		var err error
+		provider, err = s.cfg.Route(ctx, tenantID, req.Currency, req.Amount)
+		if errors.Is(err, route.ErrNoRoute) {
+			return "", NewProblem(CodeNoRoute, "no enabled provider account of this tenant's route takes a charge of this currency and amount; nothing was stored")
+		}
+		if err != nil {
+			return "", fmt.Errorf("route the charge: %w", err)
+		}
 	}
-	provider, err := s.cfg.Route(ctx, tenantID, currency, amount)
-	if errors.Is(err, route.ErrNoRoute) {
-		return "", NewProblem(CodeNoRoute, "no enabled provider account of this tenant's route takes a charge of this currency and amount; nothing was stored")
-	}
-	if err != nil {
-		return "", fmt.Errorf("route the charge: %w", err)
+	if req.CaptureLater {
+		if err := s.capturesLater(ctx, provider); err != nil {
+			return "", err
+		}
 	}
 	return provider, nil
+}
+
+// capturesLater refuses a charge to be captured later at provider unless
+// the provider declares that it can hold one (SeparateCapture): a charge
+// it cannot hold is never sent to it.
+func (s *Server) capturesLater(ctx context.Context, provider string) error {
+	caps := psp.Capabilities{}
+	if s.cfg.Capabilities != nil {
+		var err error
+		caps, err = s.cfg.Capabilities(ctx, provider)
+		if errors.Is(err, psp.ErrNoSuchProvider) {
+			p := NewProblem(CodeProviderUnavailable, "this process cannot call the provider account the charge would go to, "+
+				"so it cannot tell whether the account can capture later; nothing was stored")
+			p.Cause = err
+			return p
+		}
+		if err != nil {
+			return fmt.Errorf("capabilities of provider %s: %w", provider, err)
+		}
+	}
+	if !caps.SeparateCapture {
+		return FieldProblem(CodeCaptureNotSupported, "capture", "the provider account this charge would go to cannot authorize now and capture later; "+
+			"nothing was stored: send the charge without \"capture\": false to capture it at once")
+	}
+	return nil
 }
 
 // keyed is an idempotent POST read up to its replay check.
@@ -216,13 +251,8 @@ func (s *Server) replay(c echo.Context, rec intent.IdempotencyRecord, fp []byte)
 	c.Set(logReplayKey, true)
 	h := c.Response().Header()
 	h.Set("Idempotent-Replayed", "true")
-	switch {
-	case strings.HasPrefix(rec.ChargeID, intent.RefundIDPrefix):
-		h.Set(echo.HeaderLocation, refundsRoute+"/"+rec.ChargeID)
-	case strings.HasPrefix(rec.ChargeID, "we_"):
-		// An endpoint has no route of its own to point at.
-	default:
-		h.Set(echo.HeaderLocation, chargesRoute+"/"+rec.ChargeID)
+	if location := locationOf(rec.ChargeID); location != "" {
+		h.Set(echo.HeaderLocation, location)
 	}
 	return c.Blob(rec.StatusCode, echo.MIMEApplicationJSON, rec.ResponseBody)
 }

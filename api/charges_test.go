@@ -446,7 +446,7 @@ func TestReadCharges(t *testing.T) {
 			require.Equal(t, "limit", p["field"])
 		}
 		p := apitest.RequireProblem(t, b.Get(t, b.TenantA, "/v1/charges?status=done"), http.StatusBadRequest, api.CodeInvalidParameter)
-		require.Contains(t, p["detail"], "pending, submitting, unknown, succeeded, failed, needs_review")
+		require.Contains(t, p["detail"], "pending, submitting, unknown, requires_capture, succeeded, canceled, failed, needs_review")
 	})
 }
 

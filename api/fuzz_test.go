@@ -91,6 +91,10 @@ func FuzzCreateCharge(f *testing.F) {
 		{`{"amount": 1000, "\u0061mount": 1}`, "fuzz-seed-dup-00000001", jsonCT, tenant, ""},
 		{withMember(`"metadata": {` + manyKeys(51) + `}`), "fuzz-seed-many-0000001", jsonCT, tenant, ""},
 		{withMember(`"description": "` + strings.Repeat("\U0001F600", 1000) + `"`), "fuzz-seed-long-0000001", jsonCT, 3, ""},
+		{withMember(`"capture": false`), "fuzz-seed-capture-0001", jsonCT, tenant, ""},
+		{withMember(`"capture": true`), "fuzz-seed-capture-0002", jsonCT, tenant, ""},
+		{withMember(`"capture": "false"`), "fuzz-seed-capture-0003", jsonCT, tenant, ""},
+		{withMember(`"capture": false, "capture": true`), "fuzz-seed-capture-0004", jsonCT, tenant, ""},
 	} {
 		f.Add([]byte(seed.body), seed.key, seed.contentType, seed.auth, seed.header)
 	}

@@ -48,6 +48,8 @@ func TestContentEncodingIsRefused(t *testing.T) {
 	}{
 		{http.MethodPost, "/v1/charges", apitest.ValidBody, append([]string{"Idempotency-Key", "encoding-charge-key-01"}, merchant...)},
 		{http.MethodPost, "/v1/refunds", `{"charge": "` + charge + `"}`, append([]string{"Idempotency-Key", "encoding-refund-key-01"}, merchant...)},
+		{http.MethodPost, "/v1/charges/" + charge + "/capture", `{}`, append([]string{"Idempotency-Key", "encoding-capture-key1"}, merchant...)},
+		{http.MethodPost, "/v1/charges/" + charge + "/cancel", `{}`, append([]string{"Idempotency-Key", "encoding-cancel-key-1"}, merchant...)},
 		{http.MethodPost, "/v1/webhook_endpoints", `{"url": "https://example.com/hooks", "events": ["*"]}`, merchant},
 		{http.MethodGet, "/v1/charges", "", merchant},
 		{http.MethodPost, "/v1/charges", apitest.ValidBody, []string{"Idempotency-Key", "encoding-charge-key-02", "Content-Type", "application/json"}},

@@ -24,44 +24,48 @@ type Code string
 // The problem codes. docs/api.md and api/openapi.yaml list them too, and a
 // test keeps the three in step.
 const (
-	CodeBodyTooLarge          Code = "body_too_large"
-	CodeCardNumberDetected    Code = "card_number_detected"
-	CodeChargeNotInReview     Code = "charge_not_in_review"
-	CodeChargeNotRefundable   Code = "charge_not_refundable"
-	CodeChargeNotUnknown      Code = "charge_not_unknown"
-	CodeDatabaseUnavailable   Code = "database_unavailable"
-	CodeDraining              Code = "draining"
-	CodeDuplicateMember       Code = "duplicate_member"
-	CodeEndpointLimitReached  Code = "endpoint_limit_reached"
-	CodeEvidenceMismatch      Code = "evidence_mismatch"
-	CodeForbidden             Code = "forbidden"
-	CodeHeadersTooLarge       Code = "headers_too_large"
-	CodeIdempotencyKeyInvalid Code = "idempotency_key_invalid"
-	CodeIdempotencyKeyMissing Code = "idempotency_key_missing"
-	CodeIdempotencyKeyReused  Code = "idempotency_key_reused"
-	CodeIncompleteBody        Code = "incomplete_body"
-	CodeInternal              Code = "internal_error"
-	CodeInvalidField          Code = "invalid_field"
-	CodeInvalidJSON           Code = "invalid_json"
-	CodeInvalidParameter      Code = "invalid_parameter"
-	CodeInvalidSignature      Code = "invalid_signature"
-	CodeInvalidUTF8           Code = "invalid_utf8"
-	CodeKeyWindowPassed       Code = "key_window_passed"
-	CodeMethodNotAllowed      Code = "method_not_allowed"
-	CodeMissingField          Code = "missing_field"
-	CodeNoRoute               Code = "no_route"
-	CodeNotFound              Code = "not_found"
-	CodeNotReady              Code = "not_ready"
-	CodeProviderUnavailable   Code = "provider_unavailable"
-	CodeRateLimited           Code = "rate_limited"
-	CodeReconcileTooSoon      Code = "reconcile_too_soon"
-	CodeRefundExceedsCharge   Code = "refund_exceeds_charge"
-	CodeRequestInProgress     Code = "request_in_progress"
-	CodeTooManyAuthFailures   Code = "too_many_auth_failures"
-	CodeUnauthorized          Code = "unauthorized"
-	CodeUnknownField          Code = "unknown_field"
-	CodeUnsupportedEncoding   Code = "unsupported_content_encoding"
-	CodeUnsupportedMediaType  Code = "unsupported_media_type"
+	CodeBodyTooLarge                Code = "body_too_large"
+	CodeCaptureExceedsAuthorization Code = "capture_exceeds_authorization"
+	CodeCaptureNotSupported         Code = "capture_not_supported"
+	CodeCardNumberDetected          Code = "card_number_detected"
+	CodeChargeNotCapturable         Code = "charge_not_capturable"
+	CodeChargeNotInReview           Code = "charge_not_in_review"
+	CodeChargeNotRefundable         Code = "charge_not_refundable"
+	CodeChargeNotUnknown            Code = "charge_not_unknown"
+	CodeDatabaseUnavailable         Code = "database_unavailable"
+	CodeDraining                    Code = "draining"
+	CodeDuplicateMember             Code = "duplicate_member"
+	CodeEndpointLimitReached        Code = "endpoint_limit_reached"
+	CodeEvidenceMismatch            Code = "evidence_mismatch"
+	CodeForbidden                   Code = "forbidden"
+	CodeHeadersTooLarge             Code = "headers_too_large"
+	CodeIdempotencyKeyInvalid       Code = "idempotency_key_invalid"
+	CodeIdempotencyKeyMissing       Code = "idempotency_key_missing"
+	CodeIdempotencyKeyReused        Code = "idempotency_key_reused"
+	CodeIncompleteBody              Code = "incomplete_body"
+	CodeInternal                    Code = "internal_error"
+	CodeInvalidField                Code = "invalid_field"
+	CodeInvalidJSON                 Code = "invalid_json"
+	CodeInvalidParameter            Code = "invalid_parameter"
+	CodeInvalidSignature            Code = "invalid_signature"
+	CodeInvalidUTF8                 Code = "invalid_utf8"
+	CodeKeyWindowPassed             Code = "key_window_passed"
+	CodeMethodNotAllowed            Code = "method_not_allowed"
+	CodeMissingField                Code = "missing_field"
+	CodeNoRoute                     Code = "no_route"
+	CodeNotFound                    Code = "not_found"
+	CodeNotReady                    Code = "not_ready"
+	CodeOperationInProgress         Code = "operation_in_progress"
+	CodeProviderUnavailable         Code = "provider_unavailable"
+	CodeRateLimited                 Code = "rate_limited"
+	CodeReconcileTooSoon            Code = "reconcile_too_soon"
+	CodeRefundExceedsCharge         Code = "refund_exceeds_charge"
+	CodeRequestInProgress           Code = "request_in_progress"
+	CodeTooManyAuthFailures         Code = "too_many_auth_failures"
+	CodeUnauthorized                Code = "unauthorized"
+	CodeUnknownField                Code = "unknown_field"
+	CodeUnsupportedEncoding         Code = "unsupported_content_encoding"
+	CodeUnsupportedMediaType        Code = "unsupported_media_type"
 )
 
 // codeInfo is the one table that maps a code to its HTTP status and title.
@@ -69,44 +73,48 @@ var codeInfo = map[Code]struct {
 	status int
 	title  string
 }{
-	CodeBodyTooLarge:          {http.StatusRequestEntityTooLarge, "Request body too large"},
-	CodeCardNumberDetected:    {http.StatusBadRequest, "Raw card number in request"},
-	CodeChargeNotInReview:     {http.StatusConflict, "Charge is not in needs_review"},
-	CodeChargeNotRefundable:   {http.StatusConflict, "Charge cannot be refunded"},
-	CodeChargeNotUnknown:      {http.StatusConflict, "Charge is not unknown"},
-	CodeDatabaseUnavailable:   {http.StatusServiceUnavailable, "Database unavailable"},
-	CodeDraining:              {http.StatusServiceUnavailable, "Shutting down"},
-	CodeDuplicateMember:       {http.StatusBadRequest, "Duplicate JSON member"},
-	CodeEndpointLimitReached:  {http.StatusConflict, "Webhook endpoint limit reached"},
-	CodeEvidenceMismatch:      {http.StatusConflict, "The provider's records contradict the resolution"},
-	CodeForbidden:             {http.StatusForbidden, "Forbidden"},
-	CodeHeadersTooLarge:       {http.StatusRequestHeaderFieldsTooLarge, "Request header fields too large"},
-	CodeIdempotencyKeyInvalid: {http.StatusBadRequest, "Invalid Idempotency-Key"},
-	CodeIdempotencyKeyMissing: {http.StatusBadRequest, "Missing Idempotency-Key"},
-	CodeIdempotencyKeyReused:  {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
-	CodeIncompleteBody:        {http.StatusBadRequest, "Request body incomplete"},
-	CodeInternal:              {http.StatusInternalServerError, "Internal error"},
-	CodeInvalidField:          {http.StatusBadRequest, "Invalid field"},
-	CodeInvalidJSON:           {http.StatusBadRequest, "Invalid JSON"},
-	CodeInvalidParameter:      {http.StatusBadRequest, "Invalid query parameter"},
-	CodeInvalidSignature:      {http.StatusBadRequest, "Notification refused"},
-	CodeInvalidUTF8:           {http.StatusBadRequest, "Invalid UTF-8"},
-	CodeKeyWindowPassed:       {http.StatusConflict, "The provider's idempotency key window has passed"},
-	CodeMethodNotAllowed:      {http.StatusMethodNotAllowed, "Method not allowed"},
-	CodeMissingField:          {http.StatusBadRequest, "Missing field"},
-	CodeNoRoute:               {http.StatusUnprocessableEntity, "No provider account takes the charge"},
-	CodeNotFound:              {http.StatusNotFound, "Not found"},
-	CodeNotReady:              {http.StatusServiceUnavailable, "Not ready"},
-	CodeProviderUnavailable:   {http.StatusServiceUnavailable, "Provider unavailable"},
-	CodeRateLimited:           {http.StatusTooManyRequests, "Rate limit exceeded"},
-	CodeReconcileTooSoon:      {http.StatusTooManyRequests, "Looked up too recently"},
-	CodeRefundExceedsCharge:   {http.StatusConflict, "Refunds would exceed the charge"},
-	CodeRequestInProgress:     {http.StatusConflict, "Request in progress"},
-	CodeTooManyAuthFailures:   {http.StatusTooManyRequests, "Too many failed authentications"},
-	CodeUnauthorized:          {http.StatusUnauthorized, "Unauthorized"},
-	CodeUnknownField:          {http.StatusBadRequest, "Unknown field"},
-	CodeUnsupportedEncoding:   {http.StatusUnsupportedMediaType, "Unsupported content encoding"},
-	CodeUnsupportedMediaType:  {http.StatusUnsupportedMediaType, "Unsupported media type"},
+	CodeBodyTooLarge:                {http.StatusRequestEntityTooLarge, "Request body too large"},
+	CodeCaptureExceedsAuthorization: {http.StatusUnprocessableEntity, "Capture exceeds the authorization"},
+	CodeCaptureNotSupported:         {http.StatusUnprocessableEntity, "Provider cannot capture later"},
+	CodeCardNumberDetected:          {http.StatusBadRequest, "Raw card number in request"},
+	CodeChargeNotCapturable:         {http.StatusConflict, "Charge is not held for capture"},
+	CodeChargeNotInReview:           {http.StatusConflict, "Charge is not in needs_review"},
+	CodeChargeNotRefundable:         {http.StatusConflict, "Charge cannot be refunded"},
+	CodeChargeNotUnknown:            {http.StatusConflict, "Charge is not unknown"},
+	CodeDatabaseUnavailable:         {http.StatusServiceUnavailable, "Database unavailable"},
+	CodeDraining:                    {http.StatusServiceUnavailable, "Shutting down"},
+	CodeDuplicateMember:             {http.StatusBadRequest, "Duplicate JSON member"},
+	CodeEndpointLimitReached:        {http.StatusConflict, "Webhook endpoint limit reached"},
+	CodeEvidenceMismatch:            {http.StatusConflict, "The provider's records contradict the resolution"},
+	CodeForbidden:                   {http.StatusForbidden, "Forbidden"},
+	CodeHeadersTooLarge:             {http.StatusRequestHeaderFieldsTooLarge, "Request header fields too large"},
+	CodeIdempotencyKeyInvalid:       {http.StatusBadRequest, "Invalid Idempotency-Key"},
+	CodeIdempotencyKeyMissing:       {http.StatusBadRequest, "Missing Idempotency-Key"},
+	CodeIdempotencyKeyReused:        {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
+	CodeIncompleteBody:              {http.StatusBadRequest, "Request body incomplete"},
+	CodeInternal:                    {http.StatusInternalServerError, "Internal error"},
+	CodeInvalidField:                {http.StatusBadRequest, "Invalid field"},
+	CodeInvalidJSON:                 {http.StatusBadRequest, "Invalid JSON"},
+	CodeInvalidParameter:            {http.StatusBadRequest, "Invalid query parameter"},
+	CodeInvalidSignature:            {http.StatusBadRequest, "Notification refused"},
+	CodeInvalidUTF8:                 {http.StatusBadRequest, "Invalid UTF-8"},
+	CodeKeyWindowPassed:             {http.StatusConflict, "The provider's idempotency key window has passed"},
+	CodeMethodNotAllowed:            {http.StatusMethodNotAllowed, "Method not allowed"},
+	CodeMissingField:                {http.StatusBadRequest, "Missing field"},
+	CodeNoRoute:                     {http.StatusUnprocessableEntity, "No provider account takes the charge"},
+	CodeNotFound:                    {http.StatusNotFound, "Not found"},
+	CodeNotReady:                    {http.StatusServiceUnavailable, "Not ready"},
+	CodeOperationInProgress:         {http.StatusConflict, "Another capture or cancel is in flight"},
+	CodeProviderUnavailable:         {http.StatusServiceUnavailable, "Provider unavailable"},
+	CodeRateLimited:                 {http.StatusTooManyRequests, "Rate limit exceeded"},
+	CodeReconcileTooSoon:            {http.StatusTooManyRequests, "Looked up too recently"},
+	CodeRefundExceedsCharge:         {http.StatusConflict, "Refunds would exceed the charge"},
+	CodeRequestInProgress:           {http.StatusConflict, "Request in progress"},
+	CodeTooManyAuthFailures:         {http.StatusTooManyRequests, "Too many failed authentications"},
+	CodeUnauthorized:                {http.StatusUnauthorized, "Unauthorized"},
+	CodeUnknownField:                {http.StatusBadRequest, "Unknown field"},
+	CodeUnsupportedEncoding:         {http.StatusUnsupportedMediaType, "Unsupported content encoding"},
+	CodeUnsupportedMediaType:        {http.StatusUnsupportedMediaType, "Unsupported media type"},
 }
 
 // Codes lists every problem code.

@@ -252,6 +252,40 @@ func (r *raceTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.Trace
 	}
 }
 
+// requireRetryRacingItsFirstAttempt sends a request with send (to the
+// API at the URL it is given) as a retry through a second API process,
+// whose first read of an idempotency record — the retry's replay check —
+// sends the first attempt through the bundle's own process and waits for
+// its answer. The retry must be answered the first attempt's answer, byte
+// for byte, and charge must have one row acting on it, the first
+// attempt's.
+func (b *testBundle) requireRetryRacingItsFirstAttempt(t *testing.T, charge string, send func(baseURL string) response) {
+	t.Helper()
+	var first response
+	tracer := &raceTracer{}
+	tracer.hook = func() { first = send(b.URL) }
+	poolCfg, err := pgxpool.ParseConfig(b.DBURL)
+	require.NoError(t, err)
+	poolCfg.ConnConfig.Tracer = tracer
+	traced, err := pgxpool.NewWithConfig(t.Context(), poolCfg)
+	require.NoError(t, err)
+	t.Cleanup(traced.Close)
+	cfg := b.Config
+	cfg.DB = traced
+	racing := b.Serve(t, cfg)
+
+	tracer.armed.Store(true)
+	retry := send(racing)
+	require.False(t, tracer.armed.Load(), "the first attempt ran inside the retry")
+	require.Equal(t, http.StatusCreated, first.Status, "body: %s", first.Body)
+	require.Equal(t, http.StatusCreated, retry.Status, "body: %s", retry.Body)
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, first.Body, retry.Body, "the retry is answered the first attempt's answer, byte for byte")
+	var children int
+	require.NoError(t, b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM charges WHERE parent_id = $1`, charge).Scan(&children))
+	require.Equal(t, 1, children)
+}
+
 // A retry of a refund of all that is left, whose first attempt commits
 // between the retry's replay check and its read of the charge, sees
 // nothing left: it must answer the first attempt's refund, not
@@ -264,27 +298,7 @@ func TestRefundRetryRacingItsFirstAttempt(t *testing.T) {
 	body := `{"charge": "` + charge + `"}`
 	const key = "refund-race-key-0001"
 
-	var first response
-	tracer := &raceTracer{}
-	tracer.hook = func() { first = b.Refund(t, b.URL, b.TenantA, key, body) }
-	poolCfg, err := pgxpool.ParseConfig(b.DBURL)
-	require.NoError(t, err)
-	poolCfg.ConnConfig.Tracer = tracer
-	traced, err := pgxpool.NewWithConfig(t.Context(), poolCfg)
-	require.NoError(t, err)
-	t.Cleanup(traced.Close)
-	cfg := b.Config
-	cfg.DB = traced
-	racing := b.Serve(t, cfg)
-
-	tracer.armed.Store(true)
-	retry := b.Refund(t, racing, b.TenantA, key, body)
-	require.False(t, tracer.armed.Load(), "the first attempt ran inside the retry")
-	require.Equal(t, http.StatusCreated, first.Status, "body: %s", first.Body)
-	require.Equal(t, http.StatusCreated, retry.Status, "body: %s", retry.Body)
-	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
-	require.Equal(t, first.Body, retry.Body, "the retry is answered the first attempt's refund, byte for byte")
-	var refunds int
-	require.NoError(t, b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM charges WHERE parent_id = $1`, charge).Scan(&refunds))
-	require.Equal(t, 1, refunds)
+	b.requireRetryRacingItsFirstAttempt(t, charge, func(baseURL string) response {
+		return b.Refund(t, baseURL, b.TenantA, key, body)
+	})
 }

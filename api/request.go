@@ -152,6 +152,8 @@ type chargeRequest struct {
 	PaymentMethod string
 	Description   *string
 	Metadata      map[string]string
+	// CaptureLater is "capture": false: authorize now, capture later.
+	CaptureLater bool
 }
 
 const (
@@ -220,6 +222,11 @@ func chargeFromJSON(v jsoncanon.Value, maxAmount int64) (chargeRequest, error) {
 			req.Description, err = parseDescription(m.Value)
 		case "metadata":
 			req.Metadata, err = parseMetadata(m.Value)
+		case "capture":
+			if m.Value.Kind != jsoncanon.Bool {
+				err = FieldProblem(CodeInvalidField, "capture", "capture must be true (capture at once, the default) or false (authorize now, capture later)")
+			}
+			req.CaptureLater = !m.Value.Bool
 		default:
 			err = FieldProblem(CodeUnknownField, SafeFieldName(m.Name), "this field is not part of a charge request")
 		}

@@ -27,8 +27,12 @@ func (s *Server) routes(e *echo.Echo) {
 	// A charge's audit trail, under the route name merchants already use.
 	v1.GET("/charges/:id/events", s.listAuditTrail)
 	v1.GET("/charges/:id/refunds", s.listRefunds)
+	v1.POST("/charges/:id/capture", s.captureCharge)
+	v1.POST("/charges/:id/cancel", s.cancelCharge)
 	v1.POST("/refunds", s.createRefund)
 	v1.GET("/refunds/:id", s.getRefund)
+	v1.GET("/captures/:id", s.getCapture)
+	v1.GET("/cancels/:id", s.getCancel)
 	v1.GET("/events", s.listEvents)
 	v1.GET("/events/:id", s.getEvent)
 	v1.GET("/events/:id/deliveries", s.listDeliveries)

@@ -81,6 +81,14 @@ type Config struct {
 	// that takes its currency and amount, Provider for a tenant without a
 	// route, or an error wrapping route.ErrNoRoute (422 no_route).
 	Route func(ctx context.Context, tenantID, currency string, amount int64) (string, error)
+	// Capabilities says what the provider (account) called name promises,
+	// as the processes' registry of providers knows it (psp.Registry): a
+	// charge to be captured later is accepted only for one that declares
+	// SeparateCapture (422 capture_not_supported). An error wrapping
+	// psp.ErrNoSuchProvider, an account this process cannot build, is 503
+	// provider_unavailable. Nil knows of no such provider: every charge to
+	// be captured later is refused.
+	Capabilities func(ctx context.Context, name string) (psp.Capabilities, error)
 	// MaxBodyBytes caps a request body. Default 64 KiB.
 	MaxBodyBytes int64
 	// ProviderNotifications verifies and reads the provider's notifications

@@ -124,8 +124,10 @@ func header(headers http.Header, name string) string {
 type Event struct {
 	ID string `json:"id"`
 	// Type is charge.succeeded, charge.failed, charge.needs_review,
-	// refund.succeeded, refund.failed, refund.needs_review or
-	// webhook_endpoint.disabled.
+	// charge.authorized, charge.captured, charge.canceled,
+	// refund.succeeded, refund.failed, refund.needs_review,
+	// capture.failed, capture.needs_review, cancel.failed,
+	// cancel.needs_review or webhook_endpoint.disabled.
 	Type      string    `json:"type"`
 	CreatedAt time.Time `json:"created_at"`
 	// Data is the charge or the refund (by Type's prefix) as the move left

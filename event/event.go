@@ -1,7 +1,9 @@
 // Package event reads what merchants are told happened: their events.
 // Postgres writes an event in the same transaction as every move that
-// settles a charge or refund — to succeeded, failed or needs_review —
-// keeping the row as the move left it (migrations/functions/events_on_moves.sql),
+// settles a charge or refund — to succeeded, failed or needs_review — and
+// that a charge captured later makes (authorized, captured, canceled) or
+// that settles its capture or cancel short of success (failed,
+// needs_review), keeping the row as the move left it (migrations/functions/events_on_moves.sql),
 // and one in the transaction that disables a webhook endpoint
 // (events_on_endpoint_disabled.sql); this package reads them, for
 // GET /v1/events and for webhook deliveries, and deletes them past their
@@ -30,10 +32,14 @@ var ErrNotFound = errors.New("event: no such event")
 // secret.
 const TypeEndpointDisabled = "webhook_endpoint.disabled"
 
-// The event types: a resource's kind and the state a move left it in.
+// The event types: a resource's kind and the state a move left it in. A
+// capture's or cancel's success is its charge's: charge.captured,
+// charge.canceled.
 var Types = []string{
 	"charge.succeeded", "charge.failed", "charge.needs_review",
+	"charge.authorized", "charge.captured", "charge.canceled",
 	"refund.succeeded", "refund.failed", "refund.needs_review",
+	"capture.failed", "capture.needs_review", "cancel.failed", "cancel.needs_review",
 	TypeEndpointDisabled,
 }
 
@@ -47,14 +53,15 @@ func ValidType(t string) bool {
 	return false
 }
 
-// Event is one event: its type, and the charge or refund as the move that
-// caused it left it, or (TypeEndpointDisabled) the endpoint as its
+// Event is one event: its type, and the charge, refund, capture or cancel
+// as the move that caused it left it, or (TypeEndpointDisabled) the endpoint as its
 // disabling left it.
 type Event struct {
 	TenantID string
 	ID       string
 	Type     string
-	// Charge is the charge or refund; zero when Endpoint is set.
+	// Charge is the charge, refund, capture or cancel; zero when Endpoint
+	// is set.
 	Charge intent.Charge
 	// Endpoint is the endpoint of a TypeEndpointDisabled event, rendered
 	// without its secret; nil for the others.

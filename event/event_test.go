@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
 	"github.com/chargeflow/chargeflow/internal/ids"
+	"github.com/chargeflow/chargeflow/resource"
 )
 
 // Every move that settles a row writes one event in its own transaction,
@@ -165,4 +167,64 @@ func mustList(ctx context.Context, t *testing.T, pool intent.DB, tenant string) 
 	events, _, err := event.List(ctx, pool, event.ListParams{TenantID: tenant, Limit: 100})
 	require.NoError(t, err)
 	return events
+}
+
+// A charge captured later has its own events — authorized, captured,
+// canceled — whose snapshots say it was captured later and what its
+// capture took, and its capture's or cancel's failure is an event of the
+// operation, rendered as the operation's resource.
+func TestEventsOfACaptureLater(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	tenant := dbtest.Tenant(t, pool, "capture events")
+	settle := func(op intent.Charge, to intent.State) {
+		t.Helper()
+		dbtest.Walk(t, pool, op, "py_op", intent.StateSubmitting, to)
+	}
+
+	held := dbtest.Walk(t, pool, dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenant, Amount: 1000, CaptureLater: true}),
+		"py_held", intent.StateSubmitting, intent.StateRequiresCapture)
+	refused, err := dbtest.PendingOperation(pool, held, intent.KindCapture, 1000)
+	require.NoError(t, err)
+	settle(refused, intent.StateFailed)
+	captured, err := dbtest.PendingOperation(pool, held, intent.KindCapture, 600)
+	require.NoError(t, err)
+	settle(captured, intent.StateSucceeded)
+
+	released := dbtest.Walk(t, pool, dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenant, Amount: 500, CaptureLater: true}),
+		"py_released", intent.StateSubmitting, intent.StateRequiresCapture)
+	cancel, err := dbtest.PendingOperation(pool, released, intent.KindCancel, 500)
+	require.NoError(t, err)
+	settle(cancel, intent.StateSucceeded)
+
+	events := mustList(ctx, t, pool, tenant)
+	slices.Reverse(events) // oldest first
+	var types []string
+	for _, e := range events {
+		types = append(types, e.Type+" "+e.Charge.ID)
+	}
+	require.Equal(t, []string{
+		"charge.authorized " + held.ID, "capture.failed " + refused.ID, "charge.captured " + held.ID,
+		"charge.authorized " + released.ID, "charge.canceled " + released.ID,
+	}, types)
+	for _, typ := range types {
+		require.True(t, event.ValidType(typ[:strings.IndexByte(typ, ' ')]), typ)
+	}
+
+	failed := events[1].Resource().Data.(resource.Operation)
+	require.Equal(t, resource.Operation{ID: refused.ID, Object: intent.KindCapture, Charge: held.ID, Amount: 1000, Currency: "USD",
+		Status: intent.StateFailed, FailureCode: failed.FailureCode, Attempts: 1, CreatedAt: failed.CreatedAt, UpdatedAt: failed.UpdatedAt}, failed)
+	require.Equal(t, "walked", *failed.FailureCode)
+
+	authorized := events[0].Resource().Data.(resource.Charge)
+	require.Equal(t, []any{intent.StateRequiresCapture, false, int64(0)}, []any{authorized.Status, authorized.Capture, authorized.AmountCaptured})
+	capturedCharge := events[2].Resource().Data.(resource.Charge)
+	require.Equal(t, []any{intent.StateSucceeded, false, int64(600)}, []any{capturedCharge.Status, capturedCharge.Capture, capturedCharge.AmountCaptured},
+		"the snapshot holds what the capture took")
+	current, err := intent.Get(ctx, pool, tenant, held.ID)
+	require.NoError(t, err)
+	require.Equal(t, resource.ChargeOf(current), capturedCharge, "the event's charge is the charge as the API shows it")
+	canceled := events[4].Resource().Data.(resource.Charge)
+	require.Equal(t, []any{intent.StateCanceled, false, int64(0)}, []any{canceled.Status, canceled.Capture, canceled.AmountCaptured})
 }

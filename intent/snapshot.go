@@ -33,11 +33,13 @@ type snapshotRow struct {
 	LastAttemptAt    *time.Time        `json:"last_attempt_at"`
 	CreatedAt        time.Time         `json:"created_at"`
 	UpdatedAt        time.Time         `json:"updated_at"`
+	CaptureLater     bool              `json:"capture_later"`
+	AmountCaptured   *int64            `json:"amount_captured"`
 }
 
 // FromSnapshot reads a row of charges that Postgres encoded with to_jsonb.
-// Only what the API shows of a charge or a refund is read; the
-// reconciler's bookkeeping is left zero.
+// Only what the API shows of a charge, a refund, a capture or a cancel is
+// read; the reconciler's bookkeeping is left zero.
 func FromSnapshot(snapshot []byte) (Charge, error) {
 	var r snapshotRow
 	if err := json.Unmarshal(snapshot, &r); err != nil {
@@ -49,6 +51,10 @@ func FromSnapshot(snapshot []byte) (Charge, error) {
 		}
 		return *s
 	}
+	var captured int64
+	if r.AmountCaptured != nil {
+		captured = *r.AmountCaptured
+	}
 	return Charge{
 		TenantID: r.TenantID, ID: r.ID, State: r.State, Kind: r.Kind, ParentID: str(r.ParentID), Reason: str(r.Reason),
 		AmountReserved: r.AmountReserved, AmountRefunded: r.AmountRefunded, Amount: r.Amount, Currency: r.Currency,
@@ -56,5 +62,6 @@ func FromSnapshot(snapshot []byte) (Charge, error) {
 		ProviderKey: r.ProviderKey, ProviderChargeID: str(r.ProviderChargeID), FailureCode: str(r.FailureCode),
 		ReviewReason: str(r.ReviewReason), Attempts: r.Attempts, FirstAttemptAt: r.FirstAttemptAt,
 		LastAttemptAt: r.LastAttemptAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		CaptureLater: r.CaptureLater, AmountCaptured: captured,
 	}, nil
 }

@@ -5,17 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/dbtest"
 	"github.com/chargeflow/chargeflow/lab/fakepsp"
-	"github.com/chargeflow/chargeflow/lab/fakepsp/fakepsptest"
 	"github.com/chargeflow/chargeflow/psp"
 	"github.com/chargeflow/chargeflow/reconciler"
-	"github.com/chargeflow/chargeflow/submit"
 )
 
 // holdWindow is how long the fake of these tests holds an authorization.
@@ -25,16 +21,7 @@ const holdWindow = time.Second
 // and a client that declares it.
 func setupHolds(t *testing.T) (context.Context, *testBundle) {
 	t.Helper()
-	ctx := context.Background()
-	pool := dbtest.Pool(t)
-	fake := fakepsptest.Start(t, fakepsp.Config{HoldWindow: holdWindow})
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Middleware: submit.Middleware()})
-	require.NoError(t, err)
-	jobs, err := submit.NewQueue(submit.Config{River: riverClient})
-	require.NoError(t, err)
-	return ctx, &testBundle{pool: pool, queue: jobs, pspURL: fake.URL, tenantID: dbtest.Tenant(t, pool, "holds"),
-		provider: psp.NewClient(psp.Config{BaseURL: fake.URL, Timeout: callTimeout,
-			Capabilities: psp.Capabilities{HoldWindow: holdWindow}})}
+	return setupWith(t, fakepsp.Config{HoldWindow: holdWindow}, psp.Capabilities{HoldWindow: holdWindow})
 }
 
 // heldCharge authorizes a charge at the fake under its key and settles it

@@ -45,15 +45,21 @@ const (
 
 func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Helper()
+	return setupWith(t, fakepsp.Config{}, psp.Capabilities{})
+}
+
+// setupWith is setup with a fake of cfg and a client declaring caps.
+func setupWith(t *testing.T, cfg fakepsp.Config, caps psp.Capabilities) (context.Context, *testBundle) {
+	t.Helper()
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
-	fake := fakepsptest.Start(t, fakepsp.Config{})
+	fake := fakepsptest.Start(t, cfg)
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Middleware: submit.Middleware()})
 	require.NoError(t, err)
 	jobs, err := submit.NewQueue(submit.Config{River: riverClient})
 	require.NoError(t, err)
-	return ctx, &testBundle{pool: pool, queue: jobs, pspURL: fake.URL,
-		provider: psp.NewClient(psp.Config{BaseURL: fake.URL, Timeout: callTimeout}), tenantID: dbtest.Tenant(t, pool, "reconciler test")}
+	return ctx, &testBundle{pool: pool, queue: jobs, pspURL: fake.URL, tenantID: dbtest.Tenant(t, pool, "reconciler test"),
+		provider: psp.NewClient(psp.Config{BaseURL: fake.URL, Timeout: callTimeout, Capabilities: caps})}
 }
 
 // newReconciler builds a reconciler with short timings; edit adjusts it.

@@ -1,5 +1,6 @@
 // Package resource renders what the API shows of a row — a charge, a refund,
-// a webhook endpoint, an event: the resources of docs/api.md.
+// a capture or a cancel, a webhook endpoint, an event: the resources of
+// docs/api.md.
 // The API's responses, the events Postgres keeps and the webhook deliveries
 // all go through these renderers, so a merchant sees one shape of each
 // resource wherever it comes from (docs/webhooks.md). Field order is the
@@ -33,6 +34,11 @@ type Charge struct {
 	ReviewReason *string `json:"review_reason"`
 	// AmountRefunded is the sum of the charge's succeeded refunds.
 	AmountRefunded int64 `json:"amount_refunded"`
+	// Capture is false for a charge only authorized, to be captured or
+	// canceled later (docs/capture.md). AmountCaptured is what it took
+	// (the function AmountCaptured).
+	Capture        bool  `json:"capture"`
+	AmountCaptured int64 `json:"amount_captured"`
 }
 
 // ChargeOf renders a charge.
@@ -56,7 +62,22 @@ func ChargeOf(c intent.Charge) Charge {
 		UpdatedAt:        c.UpdatedAt.UTC(),
 		ReviewReason:     nonEmpty(c.ReviewReason),
 		AmountRefunded:   c.AmountRefunded,
+		Capture:          !c.CaptureLater,
+		AmountCaptured:   AmountCaptured(c),
 	}
+}
+
+// AmountCaptured is what charge c took from its customer, before refunds:
+// its amount once it succeeded, when captured at once; what its capture
+// took, when captured later; otherwise nothing. Refunds apply to it.
+func AmountCaptured(c intent.Charge) int64 {
+	switch {
+	case c.CaptureLater:
+		return c.AmountCaptured
+	case c.State == intent.StateSucceeded:
+		return c.Amount
+	}
+	return 0
 }
 
 // Refund is the API's refund resource. As with a charge, its field order
@@ -91,6 +112,33 @@ func RefundOf(r intent.Charge) Refund {
 	}
 }
 
+// Operation is the API's capture and cancel resources, which Object tells
+// apart. As with a charge, its field order is the JSON's and fields are
+// only ever added at the end.
+type Operation struct {
+	ID           string       `json:"id"`
+	Object       intent.Kind  `json:"object"`
+	Charge       string       `json:"charge"`
+	Amount       int64        `json:"amount"`
+	Currency     string       `json:"currency"`
+	Status       intent.State `json:"status"`
+	FailureCode  *string      `json:"failure_code"`
+	Attempts     int          `json:"attempts"`
+	CreatedAt    time.Time    `json:"created_at"`
+	UpdatedAt    time.Time    `json:"updated_at"`
+	ReviewReason *string      `json:"review_reason"`
+}
+
+// OperationOf renders a capture or a cancel: a row of kind capture or
+// cancel.
+func OperationOf(op intent.Charge) Operation {
+	return Operation{
+		ID: op.ID, Object: op.Kind, Charge: op.ParentID, Amount: op.Amount, Currency: op.Currency, Status: op.State,
+		FailureCode: nonEmpty(op.FailureCode), Attempts: op.Attempts, CreatedAt: op.CreatedAt.UTC(),
+		UpdatedAt: op.UpdatedAt.UTC(), ReviewReason: nonEmpty(op.ReviewReason),
+	}
+}
+
 // nonEmpty is s as a JSON string, or null when empty.
 func nonEmpty(s string) *string {
 	if s == "" {
@@ -100,8 +148,8 @@ func nonEmpty(s string) *string {
 }
 
 // Event is the API's event resource, as GET /v1/events shows it and a
-// webhook delivery sends it: the type, and the charge or refund as the
-// move that caused the event left it. (The audit trail of
+// webhook delivery sends it: the type, and the charge, refund, capture or
+// cancel as the move that caused the event left it. (The audit trail of
 // GET /v1/charges/{id}/events is another thing: every move, for people.)
 type Event struct {
 	ID        string    `json:"id"`
@@ -110,11 +158,17 @@ type Event struct {
 	Data      any       `json:"data"`
 }
 
-// EventOf renders an event of type typ about a charge or refund.
+// EventOf renders an event of type typ about a charge, refund, capture or
+// cancel.
 func EventOf(id, typ string, createdAt time.Time, about intent.Charge) Event {
-	var data any = ChargeOf(about)
-	if about.Kind == intent.KindRefund {
+	var data any
+	switch {
+	case about.Kind == intent.KindRefund:
 		data = RefundOf(about)
+	case about.Kind.Operation():
+		data = OperationOf(about)
+	default:
+		data = ChargeOf(about)
 	}
 	return Event{ID: id, Type: typ, CreatedAt: createdAt.UTC(), Data: data}
 }

@@ -518,8 +518,10 @@ type ServerConfig struct {
 // NewServer builds the services — accept, resolve, census, admin (for the
 // operator page's administration) and, when the API receives the provider's
 // notifications, notification — each from its Config with its own defaults,
-// then the merchant API on them, and mounts the operator plane on it. It is
-// the one place they are wired, for the command and the tests alike.
+// then the merchant API on them, and mounts the operator plane on it. The
+// API knows its providers' capabilities from the registry (Providers, or
+// Provider alone) unless its Config says them. It is the one place they
+// are wired, for the command and the tests alike.
 func NewServer(sc ServerConfig) (*api.Server, error) {
 	acc := sc.Accept
 	acc.DB, acc.Logger, acc.CrashPoints, acc.MeterProvider = sc.DB, sc.Logger, sc.CrashPoints, sc.MeterProvider
@@ -549,6 +551,19 @@ func NewServer(sc ServerConfig) (*api.Server, error) {
 				return "", err
 			}
 			return table.Pick(tenantID, currency, amount, own)
+		}
+	}
+	if cfg.Capabilities == nil && (sc.Providers != nil || sc.Provider != nil) {
+		providers := sc.Providers
+		if providers == nil {
+			providers = psp.Single(sc.Provider)
+		}
+		cfg.Capabilities = func(ctx context.Context, name string) (psp.Capabilities, error) {
+			p, err := providers.Provider(ctx, name)
+			if err != nil {
+				return psp.Capabilities{}, err
+			}
+			return p.Capabilities(), nil
 		}
 	}
 	cfg.Logger, cfg.CrashPoints = sc.Logger, sc.CrashPoints
