@@ -41,10 +41,9 @@ const (
 	// authorized; data is the charge, requires_capture.
 	EventChargeAuthorized = "charge.authorized"
 
-	// EventChargeCaptured and EventChargeCanceled: an authorized charge
-	// was captured (data: the charge, succeeded, with amount_captured) or
-	// released by a cancel (data: the charge, canceled). The key is the
-	// charge's, as for every charge notification. A hold the provider
+	// EventChargeCaptured and EventChargeCanceled: a capture or a cancel
+	// applied (data: an OperationNotification, the charge as it left it,
+	// succeeded with amount_captured or canceled). A hold the provider
 	// releases itself when it expires is not notified.
 	EventChargeCaptured = "charge.captured"
 	EventChargeCanceled = "charge.canceled"
@@ -86,6 +85,17 @@ type ChargeNotification struct {
 type RefundNotification struct {
 	Refund
 	IdempotencyKey string `json:"idempotency_key"`
+}
+
+// OperationNotification is the data of a capture's or a cancel's
+// notification: the authorized charge's wire format as the operation left
+// it, and the operation's own idempotency key and reference (our "cp_…",
+// "cx_…"), which the notification is about (NotificationCapture,
+// NotificationCancel).
+type OperationNotification struct {
+	Charge
+	IdempotencyKey     string `json:"idempotency_key"`
+	OperationReference string `json:"operation_reference"`
 }
 
 // NotificationKind says what a verified notification is evidence of.
@@ -407,7 +417,23 @@ func readNotification(body []byte) (Notification, error) {
 	n := Notification{EventID: envelope.ID, EventType: envelope.Type, Created: envelope.CreatedAt}
 
 	switch envelope.Type {
-	case EventChargeSucceeded, EventChargeFailed, EventChargeAuthorized, EventChargeCaptured, EventChargeCanceled:
+	case EventChargeCaptured, EventChargeCanceled:
+		var data OperationNotification
+		if err := json.Unmarshal(envelope.Data, &data); err != nil {
+			return Notification{}, &NotificationError{Kind: ErrNotificationMalformed, Reason: "body_invalid", Err: err}
+		}
+		if err := checkChargeData(envelope.Type, data.Charge); err != nil {
+			return Notification{}, err
+		}
+		if data.OperationReference == "" {
+			return Notification{}, missing("data.operation_reference")
+		}
+		n.Kind, n.Charge = NotificationCapture, data.Charge
+		if envelope.Type == EventChargeCanceled {
+			n.Kind = NotificationCancel
+		}
+		n.Reference, n.ProviderID, n.ProviderKey = data.OperationReference, data.ID, data.IdempotencyKey
+	case EventChargeSucceeded, EventChargeFailed, EventChargeAuthorized:
 		var data ChargeNotification
 		if err := json.Unmarshal(envelope.Data, &data); err != nil {
 			return Notification{}, &NotificationError{Kind: ErrNotificationMalformed, Reason: "body_invalid", Err: err}

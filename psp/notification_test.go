@@ -55,8 +55,8 @@ func TestParseNotification(t *testing.T) {
 
 	const (
 		held     = `{"id":"py_4","status":"requires_capture","amount":1000,"currency":"EUR","reference":"ch_4","idempotency_key":"pk_4"}`
-		captured = `{"id":"py_4","status":"succeeded","amount":1000,"currency":"EUR","reference":"ch_4","amount_captured":600,"idempotency_key":"pk_4"}`
-		canceled = `{"id":"py_4","status":"canceled","amount":1000,"currency":"EUR","reference":"ch_4","idempotency_key":"pk_4"}`
+		captured = `{"id":"py_4","status":"succeeded","amount":1000,"currency":"EUR","reference":"ch_4","amount_captured":600,"idempotency_key":"cpk_4","operation_reference":"cp_4"}`
+		canceled = `{"id":"py_4","status":"canceled","amount":1000,"currency":"EUR","reference":"ch_4","idempotency_key":"cxk_4","operation_reference":"cx_4"}`
 	)
 
 	created := time.Date(2025, 3, 1, 11, 59, 59, 0, time.UTC)
@@ -161,17 +161,19 @@ func TestParseNotification(t *testing.T) {
 				Reference: "ch_4", ProviderID: "py_4", ProviderKey: "pk_4",
 				Charge: psp.Charge{ID: "py_4", Status: psp.StatusRequiresCapture, Amount: 1000, Currency: "EUR", Reference: "ch_4"}}},
 		{name: "a charge captured", header: valid(data("charge.captured", captured)), body: data("charge.captured", captured),
-			want: psp.Notification{EventID: "evt_9", EventType: "charge.captured", Created: created, Kind: psp.NotificationCharge,
-				Reference: "ch_4", ProviderID: "py_4", ProviderKey: "pk_4",
+			want: psp.Notification{EventID: "evt_9", EventType: "charge.captured", Created: created, Kind: psp.NotificationCapture,
+				Reference: "cp_4", ProviderID: "py_4", ProviderKey: "cpk_4",
 				Charge: psp.Charge{ID: "py_4", Status: psp.StatusSucceeded, Amount: 1000, Currency: "EUR", Reference: "ch_4", AmountCaptured: 600}}},
 		{name: "a charge canceled", header: valid(data("charge.canceled", canceled)), body: data("charge.canceled", canceled),
-			want: psp.Notification{EventID: "evt_9", EventType: "charge.canceled", Created: created, Kind: psp.NotificationCharge,
-				Reference: "ch_4", ProviderID: "py_4", ProviderKey: "pk_4",
+			want: psp.Notification{EventID: "evt_9", EventType: "charge.canceled", Created: created, Kind: psp.NotificationCancel,
+				Reference: "cx_4", ProviderID: "py_4", ProviderKey: "cxk_4",
 				Charge: psp.Charge{ID: "py_4", Status: psp.StatusCanceled, Amount: 1000, Currency: "EUR", Reference: "ch_4"}}},
 		{name: "charge.authorized whose charge succeeded", header: valid(data("charge.authorized", captured)), body: data("charge.authorized", captured),
 			kind: psp.ErrNotificationMalformed, reason: "type_mismatch"},
 		{name: "charge.captured without an amount captured", header: valid(data("charge.captured", strings.Replace(captured, `,"amount_captured":600`, "", 1))),
 			body: data("charge.captured", strings.Replace(captured, `,"amount_captured":600`, "", 1)), kind: psp.ErrNotificationMalformed, reason: "type_mismatch"},
+		{name: "charge.captured without the operation's reference", header: valid(data("charge.captured", strings.Replace(captured, `,"operation_reference":"cp_4"`, "", 1))),
+			body: data("charge.captured", strings.Replace(captured, `,"operation_reference":"cp_4"`, "", 1)), kind: psp.ErrNotificationMalformed, reason: "field_missing"},
 		{name: "charge.canceled whose charge is held", header: valid(data("charge.canceled", held)), body: data("charge.canceled", held),
 			kind: psp.ErrNotificationMalformed, reason: "type_mismatch"},
 	} {

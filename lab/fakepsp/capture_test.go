@@ -385,8 +385,9 @@ func TestRestartKeepsHoldsAndOperations(t *testing.T) {
 }
 
 // An authorization, a capture and a cancel each reach the receiver as a
-// notification psp's parser reads as the charge's lookup would answer;
-// a refused operation notifies nothing.
+// notification psp's parser reads: the authorization as the charge's
+// lookup would answer, a capture or cancel as the operation's answer
+// under its own key and reference; a refused operation notifies nothing.
 func TestNotificationOfHolds(t *testing.T) {
 	t.Parallel()
 
@@ -404,9 +405,11 @@ func TestNotificationOfHolds(t *testing.T) {
 	require.NoError(t, err)
 	n = verified(t, receiver.Next(t, wait))
 	require.Equal(t, psp.EventChargeCaptured, n.EventType)
-	require.Equal(t, captured, n.Charge)
+	require.Equal(t, psp.NotificationCapture, n.Kind)
+	require.Equal(t, captured, n.Charge, "the charge as the capture left it")
 	require.Equal(t, charge.ID, n.ProviderID)
-	require.Equal(t, "pk_1", n.ProviderKey, "a charge's notification names the charge's key")
+	require.Equal(t, "ck_1", n.ProviderKey, "the capture's own key")
+	require.Equal(t, "op_ck_1", n.Reference, "the capture's own reference")
 
 	_, err = b.client.Cancel(t.Context(), operation("xk_1", charge, charge.Amount))
 	require.NoError(t, err)
@@ -417,7 +420,10 @@ func TestNotificationOfHolds(t *testing.T) {
 	require.NoError(t, err)
 	n = verified(t, receiver.Next(t, wait))
 	require.Equal(t, psp.EventChargeCanceled, n.EventType)
+	require.Equal(t, psp.NotificationCancel, n.Kind)
 	require.Equal(t, canceled, n.Charge)
+	require.Equal(t, "xk_2", n.ProviderKey)
+	require.Equal(t, "op_xk_2", n.Reference)
 
 	stats := b.settled(t)
 	require.Equal(t, 4, stats.Made, "the refused cancel notified nothing")

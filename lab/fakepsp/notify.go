@@ -574,8 +574,8 @@ func (q *deliveryQueue) Pop() any {
 // fakeEvent words a notification in the fake protocol
 // (psp.NotificationEnvelope): a charge applied, authorized or declined, a
 // refund applied, a capture or a cancel applied (the charge as it left
-// it, under the charge's key); nothing for a saved answer, which applied
-// nothing.
+// it, under the operation's key and reference); nothing for a saved
+// answer, which applied nothing.
 func fakeEvent(c *record, id string, created time.Time, _ func([]byte) string) (event, bool, error) {
 	var typ string
 	var data any
@@ -589,7 +589,8 @@ func fakeEvent(c *record, id string, created time.Time, _ func([]byte) string) (
 		if c.Kind == kindCancel {
 			typ = psp.EventChargeCanceled
 		}
-		data = psp.ChargeNotification{Charge: c.charge.wireAt(c.leftHeld()).Charge, IdempotencyKey: c.charge.IdempotencyKey}
+		data = psp.OperationNotification{Charge: c.charge.wireAt(c.leftHeld()).Charge, IdempotencyKey: c.IdempotencyKey,
+			OperationReference: c.Reference}
 	case c.isCharge():
 		typ, data = psp.EventChargeFailed, psp.ChargeNotification{Charge: c.wire(), IdempotencyKey: c.IdempotencyKey}
 	case c.isRefund():
