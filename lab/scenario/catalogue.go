@@ -257,9 +257,10 @@ func Catalogue() []Scenario {
 		{
 			Name: "capture-crash-after-provider-success",
 			Summary: "charges authorized only settle, then each is captured or canceled while workers die after the provider applied it and before the save, " +
-				"and reconcilers after its lookup; reruns must not send it again",
+				"and one of two reconcilers after its lookup; reruns must not send it again",
+			Reconcilers: 2,
 			Run: operationsUnderCrash(30, 100, operateEach, crash("worker.after_psp_response_before_save"),
-				[]string{"CHARGEFLOW_CRASHPOINTS=reconciler.after_lookup_before_update=exit#5"}),
+				[]string{"CHARGEFLOW_CRASHPOINTS=reconciler.after_lookup_before_update=exit#2"}),
 			MustFire: []string{"crashpoint:worker.after_psp_response_before_save", "crashpoint:reconciler.after_lookup_before_update", "captures:found"},
 		},
 		{
