@@ -30,6 +30,10 @@ type fakepspFlags struct {
 	// bindHoldWindow, or set by `chargeflow all`.
 	holdWindow time.Duration
 
+	// multipleCaptures lets an authorization be captured in parts
+	// (fakepsp.Config.MultipleCaptures), the negative control's provider.
+	multipleCaptures bool
+
 	// protocol is bound by `chargeflow fakepsp` alone: `chargeflow all`
 	// sets it from --psp, so that its provider speaks what its roles do.
 	protocol string
@@ -48,12 +52,15 @@ func (f *fakepspFlags) bind(fs *flag.FlagSet, e env, addrFlag string) {
 		"the durable ledger file (created if missing; replayed on start); the default is under CHARGEFLOW_DATA when that is set")
 }
 
-// bindHoldWindow binds --hold-window, bound by `chargeflow fakepsp` alone:
-// `chargeflow all` sets it from its own --hold-window, the one its roles
-// declare the provider holds an authorization for.
+// bindHoldWindow binds --hold-window and --multiple-captures, bound by
+// `chargeflow fakepsp` alone: `chargeflow all` sets the window from its own
+// --hold-window, the one its roles declare the provider holds an
+// authorization for, and never captures in parts.
 func (f *fakepspFlags) bindHoldWindow(fs *flag.FlagSet) {
 	fs.DurationVar(&f.holdWindow, "hold-window", fakepsp.DefaultHoldWindow,
 		"how long the provider holds an authorization (a charge to capture later) before it releases it itself: a capture after that is refused")
+	fs.BoolVar(&f.multipleCaptures, "multiple-captures", false,
+		"let an authorization be captured again, in parts within what was authorized, as Adyen's multiple partial captures (a laboratory mode: with --no-dedupe a capture sent twice is captured twice)")
 }
 
 // bindProtocol binds --protocol, the wire protocol the provider serves.
@@ -88,7 +95,7 @@ func newFakePSP(f fakepspFlags, logger *slog.Logger) (*fakepsp.Server, error) {
 			return nil, errors.New("--protocol adyen signs notifications with an HMAC key in hex, as Adyen gives it: the webhook secret (PSP_WEBHOOK_SECRET, CHARGEFLOW_WEBHOOK_SECRET or --webhook-secret) is not hex")
 		}
 	}
-	cfg := fakepsp.Config{LedgerPath: f.ledger, Protocol: f.protocol, Logger: logger, HoldWindow: f.holdWindow,
+	cfg := fakepsp.Config{LedgerPath: f.ledger, Protocol: f.protocol, Logger: logger, HoldWindow: f.holdWindow, MultipleCaptures: f.multipleCaptures,
 		Notifications: fakepsp.Notifications{URL: f.webhookURL, Secret: f.webhookSecret}}
 	if f.noDedupe {
 		dedupe := false

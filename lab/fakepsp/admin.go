@@ -286,14 +286,23 @@ type Total struct {
 // charge, refund, capture or cancel whose ledger line is not yet fsynced
 // is not listed.
 func (s *Server) Ledger(includeDeclines bool) []LedgerEntry {
-	// s.charges and s.refunds only grow and their records do not change
+	// s.charges, s.refunds and s.operations only grow and their records do not change
 	// once appended, so the slices taken under the lock are read without
 	// it; a charge's own list of refunds does change, and is not read, and
 	// its settlement is read atomically (holdAt).
 	s.mu.Lock()
-	charges, refunds := s.charges, s.refunds
+	charges, refunds, operations := s.charges, s.refunds, s.operations
 	s.mu.Unlock()
 	now := s.now()
+
+	// Every capture of a charge, when the provider captures in parts (a
+	// report lists only the one that settled the hold otherwise).
+	operationsOf := make(map[*record][]OperationEntry)
+	for _, op := range operations {
+		if s.multipleCaptures && op.committed.durable() {
+			operationsOf[op.charge] = append(operationsOf[op.charge], op.operationEntry())
+		}
+	}
 
 	refundsOf := make(map[*record][]RefundEntry)
 	for _, refund := range refunds {
@@ -311,6 +320,9 @@ func (s *Server) Ledger(includeDeclines bool) []LedgerEntry {
 			continue
 		}
 		entry.Refunds = refundsOf[c]
+		if ops := operationsOf[c]; len(ops) > 0 {
+			entry.Operations = ops
+		}
 		entries = append(entries, entry)
 	}
 	return entries

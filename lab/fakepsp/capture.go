@@ -151,12 +151,15 @@ func (p holdParams) fillLocked(s *Server, c *record) {
 	if c.TenantTag == "" {
 		c.TenantTag = charge.TenantTag
 	}
-	hold := charge.holdAt(s.now(), true)
+	now := s.now()
+	hold := charge.holdAt(now, true)
+	again := p.Kind == kindCapture && hold.settled != nil && s.capturesAgain(hold.settled)
 	switch {
-	case hold.status == psp.StatusCanceled && hold.canceledReason == canceledHoldExpired:
+	case hold.status == psp.StatusCanceled && hold.canceledReason == canceledHoldExpired,
+		again && !now.Before(charge.HoldExpiresAt):
 		p.refuse(c, holdExpired, hold)
 		return
-	case hold.status != psp.StatusRequiresCapture:
+	case hold.status != psp.StatusRequiresCapture && !again:
 		p.refuse(c, chargeNotCapturable, hold)
 		return
 	}
@@ -165,13 +168,21 @@ func (p holdParams) fillLocked(s *Server, c *record) {
 		c.Kind, c.Amount, c.Status = kindCancel, charge.Amount, psp.StatusCanceled
 		return
 	}
-	amount := cmp.Or(p.Amount, charge.Amount)
-	if amount > charge.Amount {
+	capturable := charge.Amount - hold.captured
+	amount := cmp.Or(p.Amount, capturable)
+	if amount > capturable {
 		c.charge = nil
 		p.refuse(c, captureExceedsAuthorization, hold)
 		return
 	}
 	c.Kind, c.Amount, c.Status = kindCapture, amount, psp.StatusSucceeded
+}
+
+// capturesAgain reports whether the provider captures a charge once more
+// after op settled its hold: op is a capture, and the provider captures in
+// parts (Config.MultipleCaptures).
+func (s *Server) capturesAgain(op *record) bool {
+	return s.multipleCaptures && op.Kind == kindCapture
 }
 
 // refuse makes c a refused capture or cancel: no money, only the key's
@@ -220,7 +231,7 @@ func (c *record) leftHeld() holdState {
 	if c.Kind == kindCancel {
 		return holdState{status: psp.StatusCanceled, canceledReason: canceledRequested, settled: c}
 	}
-	return holdState{status: psp.StatusSucceeded, captured: c.Amount, settled: c}
+	return holdState{status: psp.StatusSucceeded, captured: cmp.Or(c.captured, c.Amount), settled: c}
 }
 
 // isOperation reports whether c is a capture or a cancel that was applied.

@@ -451,3 +451,52 @@ func TestForgedCancelNotificationFails(t *testing.T) {
 		require.ErrorIs(t, err, psp.ErrNotificationForged, "forgery %d (a wrong secret, then an altered body)", i)
 	}
 }
+
+// With MultipleCaptures an authorization is captured in parts while they
+// fit in it and its hold lasts: a capture sent twice with its key and
+// de-duplication off is captured twice, every part is in the ledger, and
+// the charge says what they took together, across a restart too. A cancel
+// still releases only a hold nothing captured.
+func TestMultipleCaptures(t *testing.T) {
+	t.Parallel()
+
+	clock := newTestClock()
+	path := filepath.Join(t.TempDir(), "ledger.jsonl")
+	cfg := fakepsp.Config{LedgerPath: path, Now: clock.Now, HoldWindow: time.Hour, Dedupe: ptr(false), MultipleCaptures: true}
+	b := setup(t, cfg)
+	charge := b.charge(t, authorization("pk_1"))
+
+	first, err := b.client.Capture(t.Context(), operation("ck_1", charge, 400))
+	require.NoError(t, err)
+	require.Equal(t, int64(400), first.AmountCaptured)
+	again, err := b.client.Capture(t.Context(), operation("ck_1", charge, 400))
+	require.NoError(t, err)
+	require.Equal(t, psp.StatusSucceeded, again.Status)
+	require.Equal(t, int64(800), again.AmountCaptured, "the same capture, applied again")
+
+	req := operation("ck_2", charge, 400)
+	refused, err := b.client.Capture(t.Context(), req)
+	require.NoError(t, err)
+	require.Equal(t, req.Refused(psp.CodeCaptureExceedsAuthorization), refused, "only 200 is left")
+	canceled, err := b.client.Cancel(t.Context(), operation("xk_1", charge, 1000))
+	require.NoError(t, err)
+	require.Equal(t, psp.CodeChargeNotCapturable, canceled.DeclineCode)
+
+	entries := b.ledger(t, true)
+	require.Len(t, entries, 1)
+	require.Equal(t, int64(800), entries[0].AmountCaptured)
+	require.Len(t, entries[0].Operations, 2)
+	for _, op := range entries[0].Operations {
+		require.Equal(t, "op_ck_1", op.Reference)
+		require.Equal(t, int64(400), op.Amount)
+	}
+
+	clock.Advance(time.Hour)
+	late := operation("ck_3", charge, 100)
+	expired, err := b.client.Capture(t.Context(), late)
+	require.NoError(t, err)
+	require.Equal(t, late.Refused(psp.CodeHoldExpired), expired, "what is left is released with the hold")
+
+	require.NoError(t, b.provider.Close())
+	require.Equal(t, entries, setup(t, cfg).ledger(t, true), "read back from the ledger")
+}

@@ -190,6 +190,11 @@ type record struct {
 	// that settled its hold, nil while none has. It is set under
 	// Server.mu once, and read without it (holdAt).
 	settlement atomic.Pointer[record]
+
+	// captured is, on a capture, what the charge's captures took up to
+	// and with it: its amount, unless the provider captures in parts
+	// (Config.MultipleCaptures). Set by addLocked.
+	captured int64
 }
 
 // isCharge reports whether c is a processed charge.
@@ -585,6 +590,10 @@ func (s *Server) addLocked(c *record) {
 		c.charge.refunds = append(c.charge.refunds, c)
 		c.charge.refunded += c.Amount
 	case kindCapture, kindCancel:
+		c.captured = c.Amount
+		if prev := c.charge.settlement.Load(); prev != nil && c.Kind == kindCapture {
+			c.captured += prev.captured // MultipleCaptures
+		}
 		c.position = len(s.operations)
 		s.operations = append(s.operations, c)
 		s.byID[c.ID] = c

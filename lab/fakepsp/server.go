@@ -85,6 +85,15 @@ type Config struct {
 	// DefaultHoldWindow. Each authorization keeps the window it was made
 	// under, across a restart with another.
 	HoldWindow time.Duration
+
+	// MultipleCaptures lets a charge captured later be captured again, in
+	// parts, while its captures take no more than was authorized and its
+	// hold has not expired, as Adyen's multiple partial captures do; a
+	// cancel still releases only a hold nothing captured. Off (the
+	// default), a capture settles the hold. A laboratory mode: the
+	// scenarios' negative control needs a provider that can apply a
+	// capture sent twice.
+	MultipleCaptures bool
 }
 
 // Server is the fake payment provider. Serve its Handler over HTTP/1.1 (the
@@ -99,8 +108,10 @@ type Server struct {
 	notifier  *notifier // nil when no notifications are sent
 	handler   http.Handler
 	committed *commitBatch // already durable; shared by records read back on New
-	// holdWindow is Config.HoldWindow, or DefaultHoldWindow.
-	holdWindow time.Duration
+	// holdWindow is Config.HoldWindow, or DefaultHoldWindow;
+	// multipleCaptures is Config.MultipleCaptures.
+	holdWindow       time.Duration
+	multipleCaptures bool
 
 	closing    chan struct{}  // closed by Close: held connections and delays end
 	background sync.WaitGroup // delayed applies
@@ -157,17 +168,18 @@ func New(cfg Config) (*Server, error) {
 	committed := newCommitBatch()
 	close(committed.done)
 	s := &Server{
-		logger:     logger,
-		now:        now,
-		ledger:     ledger,
-		faults:     newFaultEngine(cfg.Faults, dedupe),
-		committed:  committed,
-		holdWindow: cmp.Or(cfg.HoldWindow, DefaultHoldWindow),
-		closing:    make(chan struct{}),
-		charges:    make([]*record, 0, len(records)),
-		byKey:      make(map[string]*record, len(records)),
-		byID:       make(map[string]*record, len(records)),
-		inFlight:   make(map[string]struct{}),
+		logger:           logger,
+		now:              now,
+		ledger:           ledger,
+		faults:           newFaultEngine(cfg.Faults, dedupe),
+		committed:        committed,
+		holdWindow:       cmp.Or(cfg.HoldWindow, DefaultHoldWindow),
+		multipleCaptures: cfg.MultipleCaptures,
+		closing:          make(chan struct{}),
+		charges:          make([]*record, 0, len(records)),
+		byKey:            make(map[string]*record, len(records)),
+		byID:             make(map[string]*record, len(records)),
+		inFlight:         make(map[string]struct{}),
 	}
 	for _, rec := range records {
 		c := &record{ledgerRecord: rec, committed: committed}
@@ -193,7 +205,8 @@ func New(cfg Config) (*Server, error) {
 // linkLocked points a refund, a capture or a cancel read back from the
 // ledger at its charge, which an earlier line holds: each is appended only
 // after its charge. One of a charge the file does not hold, or a second
-// capture or cancel of one hold, is a corrupt ledger. s.mu must be held,
+// capture or cancel of one hold (but a capture in parts, with
+// MultipleCaptures), is a corrupt ledger. s.mu must be held,
 // or the server not yet shared.
 func (s *Server) linkLocked(c *record) error {
 	if !c.isRefund() && !c.isOperation() {
@@ -202,7 +215,7 @@ func (s *Server) linkLocked(c *record) error {
 	if c.charge = s.findLocked(kindCharge, c.Charge); c.charge == nil {
 		return fmt.Errorf("%s %s of charge %s, which no earlier line holds", c.Kind, c.ID, c.Charge)
 	}
-	if c.isOperation() && (c.charge.Status != psp.StatusRequiresCapture || c.charge.settlement.Load() != nil) {
+	if c.isOperation() && (c.charge.Status != psp.StatusRequiresCapture || c.charge.settlement.Load() != nil && !s.capturesAgain(c)) {
 		return fmt.Errorf("%s %s of charge %s, which was not held", c.Kind, c.ID, c.Charge)
 	}
 	return nil

@@ -34,8 +34,10 @@ type Scenario struct {
 	// FullOnly leaves the scenario out of `run all --short` (what make test
 	// runs): it is run by name, or in the full catalogue.
 	FullOnly bool
-	// Faults is the fake provider's schedule at start (JSON).
-	Faults string
+	// Faults is the fake provider's schedule at start (JSON), and
+	// ProviderFlags its extra flags (a hold window, a lab mode).
+	Faults        string
+	ProviderFlags []string
 	// Workers and Reconcilers are how many of each run (default 1).
 	Workers     int
 	Reconcilers int
@@ -73,6 +75,10 @@ type Scenario struct {
 	// ledgers of both are checked, and Faults act on the first
 	// (outage.go).
 	Routed bool
+	// NotRunWith, when set, says why the scenario cannot be run with the
+	// run's provider protocol (Config.PSP), "" when it can: its report
+	// says so, and it is neither a pass nor a failure.
+	NotRunWith func(psp string) string
 	// Slow marks a scenario that takes a minute or more mostly waiting
 	// (for River's rescue of a job): `run --parallel` starts it first and
 	// outside its slots, so the rest run alongside it instead of after it.
@@ -249,6 +255,36 @@ func Catalogue() []Scenario {
 			MustFire: []string{"crashpoint:worker.after_submitting_commit", "refunds:re-attempted"},
 		},
 		{
+			Name: "capture-crash-after-provider-success",
+			Summary: "charges authorized only settle, then each is captured or canceled while workers die after the provider applied it and before the save, " +
+				"and one of two reconcilers after its lookup; reruns must not send it again",
+			Reconcilers: 2,
+			Run: operationsUnderCrash(30, 100, operateEach, crash("worker.after_psp_response_before_save"),
+				[]string{"CHARGEFLOW_CRASHPOINTS=reconciler.after_lookup_before_update=exit#2"}),
+			MustFire: []string{"crashpoint:worker.after_psp_response_before_save", "crashpoint:reconciler.after_lookup_before_update", "captures:found"},
+		},
+		{
+			Name:     "capture-crash-after-submitting",
+			Summary:  "charges authorized only settle, then workers die after committing a capture's or cancel's submitting, before the call",
+			Run:      operationsUnderCrash(30, 100, operateEach, crash("worker.after_submitting_commit"), nil),
+			MustFire: []string{"crashpoint:worker.after_submitting_commit", "captures:re-attempted"},
+		},
+		{
+			Name:     "capture-crash-before-worker-commit",
+			Summary:  "charges authorized only settle, then workers die with a capture's or cancel's answer written but not committed",
+			Run:      operationsUnderCrash(30, 100, operateEach, []string{"CHARGEFLOW_CRASHPOINTS=" + crashPerBatch("worker.after_save_before_commit")}, nil),
+			MustFire: []string{"crashpoint:worker.after_save_before_commit"},
+		},
+		{
+			Name:     "captures-racing-cancels",
+			Summary:  "a capture and a cancel of each held charge sent at once through two APIs: exactly one wins, the other is refused and stores nothing",
+			APIs:     2,
+			Workers:  2,
+			Run:      capturesRacingCancels(30, 200),
+			MustFire: []string{"race:capture_won", "race:cancel_won", "race:" + codeOperationInProgress},
+		},
+		holdExpiresDuringCapture(),
+		{
 			Name:     "crash-inside-accept",
 			Summary:  "the API dies inside the accept transaction; clients retry with the same key",
 			APIEnv:   []string{"CHARGEFLOW_CRASHPOINTS=api.after_insert_before_commit=exit#6"},
@@ -410,6 +446,21 @@ func Catalogue() []Scenario {
 			ExpectViolation:    true,
 			Slow:               true,
 		},
+		{
+			Name: "capture-negative-control",
+			Summary: "the broken worker of negative-control, armed once the authorizations settled, and a provider that captures an authorization " +
+				"in several parts: the checker must catch the capture made twice",
+			ProviderFlags: []string{"--multiple-captures"},
+			// As negative-control; operationsUnderCrash adds the crash point
+			// and the broken mode once the authorizations have settled.
+			ReconcilerFlagsFor: func(int) []string { return []string{"--stale-margin", "1h"} },
+			Run: operationsUnderCrash(20, 20, func(s *system) func(context.Context, string, string, int64) bool { return s.operateThird },
+				append(crash("worker.after_psp_response_before_save"), "CHARGEFLOW_BROKEN=resend_on_rerun"), nil),
+			MustFire:        []string{"crashpoint:worker.after_psp_response_before_save"},
+			ExpectViolation: true,
+			MustCatch:       []string{InvariantCapturedOnce},
+			Slow:            true,
+		},
 		providerOutageNegativeControl(),
 		{
 			Name:    "history-negative-control",
@@ -463,33 +514,14 @@ func Group(name string) ([]Scenario, bool) {
 // settled is what aims it at refunds.
 func refundsUnderCrash(short, full int, env ...string) func(ctx context.Context, s *system) error {
 	return func(ctx context.Context, s *system) error {
-		type acked struct {
-			r    request
-			body []byte
-		}
-		var mu sync.Mutex
-		var charges []acked
-		s.traffic(ctx, "charge", s.charges(short, full), func(r request, a answer) {
-			if a.status == http.StatusCreated {
-				mu.Lock()
-				charges = append(charges, acked{r, a.body})
-				mu.Unlock()
-			}
-		})
+		charges := s.ackedTraffic(ctx, s.charges(short, full), func(i int) request { return s.request("charge", i) })
 		if !s.waitConverged(ctx, s.t.convergenceBound()) {
 			return errors.New("the charges did not settle before the crash point was armed")
 		}
 		if err := s.restartWith(ctx, s.workers, env...); err != nil {
 			return err
 		}
-		for _, c := range charges {
-			s.refundLater(ctx, c.r, c.body)
-		}
-		if refunded, answered := s.waitRefunds(); answered < refunded {
-			return fmt.Errorf("only %d of %d charges to refund had every refund answered: %s", answered, refunded, s.refunds.gaveUpSummary())
-		}
-		s.settleUnderFaults(ctx)
-		return nil
+		return s.laterAll(ctx, charges, s.refund, "charges to refund had every refund answered")
 	}
 }
 

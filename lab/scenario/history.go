@@ -31,9 +31,11 @@ import (
 type opKind uint8
 
 const (
-	opCharge opKind = iota + 1 // POST /v1/charges
-	opRefund                   // POST /v1/refunds
-	opRead                     // GET /v1/charges/{id}
+	opCharge  opKind = iota + 1 // POST /v1/charges
+	opRefund                    // POST /v1/refunds
+	opRead                      // GET /v1/charges/{id}
+	opCapture                   // POST /v1/charges/{id}/capture
+	opCancel                    // POST /v1/charges/{id}/cancel
 )
 
 // opInput is what the client sent.
@@ -47,10 +49,11 @@ type opInput struct {
 	key string
 	// fp is a hash of the method, route and body bytes as sent.
 	fp string
-	// amount is a charge's amount, or the amount a refund asked for (0:
-	// all that is left).
+	// amount is a charge's amount, or the amount a refund or a capture
+	// asked for (0: all that is left, all that was authorized).
 	amount int64
-	// charge is the charge a refund names, or the one a read reads.
+	// charge is the charge a refund, a capture or a cancel names, or the
+	// one a read reads.
 	charge string
 	// inFlight says that another attempt with the key, which may have held
 	// it, overlaps this one in time (set when the history is checked).
@@ -68,7 +71,8 @@ type opOutput struct {
 	// body is a hash of the answer's body.
 	body     string
 	replayed bool
-	// amount is a refund's, in a 201; state a charge's status, in a read.
+	// amount is a refund's, a capture's or a cancel's, in a 201; state a
+	// charge's status, in a read.
 	amount int64
 	state  string
 }
@@ -129,8 +133,13 @@ func (h *history) begin(ctx context.Context, r *request) (context.Context, *call
 		if r.charge != nil {
 			c.in.amount = r.charge.Amount
 		}
-		if r.refund != nil {
+		switch {
+		case r.refund != nil:
 			c.in = opInput{kind: opRefund, part: cmp.Or(r.parent, r.key), key: r.key, amount: r.refund.Amount, charge: r.refund.Charge}
+		case r.capture != nil:
+			c.in = opInput{kind: opCapture, part: cmp.Or(r.parent, r.key), key: r.key, amount: r.capture.Amount, charge: r.chargeID}
+		case r.cancel != nil:
+			c.in = opInput{kind: opCancel, part: cmp.Or(r.parent, r.key), key: r.key, charge: r.chargeID}
 		}
 	}
 	return context.WithValue(ctx, callKey{}, c), c

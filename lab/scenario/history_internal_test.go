@@ -321,3 +321,73 @@ func TestTransportResendIsRecorded(t *testing.T) {
 	res, violations := checkHistory(c.history.attempts(), time.Minute, "")
 	require.Equal(t, historyOK, res.Result, "%v", violations)
 }
+
+func operationIn(charge string, step int, kind opKind, fp string, amount int64) opInput {
+	key := fmt.Sprintf("%s-op-%d", charge, step)
+	return opInput{kind: kind, part: charge, key: key, fp: fp, amount: amount, charge: "ch_" + charge[len(charge)-1:]}
+}
+
+// heldLegal is a charge captured later: a capture of more than was
+// authorized refused, a capture and a cancel sent at once (the cancel
+// refused while the capture is in flight), the capture's cut attempt
+// replayed, reads of it held then captured, and a cancel after refused.
+func heldLegal(charge string, extra ...func(*hist)) *hist {
+	h := &hist{}
+	h.op(1, chargeIn(charge, "fpA", 1000), created("ch_"+charge[len(charge)-1:], "b1"), 0, 10).
+		op(2, readIn("ch_"+charge[len(charge)-1:]), read(statusHeld), 12, 14).
+		op(3, operationIn(charge, 0, opCapture, "fpC0", 1001), refused(422, codeCaptureExceedsAuthorization), 20, 25).
+		op(4, operationIn(charge, 1, opCapture, "fpC1", 0), opOutput{}, 30, 0).
+		op(5, operationIn(charge, 2, opCancel, "fpX2", 0), refused(409, codeOperationInProgress), 31, 35).
+		op(4, operationIn(charge, 1, opCapture, "fpC1", 0), refunded("cp_1", "c1", 1000, true), 40, 45).
+		op(6, readIn("ch_"+charge[len(charge)-1:]), read("succeeded"), 50, 55).
+		op(7, operationIn(charge, 3, opCancel, "fpX3", 0), refused(409, codeChargeNotCapturable), 60, 65)
+	for _, e := range extra {
+		e(h)
+	}
+	return h
+}
+
+// The model of captures and cancels: what heldLegal does is allowed, and
+// each answer the contract forbids is caught in its partition.
+func TestHistoryModelOperations(t *testing.T) {
+	t.Parallel()
+	res, violations := checkHistory(heldLegal(keyA).ops, time.Minute, "")
+	require.Equal(t, historyOK, res.Result, "%v", violations)
+
+	// released is a second charge, read held, then released (its hold
+	// expired): legal alone.
+	released := func(h *hist) {
+		h.op(30, chargeIn(keyB, "fpB", 500), created("ch_2", "b2"), 0, 10).
+			op(31, readIn("ch_2"), read(statusHeld), 12, 14).
+			op(31, readIn("ch_2"), read(statusReleased), 20, 25)
+	}
+	res, violations = checkHistory(heldLegal(keyA, released).ops, time.Minute, "")
+	require.Equal(t, historyOK, res.Result, "%v", violations)
+
+	step := func(call, step int, kind opKind, amount int64, out opOutput, start, end int64) func(*hist) {
+		return func(h *hist) {
+			h.op(call, operationIn(keyA, step, kind, fmt.Sprintf("fpO%d", step), amount), out, start, end)
+		}
+	}
+	for name, extra := range map[string]func(*hist){
+		"a second capture accepted after the charge was read captured": step(20, 4, opCapture, 0, refunded("cp_2", "c2", 1000, false), 70, 75),
+		"a capture of the wrong amount":                                step(20, 4, opCapture, 300, refunded("cp_2", "c2", 1000, false), 8, 9),
+		"operation_in_progress with nothing else in flight":            step(20, 4, opCancel, 0, refused(409, codeOperationInProgress), 15, 18),
+		"capture_exceeds_authorization for what fits":                  step(20, 4, opCapture, 500, refused(422, codeCaptureExceedsAuthorization), 15, 18),
+		"a capture of a charge never created":                          step(20, 4, opCapture, 0, refunded("cp_2", "c2", 1000, false), -20, -15),
+		"a cancel accepted after a read released": func(h *hist) {
+			h.op(21, readIn("ch_1"), read(statusReleased), 66, 67)
+			step(20, 4, opCancel, 0, refunded("cx_2", "x2", 1000, false), 68, 69)(h)
+		},
+		"a released charge read held again": func(h *hist) {
+			h.op(21, readIn("ch_1"), read(statusReleased), 66, 67)
+			h.op(22, readIn("ch_1"), read(statusHeld), 68, 69)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			res, violations := checkHistory(heldLegal(keyA, extra).ops, time.Minute, "")
+			require.Equal(t, historyIllegal, res.Result, "%v", violations)
+		})
+	}
+}

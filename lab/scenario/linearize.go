@@ -70,24 +70,29 @@ type refundRec struct {
 }
 
 // hstate is one partition's state in the model: a charge's key, the
-// charge it created, what the client last read of it, and its refunds'
-// keys. States are values: step returns new ones.
+// charge it created, what the client last read of it, and its refunds',
+// captures' and cancels' keys. States are values: step returns new ones.
 type hstate struct {
 	charge keyRec
 	// amount is the charge's, reserved what its refunds reserved.
 	amount, reserved int64
-	// read is the status the client last read ("" before any); succeeded
-	// and failed are terminal, and a refund accepted means succeeded.
+	// read is the status the client last read ("" before any); succeeded,
+	// failed and canceled are terminal, and a refund accepted means
+	// succeeded.
 	read    string
 	refunds []refundRec // by key
+	ops     []refundRec // the captures' and cancels', by key
 	enc     string
 }
 
 func (s *hstate) seal() *hstate {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s|%s|%s|%d|%d|%d|%s", s.charge.fp, s.charge.id, s.charge.body, s.charge.amount, s.amount, s.reserved, s.read)
-	for _, r := range s.refunds {
-		fmt.Fprintf(&b, "|%s:%s:%s:%s:%d", r.key, r.rec.fp, r.rec.id, r.rec.body, r.rec.amount)
+	for _, list := range [][]refundRec{s.refunds, s.ops} {
+		b.WriteString("|")
+		for _, r := range list {
+			fmt.Fprintf(&b, "|%s:%s:%s:%s:%d", r.key, r.rec.fp, r.rec.id, r.rec.body, r.rec.amount)
+		}
 	}
 	s.enc = b.String()
 	return s
@@ -96,23 +101,30 @@ func (s *hstate) seal() *hstate {
 func (s *hstate) clone() *hstate {
 	n := *s
 	n.refunds = slices.Clone(s.refunds)
+	n.ops = slices.Clone(s.ops)
 	return &n
 }
 
-func (s *hstate) refund(key string) keyRec {
-	if i, ok := slices.BinarySearchFunc(s.refunds, key, func(r refundRec, k string) int { return strings.Compare(r.key, k) }); ok {
-		return s.refunds[i].rec
+func (s *hstate) refund(key string) keyRec { return recordOf(s.refunds, key) }
+
+func (s *hstate) setRefund(key string, rec keyRec) { s.refunds = withRecord(s.refunds, key, rec) }
+
+// recordOf is the record of key in list, sorted by key.
+func recordOf(list []refundRec, key string) keyRec {
+	if i, ok := slices.BinarySearchFunc(list, key, func(r refundRec, k string) int { return strings.Compare(r.key, k) }); ok {
+		return list[i].rec
 	}
 	return keyRec{}
 }
 
-func (s *hstate) setRefund(key string, rec keyRec) {
-	i, ok := slices.BinarySearchFunc(s.refunds, key, func(r refundRec, k string) int { return strings.Compare(r.key, k) })
+// withRecord sets key's record in list, sorted by key, and returns it.
+func withRecord(list []refundRec, key string, rec keyRec) []refundRec {
+	i, ok := slices.BinarySearchFunc(list, key, func(r refundRec, k string) int { return strings.Compare(r.key, k) })
 	if ok {
-		s.refunds[i].rec = rec
-		return
+		list[i].rec = rec
+		return list
 	}
-	s.refunds = slices.Insert(s.refunds, i, refundRec{key, rec})
+	return slices.Insert(list, i, refundRec{key, rec})
 }
 
 // fits says whether a refund of want (0: all that is left) fits in what is
@@ -125,9 +137,12 @@ func (s *hstate) fits(want int64) (int64, bool) {
 	return want, want <= left
 }
 
-func terminal(state string) bool { return state == "succeeded" || state == "failed" }
+func terminal(state string) bool {
+	return state == "succeeded" || state == "failed" || state == statusReleased
+}
 
-var chargeStates = map[string]bool{"pending": true, "submitting": true, "unknown": true, "succeeded": true, "failed": true, "needs_review": true}
+var chargeStates = map[string]bool{"pending": true, "submitting": true, "unknown": true, "succeeded": true, "failed": true, "needs_review": true,
+	statusHeld: true, statusReleased: true}
 
 // replayOf is the step of a 201 to a key that has a record: the replay,
 // marked, of the same request, with the first answer's id and body. It
@@ -168,6 +183,8 @@ func step(s *hstate, in opInput, out opOutput) []*hstate {
 		return stepCharge(s, in, out)
 	case opRefund:
 		return stepRefund(s, in, out)
+	case opCapture, opCancel:
+		return stepOperation(s, in, out)
 	default:
 		return stepRead(s, out)
 	}
@@ -219,27 +236,11 @@ func stepRefund(s *hstate, in opInput, out opOutput) []*hstate {
 		n.read = "succeeded"
 		return n.seal()
 	}
-	if out.unknown {
-		if n := create("", ""); !rec.stored() && n != nil {
-			return []*hstate{s, n}
-		}
-		return []*hstate{s}
+	if next, handled := stepCreated(s, rec, in, out, create, func(n *hstate) keyRec { return n.refund(in.key) },
+		func(n *hstate, rec keyRec) { n.setRefund(in.key, rec) }); handled {
+		return next
 	}
 	switch {
-	case out.status == http.StatusCreated && !rec.stored():
-		n := create(out.id, out.body)
-		if out.replayed || n == nil || n.refund(in.key).amount != out.amount {
-			return nil
-		}
-		return []*hstate{n}
-	case out.status == http.StatusCreated:
-		got, ok := replayOf(rec, in, out)
-		if !ok || out.amount != rec.amount {
-			return nil
-		}
-		n := s.clone()
-		n.setRefund(in.key, got)
-		return []*hstate{n.seal()}
 	case out.status == http.StatusConflict && out.code == codeRefundExceedsCharge:
 		// Only a succeeded charge is measured, and a key with a record
 		// gets its answer first.
@@ -257,6 +258,90 @@ func stepRefund(s *hstate, in opInput, out opOutput) []*hstate {
 	case out.status == http.StatusNotFound:
 		if s.charge.stored() {
 			return nil // the charge it names was created
+		}
+		return []*hstate{s}
+	}
+	if ok, handled := refusalOK(rec, in, out); handled && ok {
+		return []*hstate{s}
+	}
+	return nil
+}
+
+// stepCreated is what a refund, a capture and a cancel share, each a
+// record of its own under its key (rec, in s): an attempt without an
+// answer may have created it (create, nil when it could not) or not; a
+// first 201 creates it, not marked as a replay, of the amount the record
+// created holds (recorded reads it back); a later one replays it, with the
+// first answer's id, body and amount, whose record set keeps. handled is
+// false for any other answer.
+func stepCreated(s *hstate, rec keyRec, in opInput, out opOutput, create func(id, body string) *hstate,
+	recorded func(*hstate) keyRec, set func(*hstate, keyRec)) (next []*hstate, handled bool) {
+	switch {
+	case out.unknown:
+		if n := create("", ""); !rec.stored() && n != nil {
+			return []*hstate{s, n}, true
+		}
+		return []*hstate{s}, true
+	case out.status == http.StatusCreated && !rec.stored():
+		n := create(out.id, out.body)
+		if out.replayed || n == nil || recorded(n).amount != out.amount {
+			return nil, true
+		}
+		return []*hstate{n}, true
+	case out.status == http.StatusCreated:
+		got, ok := replayOf(rec, in, out)
+		if !ok || out.amount != rec.amount {
+			return nil, true
+		}
+		n := s.clone()
+		set(n, got)
+		return []*hstate{n.seal()}, true
+	}
+	return nil, false
+}
+
+// stepOperation is a capture or a cancel (docs/api.md, "Authorize now,
+// capture later"). A 201 creates its record, of what it takes (all that was
+// authorized when it names no amount; a cancel, the authorized amount),
+// only for a charge created and never read captured, released or failed;
+// a refusal stores nothing: charge_not_capturable for a charge created,
+// operation_in_progress only while another capture or cancel of it may
+// exist, capture_exceeds_authorization only for more than the charge.
+func stepOperation(s *hstate, in opInput, out opOutput) []*hstate {
+	rec := recordOf(s.ops, in.key)
+	amount := cmp.Or(in.amount, s.amount)
+	create := func(id, body string) *hstate {
+		if !s.charge.stored() || terminal(s.read) || amount > s.amount {
+			return nil
+		}
+		n := s.clone()
+		n.ops = withRecord(n.ops, in.key, keyRec{fp: in.fp, id: id, body: body, amount: amount})
+		return n.seal()
+	}
+	if next, handled := stepCreated(s, rec, in, out, create, func(n *hstate) keyRec { return recordOf(n.ops, in.key) },
+		func(n *hstate, rec keyRec) { n.ops = withRecord(n.ops, in.key, rec) }); handled {
+		return next
+	}
+	switch {
+	case out.status == http.StatusConflict && out.code == codeChargeNotCapturable:
+		if rec.stored() || !s.charge.stored() {
+			return nil
+		}
+		return []*hstate{s}
+	case out.status == http.StatusConflict && out.code == codeOperationInProgress:
+		other := slices.ContainsFunc(s.ops, func(r refundRec) bool { return r.key != in.key && r.rec.stored() })
+		if rec.stored() || !s.charge.stored() || !other || terminal(s.read) {
+			return nil
+		}
+		return []*hstate{s}
+	case out.status == http.StatusUnprocessableEntity && out.code == codeCaptureExceedsAuthorization:
+		if rec.stored() || !s.charge.stored() || in.kind != opCapture || in.amount <= s.amount {
+			return nil
+		}
+		return []*hstate{s}
+	case out.status == http.StatusNotFound:
+		if s.charge.stored() {
+			return nil
 		}
 		return []*hstate{s}
 	}
@@ -338,6 +423,14 @@ func describeOp(in opInput, out opOutput) string {
 			want = fmt.Sprint(in.amount)
 		}
 		what = fmt.Sprintf("refund %s of %s (body %s)", redactKey(in.key), want, in.fp)
+	case opCapture:
+		want := "all authorized"
+		if in.amount > 0 {
+			want = fmt.Sprint(in.amount)
+		}
+		what = fmt.Sprintf("capture %s of %s (body %s)", redactKey(in.key), want, in.fp)
+	case opCancel:
+		what = fmt.Sprintf("cancel %s (body %s)", redactKey(in.key), in.fp)
 	default:
 		what = "read " + in.charge
 	}
@@ -347,7 +440,7 @@ func describeOp(in opInput, out opOutput) string {
 		got = "no answer"
 	case out.status == http.StatusCreated:
 		got = fmt.Sprintf("201 %s (body %s)", out.id, out.body)
-		if in.kind == opRefund {
+		if in.kind == opRefund || in.kind == opCapture || in.kind == opCancel {
 			got = fmt.Sprintf("201 %s of %d (body %s)", out.id, out.amount, out.body)
 		}
 		if out.replayed {
@@ -381,6 +474,9 @@ func describeState(s *hstate) string {
 	}
 	if len(s.refunds) > 0 {
 		fmt.Fprintf(&b, "; %d left", s.amount-s.reserved)
+	}
+	for _, r := range s.ops {
+		fmt.Fprintf(&b, "; capture or cancel %s %s of %d", redactKey(r.key), cmp.Or(r.rec.id, "(id not yet seen)"), r.rec.amount)
 	}
 	return b.String()
 }

@@ -142,14 +142,16 @@ func steadyAddr() (string, error) {
 // ledgers reads the ledger of every provider of the run, each with the
 // accounts it answers for (none with a single provider: every row's).
 func (s *system) ledgers(ctx context.Context) ([]Ledger, error) {
-	first, err := fakepsp.FetchLedger(ctx, s.psp.url(), false)
+	// Every charge, declines and released holds too: a held or released
+	// charge is judged against the provider's authorization.
+	first, err := fakepsp.FetchLedger(ctx, s.psp.url(), true)
 	if err != nil {
 		return nil, err
 	}
 	if !s.sc.Routed {
 		return []Ledger{{Name: "the provider", Entries: first}}, nil
 	}
-	second, err := fakepsp.FetchLedger(ctx, s.psp2.url(), false)
+	second, err := fakepsp.FetchLedger(ctx, s.psp2.url(), true)
 	if err != nil {
 		return nil, err
 	}

@@ -73,6 +73,14 @@ func newRefunder(slots int) *refunder {
 // refundLater refunds the charge a 201 acknowledged once the client reads
 // it settled. The refunds' keys are the charge's key with a suffix.
 func (s *system) refundLater(ctx context.Context, charge request, acked []byte) {
+	s.later(ctx, charge, acked, s.refund)
+}
+
+// later runs fn on the charge a 201 acknowledged (its key, id and amount)
+// in a goroutine of its own, which the refunder waits for and counts as
+// finished when fn reports that every request it sent got a final answer.
+// Refunds, captures and cancels are sent so.
+func (s *system) later(ctx context.Context, charge request, acked []byte, fn func(ctx context.Context, chargeKey, id string, amount int64) bool) {
 	var c struct {
 		ID     string `json:"id"`
 		Amount int64  `json:"amount"`
@@ -86,7 +94,7 @@ func (s *system) refundLater(ctx context.Context, charge request, acked []byte) 
 	r.started++
 	r.mu.Unlock()
 	r.wg.Go(func() {
-		if s.refund(ctx, charge.key, c.ID, c.Amount) {
+		if fn(ctx, charge.key, c.ID, c.Amount) {
 			r.mu.Lock()
 			r.finished++
 			r.mu.Unlock()
@@ -122,14 +130,8 @@ func (s *system) waitRefunds() (started, finished int) {
 // a refund fails, which only the negative control's broken worker makes
 // happen.) It reports whether every refund got a final answer.
 func (s *system) refund(ctx context.Context, chargeKey, id string, amount int64) bool {
-	waitFrom := time.Now()
-	state, ok := s.awaitSettled(ctx, id)
-	for !ok && s.patient() && ctx.Err() == nil {
-		state, ok = s.awaitSettled(ctx, id)
-	}
+	state, ok := s.awaitPatiently(ctx, "waiting for the charge to settle", id, s.awaitSettled)
 	if !ok {
-		last, _ := s.lastState(ctx, id)
-		s.refunds.giveUp("waiting for the charge to settle|%s still %s after %s", id, last, time.Since(waitFrom).Round(time.Second))
 		return false
 	}
 	if state == "" {
@@ -142,14 +144,9 @@ func (s *system) refund(ctx context.Context, chargeKey, id string, amount int64)
 	reason := refundReasons[s.intn(len(refundReasons))]
 	left := amount
 	for step, want := range plan {
-		sentAt := time.Now()
 		r := s.refundRequest(chargeKey, step, id, want, reason)
-		a := s.client.post(ctx, r)
-		for a.status == 0 && s.patient() && ctx.Err() == nil {
-			a = s.client.post(ctx, r) // the same key: safe
-		}
-		if a.status == 0 {
-			s.refunds.giveUp("refund %d of the charge, last answer %s|%s after %s", step+1, a.last, id, time.Since(sentAt).Round(time.Second))
+		a, ok := s.postPatiently(ctx, r, fmt.Sprintf("refund %d of the charge", step+1), id)
+		if !ok {
 			return false
 		}
 		if a.status != http.StatusCreated && a.code != codeChargeNotRefundable && a.code != codeRefundExceedsCharge {
@@ -183,6 +180,38 @@ func (s *system) refundRequest(chargeKey string, step int, id string, amount int
 	key := fmt.Sprintf("%s-refund-%d", chargeKey, step)
 	return request{path: refundsPath, key: key, parent: chargeKey, refund: &chargeflow.RefundParams{Charge: id, Amount: amount,
 		Reason: chargeflow.RefundReason(reason), Metadata: map[string]string{canaryMetadataKey: canaryMetadata(s.seed)}, IdempotencyKey: key}}
+}
+
+// awaitPatiently waits with await until row id (a charge, a capture, a
+// cancel) is final, and again while the client is patient; when it gives
+// up it records where it was (what) and what the row was then.
+func (s *system) awaitPatiently(ctx context.Context, what, id string, await func(context.Context, string) (string, bool)) (string, bool) {
+	waitFrom := time.Now()
+	state, ok := await(ctx, id)
+	for !ok && s.patient() && ctx.Err() == nil {
+		state, ok = await(ctx, id)
+	}
+	if !ok {
+		last, _ := s.lastState(ctx, id)
+		s.refunds.giveUp("%s|%s still %s after %s", what, id, last, time.Since(waitFrom).Round(time.Second))
+	}
+	return state, ok
+}
+
+// postPatiently posts r until a final answer, again with the same key
+// while the client is patient; when it gives up it records where it was
+// (what, about row id) and the last answer it saw.
+func (s *system) postPatiently(ctx context.Context, r request, what, id string) (answer, bool) {
+	sentAt := time.Now()
+	a := s.client.post(ctx, r)
+	for a.status == 0 && s.patient() && ctx.Err() == nil {
+		a = s.client.post(ctx, r) // the same key: safe
+	}
+	if a.status == 0 {
+		s.refunds.giveUp("%s, last answer %s|%s after %s", what, a.last, id, time.Since(sentAt).Round(time.Second))
+		return a, false
+	}
+	return a, true
 }
 
 // setChaos says the processes are being killed (on), or that they no

@@ -62,8 +62,9 @@ type Report struct {
 	// distinct 201s the client saw for charges.
 	Charges int
 	Acked   int
-	// Refunds counts the refunds.
-	Refunds RefundCounts
+	// Refunds counts the refunds, Operations the captures and cancels.
+	Refunds    RefundCounts
+	Operations RefundCounts
 	// Fired counts what happened: "crashpoint:<point>", "fault:<name>",
 	// "kill:<role>", "postgres:restart", "fenced_refusals".
 	Fired map[string]int
@@ -90,12 +91,14 @@ type Report struct {
 	NotRun string
 }
 
-// RefundCounts is what became of the refunds a run sent.
+// RefundCounts is what became of the refunds a run sent, or of its
+// captures and cancels.
 type RefundCounts struct {
-	// Acked is how many distinct 201s the client saw for refunds, Refused
-	// how many refunds were refused (charge_not_refundable,
-	// refund_exceeds_charge), and Succeeded how many refunds the database
-	// holds as succeeded.
+	// Acked is how many distinct 201s the client saw, Refused how many
+	// requests were refused (charge_not_refundable, refund_exceeds_charge;
+	// charge_not_capturable, operation_in_progress,
+	// capture_exceeds_authorization), and Succeeded how many rows the
+	// database holds as succeeded.
 	Acked, Refused, Succeeded int
 }
 
@@ -132,7 +135,10 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 		switch {
 		case c.ParentID == "":
 			rep.Charges++
-		case c.State == "succeeded":
+		case c.State != "succeeded":
+		case c.Kind == kindCapture || c.Kind == kindCancel:
+			rep.Operations.Succeeded++
+		default:
 			rep.Refunds.Succeeded++
 		}
 		if c.State == "needs_review" {
@@ -143,6 +149,7 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 	s.client.mu.Lock()
 	rep.Acked = s.client.chargeAcks
 	rep.Refunds.Acked = s.client.refundAcks
+	rep.Operations.Acked = s.client.opAcks
 	for key, a := range s.client.acks {
 		acked[a.id] = true
 		if !stored[a.id] {
@@ -151,6 +158,10 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 	}
 	for code, n := range s.client.refusals {
 		rep.Refunds.Refused += n
+		rep.Fired["refusals:"+code] = n
+	}
+	for code, n := range s.client.opRefusals {
+		rep.Operations.Refused += n
 		rep.Fired["refusals:"+code] = n
 	}
 	for _, key := range s.client.mismatches {
@@ -181,8 +192,13 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 	}
 
 	// Reconciler events carry strictly increasing lease tokens per charge.
+	// The hold sweep's release of a held charge is the one that carries
+	// none (reconciler/hold.go): it claims without a lease, and its move is
+	// a compare-and-set from requires_capture with no capture or cancel in
+	// flight, from which nothing but a release of a hold the provider
+	// released can follow.
 	rows, err := s.pool.Query(ctx, `SELECT charge_id, lease_token FROM charge_audit
-		WHERE actor LIKE 'reconciler:%' ORDER BY charge_id, id`)
+		WHERE actor LIKE 'reconciler:%' AND reason IS DISTINCT FROM 'hold_released' ORDER BY charge_id, id`)
 	if err != nil {
 		return err
 	}
@@ -245,6 +261,9 @@ func (s *system) check(ctx context.Context, rep *Report, converged bool, bound t
 		rep.Fired["crashpoint:"+point] = n
 	}
 	if err := s.refundsFired(ctx, rep.Fired); err != nil {
+		return err
+	}
+	if err := s.operationsFired(ctx, rep.Fired); err != nil {
 		return err
 	}
 	if s.sc.Routed {
@@ -372,7 +391,7 @@ func (s *system) auditLogs() []Violation {
 // PrintTable writes the reports as a table, one row per scenario.
 func PrintTable(w io.Writer, reports []Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header := []string{"scenario", "charges", "acked", "refunds acked/refused/succeeded"}
+	header := []string{"scenario", "charges", "acked", "refunds acked/refused/succeeded", "captures+cancels acked/refused/succeeded"}
 	for _, inv := range Invariants() {
 		header = append(header, short(inv))
 	}
@@ -380,7 +399,8 @@ func PrintTable(w io.Writer, reports []Report) {
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range reports {
 		row := []string{r.Scenario, fmt.Sprint(r.Charges), fmt.Sprint(r.Acked),
-			fmt.Sprintf("%d/%d/%d", r.Refunds.Acked, r.Refunds.Refused, r.Refunds.Succeeded)}
+			fmt.Sprintf("%d/%d/%d", r.Refunds.Acked, r.Refunds.Refused, r.Refunds.Succeeded),
+			fmt.Sprintf("%d/%d/%d", r.Operations.Acked, r.Operations.Refused, r.Operations.Succeeded)}
 		for _, inv := range Invariants() {
 			cell := fmt.Sprint(r.Counts[inv])
 			if inv == InvariantHistory && r.History.Result == historyUnknown {
@@ -406,25 +426,29 @@ func PrintTable(w io.Writer, reports []Report) {
 // short is an invariant's column header.
 func short(invariant string) string {
 	return map[string]string{
-		InvariantAtMostOnce:          "at-most-once",
-		InvariantOnceAcrossProviders: "one-provider",
-		InvariantOutageServed:        "outage",
-		InvariantSucceededCharged:    "succ⇔charged",
-		InvariantFailedUncharged:     "failed⇒none",
-		InvariantNoOrphans:           "orphans",
-		InvariantNotOverRefunded:     "≤charged",
-		InvariantTerminal:            "settled",
-		InvariantAckedHasRow:         "201⇒row",
-		InvariantRowAcked:            "row⇒201",
-		InvariantReplayIdentical:     "replays",
-		InvariantFencedWrites:        "fenced",
-		InvariantConverged:           "in-bound",
-		InvariantCompleted:           "completed",
-		InvariantLogsClean:           "logs",
-		InvariantFaultsFired:         "fired",
-		InvariantClientAnswers:       "answers",
-		InvariantWebhooks:            "webhooks",
-		InvariantHistory:             "history",
+		InvariantAtMostOnce:            "at-most-once",
+		InvariantOnceAcrossProviders:   "one-provider",
+		InvariantOutageServed:          "outage",
+		InvariantSucceededCharged:      "succ⇔charged",
+		InvariantFailedUncharged:       "failed⇒none",
+		InvariantNoOrphans:             "orphans",
+		InvariantNotOverRefunded:       "≤charged",
+		InvariantCapturedOnce:          "captured-once",
+		InvariantCaptureWithinAuth:     "≤authorized",
+		InvariantNoCaptureAfterRelease: "no-late-capture",
+		InvariantHoldMatches:           "hold⇔provider",
+		InvariantTerminal:              "settled",
+		InvariantAckedHasRow:           "201⇒row",
+		InvariantRowAcked:              "row⇒201",
+		InvariantReplayIdentical:       "replays",
+		InvariantFencedWrites:          "fenced",
+		InvariantConverged:             "in-bound",
+		InvariantCompleted:             "completed",
+		InvariantLogsClean:             "logs",
+		InvariantFaultsFired:           "fired",
+		InvariantClientAnswers:         "answers",
+		InvariantWebhooks:              "webhooks",
+		InvariantHistory:               "history",
 	}[invariant]
 }
 

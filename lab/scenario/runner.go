@@ -140,6 +140,12 @@ func (t timings) convergenceBound() time.Duration {
 func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
 	seed := r.cfg.Seed
 	rep := Report{Scenario: sc.Name, Seed: seed, Fired: map[string]int{}, Counts: map[string]int{}}
+	if sc.NotRunWith != nil {
+		if why := sc.NotRunWith(cmp.Or(r.cfg.PSP, "fake")); why != "" {
+			rep.NotRun = why
+			return rep, nil
+		}
+	}
 	if sc.Partitions {
 		// Without namespaces the scenario is not run, and says so: never
 		// a pass.
@@ -436,8 +442,8 @@ func (s *system) boot(ctx context.Context) error {
 			return err
 		}
 	}
-	s.psp = s.newProc("fakepsp", "fakepsp", "--addr", addr, "--no-dedupe", "--protocol", cmp.Or(s.runner.cfg.PSP, "fake"),
-		"--ledger", filepath.Join(s.dir, "ledger.jsonl"), "--faults", faults)
+	s.psp = s.newProc("fakepsp", append([]string{"fakepsp", "--addr", addr, "--no-dedupe", "--protocol", cmp.Or(s.runner.cfg.PSP, "fake"),
+		"--ledger", filepath.Join(s.dir, "ledger.jsonl"), "--faults", faults}, s.sc.ProviderFlags...)...)
 	s.psp.env = s.env()
 	if err := s.psp.start(ctx, true); err != nil {
 		return err

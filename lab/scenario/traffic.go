@@ -18,10 +18,13 @@ import (
 	chargeflow "github.com/chargeflow/chargeflow/client"
 )
 
-// The routes the merchant's backend posts to.
+// The routes the merchant's backend posts to; a capture's and a cancel's
+// name their charge ({id}).
 const (
 	chargesPath = "/v1/charges"
 	refundsPath = "/v1/refunds"
+	capturePath = "/v1/charges/{id}/capture"
+	cancelPath  = "/v1/charges/{id}/cancel"
 )
 
 // The refusals of a refund that are final answers (docs/api.md, "Refunds"):
@@ -32,6 +35,17 @@ const (
 	codeRequestInProgress   = "request_in_progress"
 )
 
+// The refusals of a capture or a cancel that are final answers
+// (docs/api.md, "Authorize now, capture later"): nothing was stored.
+const (
+	codeChargeNotCapturable         = "charge_not_capturable"
+	codeOperationInProgress         = "operation_in_progress"
+	codeCaptureExceedsAuthorization = "capture_exceeds_authorization"
+)
+
+// operationRefusals are those refusals, by code.
+var operationRefusals = map[string]bool{codeChargeNotCapturable: true, codeOperationInProgress: true, codeCaptureExceedsAuthorization: true}
+
 // client is the merchant's backend as a careful engineer writes it, on the
 // Go client merchants import (package client, docs/client.md): one
 // idempotency key per charge or refund, chosen before the first attempt,
@@ -40,11 +54,13 @@ const (
 // giveUp. An exchange observer (client.WithExchangeObserver) sees every
 // attempt: the client remembers every 201 it saw, byte for byte, to check
 // that each has a row and that every replay is identical to the first
-// answer; it counts every status and the refusals of refunds.
+// answer; it counts every status and the refusals of refunds, captures and
+// cancels.
 type client struct {
 	// api retries until a final answer; once makes a single attempt; poll
-	// reads charges and refunds posts refunds, each exchange through one
-	// of the refunder's slots.
+	// reads charges, captures and cancels, and refunds posts refunds,
+	// captures and cancels, each exchange through one of the refunder's
+	// slots.
 	api, once, poll, refunds *chargeflow.Client
 	// giveUp bounds the retries of one request.
 	giveUp time.Duration
@@ -53,10 +69,13 @@ type client struct {
 	acks       map[string]ack // by idempotency key
 	chargeAcks int
 	refundAcks int
-	// refusals counts the final refusals of refunds, by problem code.
-	refusals map[string]int
-	statuses map[int]int
-	sent     int
+	opAcks     int
+	// refusals and opRefusals count the final refusals of refunds, and of
+	// captures and cancels, by problem code.
+	refusals   map[string]int
+	opRefusals map[string]int
+	statuses   map[int]int
+	sent       int
 	// mismatches lists keys whose replay differed from the first 201.
 	mismatches []string
 	// unexpected lists answers a valid request should never get.
@@ -73,16 +92,25 @@ type client struct {
 	replaced     atomic.Int64
 }
 
-// request is one POST the merchant sends: a charge or a refund, under the
-// key it chose before the first attempt (the params' IdempotencyKey).
+// request is one POST the merchant sends: a charge, a refund, a capture or
+// a cancel, under the key it chose before the first attempt (the params'
+// IdempotencyKey).
 type request struct {
 	path string
 	key  string
-	// parent is a refund's charge's key: the history's partition.
+	// parent is a refund's, a capture's or a cancel's charge's key: the
+	// history's partition.
 	parent string
 	charge *chargeflow.ChargeParams
 	refund *chargeflow.RefundParams
+	// capture and cancel are of the charge chargeID.
+	capture  *chargeflow.CaptureParams
+	cancel   *chargeflow.CancelParams
+	chargeID string
 }
+
+// operation reports whether r is a capture or a cancel.
+func (r request) operation() bool { return r.capture != nil || r.cancel != nil }
 
 // answer is the final answer to a request: its status (0 if the client
 // gave up), the problem's code for a refusal, and the body; last is the
@@ -111,11 +139,12 @@ const apiBaseURL = "http://chargeflow-api"
 func newClient(baseURL func() string, apiKey string, timeout, giveUp time.Duration, slots chan struct{}) *client {
 	dialer := &net.Dialer{Timeout: timeout}
 	c := &client{
-		giveUp:   giveUp,
-		acks:     map[string]ack{},
-		refusals: map[string]int{},
-		statuses: map[int]int{},
-		history:  newHistory(),
+		giveUp:     giveUp,
+		acks:       map[string]ack{},
+		refusals:   map[string]int{},
+		opRefusals: map[string]int{},
+		statuses:   map[int]int{},
+		history:    newHistory(),
 	}
 	var transport http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: 64, DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return dialer.DialContext(ctx, network, strings.TrimPrefix(baseURL(), "http://"))
@@ -208,11 +237,17 @@ func (c *client) observed(ctx context.Context, r *request, see func(chargeflow.E
 // exchange.
 func (c *client) create(ctx context.Context, lib *chargeflow.Client, r request, see func(chargeflow.Exchange)) error {
 	ctx = c.observed(ctx, &r, see)
-	if r.refund != nil {
-		_, err := lib.CreateRefund(ctx, *r.refund)
-		return err
+	var err error
+	switch {
+	case r.refund != nil:
+		_, err = lib.CreateRefund(ctx, *r.refund)
+	case r.capture != nil:
+		_, err = lib.CaptureCharge(ctx, r.chargeID, *r.capture)
+	case r.cancel != nil:
+		_, err = lib.CancelCharge(ctx, r.chargeID, *r.cancel)
+	default:
+		_, err = lib.CreateCharge(ctx, *r.charge)
 	}
-	_, err := lib.CreateCharge(ctx, *r.charge)
 	return err
 }
 
@@ -235,12 +270,13 @@ func transient(status int, code string) bool {
 }
 
 // post sends r until it gets a final answer, the library retrying with the
-// same key: a 201 (every 201 seen is remembered, as it came), a refund's
-// refusal (counted), or anything else, which a valid request never gets
-// (recorded as unexpected). The status is 0 if it gave up.
+// same key: a 201 (every 201 seen is remembered, as it came), a refund's,
+// a capture's or a cancel's refusal (counted), or anything else, which a
+// valid request never gets (recorded as unexpected). The status is 0 if it
+// gave up.
 func (c *client) post(ctx context.Context, r request) answer {
 	lib := c.api
-	if r.refund != nil {
+	if r.refund != nil || r.operation() {
 		lib = c.refunds
 	}
 	var a answer
@@ -266,6 +302,12 @@ func (c *client) post(ctx context.Context, r request) answer {
 			(a.code == codeChargeNotRefundable || a.code == codeRefundExceedsCharge) {
 			c.mu.Lock()
 			c.refusals[a.code]++
+			c.mu.Unlock()
+			break
+		}
+		if r.operation() && operationRefusals[a.code] {
+			c.mu.Lock()
+			c.opRefusals[a.code]++
 			c.mu.Unlock()
 			break
 		}
@@ -310,6 +352,44 @@ func (c *client) awaitOutcome(ctx context.Context, id string) (status string, fi
 	return "", false
 }
 
+// awaitOperation waits, for at most giveUp, until the capture or cancel
+// is succeeded, failed or in review (the library's WaitForCapture,
+// WaitForCancel, each read through a slot), and returns it; nil after an
+// answer no operation the client saw acknowledged should get (recorded as
+// unexpected); false if it gave up.
+func (c *client) awaitOperation(ctx context.Context, id string, cancel bool) (op *chargeflow.Operation, final bool) {
+	ctx, stop := context.WithTimeout(ctx, c.giveUp)
+	defer stop()
+	wait := c.poll.WaitForCapture
+	if cancel {
+		wait = c.poll.WaitForCancel
+	}
+	op, err := wait(c.observed(ctx, nil, nil), id)
+	var refusal *chargeflow.Error
+	switch {
+	case err == nil:
+		return op, true
+	case errors.As(err, &refusal) && !transient(refusal.Status, string(refusal.Code)):
+		c.unexpectedf("%s: GET answered %d %s", id, refusal.Status, refusal.Code)
+		return nil, true
+	}
+	return nil, false
+}
+
+// readCharge reads the charge once it is known to exist (the library
+// retrying what is not final, through a slot): nil after an answer that
+// is not the charge (recorded as unexpected).
+func (c *client) readCharge(ctx context.Context, id string) *chargeflow.Charge {
+	ctx, stop := context.WithTimeout(ctx, c.giveUp)
+	defer stop()
+	charge, err := c.poll.GetCharge(c.observed(ctx, nil, nil), id)
+	if err != nil {
+		c.unexpectedf("charge %s: read: %v", id, err)
+		return nil
+	}
+	return charge
+}
+
 func (c *client) unexpectedf(format string, args ...any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -327,9 +407,12 @@ func (c *client) recordAck(r request, body []byte) {
 	first, seen := c.acks[r.key]
 	if !seen {
 		c.acks[r.key] = ack{id: object.ID, req: r, body: append([]byte(nil), body...)}
-		if r.path == refundsPath {
+		switch {
+		case r.path == refundsPath:
 			c.refundAcks++
-		} else {
+		case r.operation():
+			c.opAcks++
+		default:
 			c.chargeAcks++
 		}
 		return
