@@ -22,6 +22,9 @@ var pathTo = map[intent.State][]intent.State{
 	intent.StateNeedsReview: {intent.StateSubmitting, intent.StateUnknown, intent.StateNeedsReview},
 	intent.StateSucceeded:   {intent.StateSubmitting, intent.StateSucceeded},
 	intent.StateFailed:      {intent.StateSubmitting, intent.StateFailed},
+	// A charge captured later (docs/capture.md).
+	intent.StateRequiresCapture: {intent.StateSubmitting, intent.StateRequiresCapture},
+	intent.StateCanceled:        {intent.StateSubmitting, intent.StateRequiresCapture, intent.StateCanceled},
 }
 
 // fill writes, over two tenants, a different number of rows in each
@@ -33,12 +36,14 @@ func fill(t *testing.T, pool *pgxpool.Pool) (map[intent.State]int64, intent.Char
 	want := map[intent.State]int64{
 		intent.StatePending: 1, intent.StateSubmitting: 2, intent.StateUnknown: 3,
 		intent.StateNeedsReview: 4, intent.StateSucceeded: 5, intent.StateFailed: 6,
+		intent.StateRequiresCapture: 2, intent.StateCanceled: 1,
 	}
 	var unknown, paid intent.Charge
 	n := 0
 	for _, state := range intent.States() {
 		for range want[state] {
-			c := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenants[n%2]})
+			later := state == intent.StateRequiresCapture || state == intent.StateCanceled
+			c := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenants[n%2], CaptureLater: later})
 			n++
 			c = dbtest.Walk(t, pool, c, "py_"+c.ID, pathTo[state]...)
 			switch state {

@@ -51,6 +51,16 @@ func TestCensus(t *testing.T) {
 		}
 	}
 
+	for _, to := range []intent.State{intent.StateRequiresCapture, intent.StateCanceled} {
+		c := dbtest.PendingCharge(t, pool, dbtest.Charge{TenantID: tenantID, CaptureLater: true})
+		path := []intent.State{intent.StateSubmitting, intent.StateRequiresCapture}
+		if to == intent.StateCanceled {
+			path = append(path, intent.StateCanceled)
+		}
+		dbtest.Walk(t, pool, c, "py_"+c.ID, path...)
+		want[to]++
+	}
+
 	census, err := intent.TakeCensus(ctx, pool)
 	require.NoError(t, err)
 	require.Equal(t, want, census.Counts, "a small table is counted exactly")
@@ -60,8 +70,9 @@ func TestCensus(t *testing.T) {
 	// exact; the settled ones are marked estimated.
 	census, err = intent.TakeCensusBelow(ctx, pool, 5)
 	require.NoError(t, err)
-	require.Equal(t, map[intent.State]bool{intent.StateSucceeded: true, intent.StateFailed: true}, census.Estimated)
-	for _, state := range []intent.State{intent.StatePending, intent.StateSubmitting, intent.StateUnknown, intent.StateNeedsReview} {
+	require.Equal(t, map[intent.State]bool{intent.StateSucceeded: true, intent.StateFailed: true, intent.StateCanceled: true}, census.Estimated)
+	for _, state := range []intent.State{intent.StatePending, intent.StateSubmitting, intent.StateUnknown, intent.StateNeedsReview,
+		intent.StateRequiresCapture} {
 		require.Equal(t, want[state], census.Counts[state], state)
 	}
 
@@ -72,5 +83,5 @@ func TestCensus(t *testing.T) {
 	census, err = intent.TakeCensusBelow(ctx, pool, 5)
 	require.NoError(t, err)
 	require.Equal(t, want, census.Counts)
-	require.Equal(t, map[intent.State]bool{intent.StateSucceeded: true, intent.StateFailed: true}, census.Estimated)
+	require.Equal(t, map[intent.State]bool{intent.StateSucceeded: true, intent.StateFailed: true, intent.StateCanceled: true}, census.Estimated)
 }

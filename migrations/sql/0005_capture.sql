@@ -76,5 +76,8 @@ ALTER TABLE events ADD CONSTRAINT events_type_check CHECK (type IN (
     'capture.failed', 'capture.needs_review', 'cancel.failed', 'cancel.needs_review',
     'webhook_endpoint.disabled'));
 
--- The hold sweep (reconciler): held charges, oldest authorization first.
+-- The hold sweep (reconciler): held charges, oldest authorization first;
+-- and the census's estimate of the released ones (intent.TakeCensus), as
+-- of the failed ones.
 CREATE INDEX charges_requires_capture_since ON charges (first_attempt_at) WHERE state = 'requires_capture';
+CREATE INDEX charges_canceled_id ON charges (id) WHERE state = 'canceled';
