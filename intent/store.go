@@ -405,9 +405,9 @@ func listQuery(p ListParams) (string, []any, error) {
 		// Every tenant's charges in a state on the way: a small set
 		// whatever the table's size, read whole through the partial index
 		// of its sweep and sorted, never found by walking charges_id.
-		// needs_review and failed have partial indexes on id (migration
-		// 0011); succeeded is most of the table, so charges_id finds a
-		// page of it at once.
+		// needs_review, failed and canceled have partial indexes on id
+		// (0001_baseline, 0005_capture); succeeded is most of the table,
+		// so charges_id finds a page of it at once.
 		var cursor string
 		if p.StartingAfter != "" {
 			cursor = "\n\t\tWHERE id < $1"
