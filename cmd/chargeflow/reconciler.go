@@ -92,7 +92,7 @@ func bindCapabilities(fs *flag.FlagSet, o *app.Options) {
 	caps.Consistency = psp.Strong
 	fs.Var(strongLookup{&caps.Consistency}, "strong-lookup", "the provider's lookup is strongly consistent, so a not-found after the apply window proves no charge exists")
 	fs.DurationVar(&caps.LagBound, "lookup-lag-bound", 0, "with --strong-lookup=false: the longest the lookup may lag behind the provider (0: unbounded, so a not-found never proves anything)")
-	fs.DurationVar(&caps.HoldWindow, "hold-window", psp.DefaultHoldWindow, "with --psp fake: how long the provider holds an authorization (a charge to capture later) before it releases it itself (the fake's --hold-window)")
+	fs.DurationVar(&caps.HoldWindow, "hold-window", psp.DefaultHoldWindow, "with --psp fake or stripe: how long the provider holds an authorization (a charge to capture later) before it releases it itself (the fake's --hold-window; at Stripe, 7 days for online cards, 2 for in-person)")
 }
 
 // strongLookup is --strong-lookup: a boolean flag that sets a consistency.

@@ -343,7 +343,8 @@ func (o Options) ProviderClient() (psp.Provider, error) {
 		// reconciler assumes after the call's timeout.
 		return pspstripe.New(pspstripe.Config{
 			BaseURL: cfg.BaseURL, APIKey: o.StripeAPIKey, Timeout: cfg.Timeout, HTTPClient: cfg.HTTPClient,
-			ApplyDelay: o.Reconciler.Provider.MaxApplyDelay, ClockSkew: o.StripeClockSkew, TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider,
+			ApplyDelay: o.Reconciler.Provider.MaxApplyDelay, ClockSkew: o.StripeClockSkew, HoldWindow: cfg.Capabilities.HoldWindow,
+			TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider,
 		}), nil
 	case ProviderAdyen:
 		if o.AdyenAPIKey == "" || o.AdyenMerchantAccount == "" {

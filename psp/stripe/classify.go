@@ -281,7 +281,8 @@ func checkPage(page listing, o op) error {
 //     a failed refund with Stripe's code as its failure code, a value.
 //   - A capture or cancel that Stripe refused for the intent's state or
 //     the amount (refusesOperation): a failed charge without an id whose
-//     decline code is Stripe's code, a value (the adapter fills in the
+//     decline code is Stripe's code, or psp.CodeHoldExpired when the hold
+//     had expired (operationRefusal), a value (the adapter fills in the
 //     request: psp.OperationRequest.Refused).
 //   - A charge whose error carries the PaymentIntent: the intent's state
 //     decides (chargeOf); a card error's decline_code, else its code, is
@@ -330,7 +331,7 @@ func classifyAPIError(a attempt, e *stripego.Error) (answer, error) {
 	case a.op == opRefund && refused:
 		return answer{refund: psp.Refund{Status: psp.StatusFailed, FailureCode: refusal}}, nil
 	case (a.op == opCapture || a.op == opCancel) && refusesOperation(status, e):
-		return answer{charge: psp.Charge{Status: psp.StatusFailed, DeclineCode: string(e.Code)}}, nil
+		return answer{charge: psp.Charge{Status: psp.StatusFailed, DeclineCode: operationRefusal(e)}}, nil
 	case a.op == opCharge && e.PaymentIntent != nil && e.PaymentIntent.ID != "":
 		declineCode := ""
 		if e.Type == stripego.ErrorTypeCard {
@@ -400,7 +401,22 @@ func refusesRefund(status int, e *stripego.Error) (string, bool) {
 // is the request's form, not applied.
 func refusesOperation(status int, e *stripego.Error) bool {
 	return status == http.StatusBadRequest && e.Type == stripego.ErrorTypeInvalidRequest &&
-		(e.Code == stripego.ErrorCodePaymentIntentUnexpectedState || e.Code == stripego.ErrorCodeAmountTooLarge)
+		(e.Code == stripego.ErrorCodePaymentIntentUnexpectedState || e.Code == stripego.ErrorCodeAmountTooLarge ||
+			e.Code == stripego.ErrorCodeChargeExpiredForCapture)
+}
+
+// operationRefusal is the failure code of a refused capture or cancel:
+// psp.CodeHoldExpired when the refusal shows the hold expired (the intent
+// it carries canceled automatic, which is how Stripe releases an expired
+// authorization, or charge_expired_for_capture), so that a merchant reads
+// the same code from every provider; else Stripe's code.
+func operationRefusal(e *stripego.Error) string {
+	pi := e.PaymentIntent
+	if e.Code == stripego.ErrorCodeChargeExpiredForCapture ||
+		pi != nil && pi.Status == stripego.PaymentIntentStatusCanceled && pi.CancellationReason == stripego.PaymentIntentCancellationReasonAutomatic {
+		return psp.CodeHoldExpired
+	}
+	return string(e.Code)
 }
 
 // chargeOf maps a PaymentIntent to what it proves. succeeded is a charge;

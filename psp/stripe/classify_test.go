@@ -510,6 +510,14 @@ func TestClassifyCaptureLater(t *testing.T) {
 
 		{"capture of an intent not held", stripeErr(opCapture, 400, stripego.ErrorTypeInvalidRequest, stripego.ErrorCodePaymentIntentUnexpectedState,
 			withIntent(manual("canceled", 0))), want{charge: refusal("payment_intent_unexpected_state")}},
+		{"capture of an intent whose hold expired", stripeErr(opCapture, 400, stripego.ErrorTypeInvalidRequest, stripego.ErrorCodePaymentIntentUnexpectedState,
+			withIntent(func() *stripego.PaymentIntent {
+				pi := manual("canceled", 0)
+				pi.CancellationReason = stripego.PaymentIntentCancellationReasonAutomatic
+				return pi
+			}())), want{charge: refusal(psp.CodeHoldExpired)}},
+		{"capture of a charge expired for capture", stripeErr(opCapture, 400, stripego.ErrorTypeInvalidRequest, stripego.ErrorCodeChargeExpiredForCapture),
+			want{charge: refusal(psp.CodeHoldExpired)}},
 		{"cancel of an intent captured", stripeErr(opCancel, 400, stripego.ErrorTypeInvalidRequest, stripego.ErrorCodePaymentIntentUnexpectedState,
 			withIntent(manual("succeeded", 1000))), want{charge: refusal("payment_intent_unexpected_state")}},
 		{"capture of more than is capturable", stripeErr(opCapture, 400, stripego.ErrorTypeInvalidRequest, stripego.ErrorCodeAmountTooLarge),

@@ -97,7 +97,9 @@
 // succeeded captured (amount_received), canceled released, by a cancel or
 // when the seven-day authorization expired. Stripe's refusal for the
 // intent's state (payment_intent_unexpected_state) or the amount
-// (amount_too_large) is psp.OperationRequest.Refused with Stripe's code.
+// (amount_too_large) is psp.OperationRequest.Refused with Stripe's code;
+// one that shows the hold expired (the intent canceled automatic, or
+// charge_expired_for_capture) with psp.CodeHoldExpired, as every provider's.
 //
 // # Events
 //

@@ -216,7 +216,7 @@ func TestAgainstTheFakeStripe(t *testing.T) {
 		op = psp.OperationRequest{Key: "cpk_2", Charge: held.ID, Amount: 1000, Currency: "EUR", Reference: "cp_2", ChargeReference: "ch_2"}
 		refused, err := adapter.Capture(t.Context(), op)
 		require.NoError(t, err)
-		require.Equal(t, op.Refused("payment_intent_unexpected_state"), refused)
+		require.Equal(t, op.Refused(psp.CodeHoldExpired), refused, "Stripe's refusal of an intent canceled automatic is the hold's expiry")
 	})
 
 	t.Run("a capture whose answer is lost is found by the charge's lookup", func(t *testing.T) {

@@ -81,6 +81,12 @@ type Config struct {
 	PageSize int64
 	MaxPages int
 
+	// HoldWindow is how long Stripe holds an authorization sent to be
+	// captured later, as declared in Capabilities: seven days for online
+	// card payments (psp.DefaultHoldWindow, the default), two for in-person
+	// ones; an account of the latter declares its own.
+	HoldWindow time.Duration
+
 	// HTTPClient makes the calls; the adapter uses a shallow copy whose
 	// transport sends each request at most once and which never follows
 	// redirects. Defaults to a client with its own connection pool.
@@ -103,6 +109,7 @@ type Adapter struct {
 	applyDelay time.Duration
 	pageSize   int64
 	maxPages   int
+	holdWindow time.Duration
 	telemetry  psp.Telemetry
 }
 
@@ -136,6 +143,7 @@ func New(cfg Config) *Adapter {
 		applyDelay: cfg.ApplyDelay,
 		pageSize:   cmp.Or(cfg.PageSize, DefaultPageSize),
 		maxPages:   cmp.Or(cfg.MaxPages, DefaultMaxPages),
+		holdWindow: cmp.Or(cfg.HoldWindow, psp.DefaultHoldWindow),
 		telemetry:  psp.NewTelemetry(cfg.TracerProvider, cfg.MeterProvider, baseURL),
 	}
 }
@@ -147,8 +155,8 @@ func (a *Adapter) Timeout() time.Duration { return a.timeout }
 // lookup by reference (search finds, the list endpoint proves not-found;
 // see the package doc), a strong retrieve by PaymentIntent id, refunds,
 // signed events (ParseNotification), and authorizations captured or
-// canceled later, held seven days (psp.DefaultHoldWindow, Stripe's for
-// card payments).
+// canceled later, held Config.HoldWindow (seven days by default,
+// Stripe's for online card payments).
 func (a *Adapter) Capabilities() psp.Capabilities {
 	return psp.Capabilities{
 		Name:            a.name,
@@ -159,7 +167,7 @@ func (a *Adapter) Capabilities() psp.Capabilities {
 		Refunds:         true,
 		Notifications:   true,
 		SeparateCapture: true,
-		HoldWindow:      psp.DefaultHoldWindow,
+		HoldWindow:      a.holdWindow,
 	}
 }
 

@@ -696,6 +696,8 @@ func TestCapabilities(t *testing.T) {
 	}, adapter.Capabilities())
 	require.Equal(t, 7*time.Second, adapter.Timeout())
 	require.Equal(t, psp.DefaultTimeout, pspstripe.New(pspstripe.Config{}).Timeout())
+	require.Equal(t, 48*time.Hour, pspstripe.New(pspstripe.Config{HoldWindow: 48 * time.Hour}).Capabilities().HoldWindow,
+		"an account of in-person payments declares its own window")
 }
 
 // Calls are psp's spans, under the caller's, with the trace context sent
