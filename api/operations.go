@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/chargeflow/chargeflow/api/jsoncanon"
+	"github.com/chargeflow/chargeflow/crashpoint"
 	"github.com/chargeflow/chargeflow/intent"
 	"github.com/chargeflow/chargeflow/internal/ids"
 	"github.com/chargeflow/chargeflow/resource"
@@ -126,6 +127,9 @@ func (s *Server) acceptChild(c echo.Context, ctx context.Context, k keyed, row i
 		return s.replay(c, rec, k.fingerprint)
 	}
 	c.Set(logChargeKey, row.ID)
+	if err := s.cfg.CrashPoints.Hit(ctx, crashpoint.APIAfterCommitBeforeResponse); err != nil {
+		return err
+	}
 	c.Response().Header().Set(echo.HeaderLocation, locationOf(row.ID))
 	return c.Blob(http.StatusCreated, echo.MIMEApplicationJSON, response)
 }

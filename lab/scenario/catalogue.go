@@ -75,10 +75,6 @@ type Scenario struct {
 	// ledgers of both are checked, and Faults act on the first
 	// (outage.go).
 	Routed bool
-	// NotRunWith, when set, says why the scenario cannot be run with the
-	// run's provider protocol (Config.PSP), "" when it can: its report
-	// says so, and it is neither a pass nor a failure.
-	NotRunWith func(psp string) string
 	// Slow marks a scenario that takes a minute or more mostly waiting
 	// (for River's rescue of a job): `run --parallel` starts it first and
 	// outside its slots, so the rest run alongside it instead of after it.
@@ -259,21 +255,35 @@ func Catalogue() []Scenario {
 			Summary: "charges authorized only settle, then each is captured or canceled while workers die after the provider applied it and before the save, " +
 				"and one of two reconcilers after its lookup; reruns must not send it again",
 			Reconcilers: 2,
-			Run: operationsUnderCrash(30, 100, operateEach, crash("worker.after_psp_response_before_save"),
-				[]string{"CHARGEFLOW_CRASHPOINTS=reconciler.after_lookup_before_update=exit#2"}),
+			Run: operationsUnderCrash(30, 100, operateEach, armed{workers: crash("worker.after_psp_response_before_save"),
+				reconciler: []string{"CHARGEFLOW_CRASHPOINTS=reconciler.after_lookup_before_update=exit#2"}}),
 			MustFire: []string{"crashpoint:worker.after_psp_response_before_save", "crashpoint:reconciler.after_lookup_before_update", "captures:found"},
 		},
 		{
-			Name:     "capture-crash-after-submitting",
-			Summary:  "charges authorized only settle, then workers die after committing a capture's or cancel's submitting, before the call",
-			Run:      operationsUnderCrash(30, 100, operateEach, crash("worker.after_submitting_commit"), nil),
-			MustFire: []string{"crashpoint:worker.after_submitting_commit", "captures:re-attempted"},
+			Name: "capture-crash-after-submitting",
+			Summary: "charges authorized only settle, then workers die after committing a capture's or cancel's submitting, before the call, " +
+				"and one of two reconcilers after leasing the stranded ones",
+			Reconcilers: 2,
+			Run: operationsUnderCrash(30, 100, operateEach, armed{workers: crash("worker.after_submitting_commit"),
+				reconciler: []string{"CHARGEFLOW_CRASHPOINTS=reconciler.after_lease=exit#2"}}),
+			MustFire: []string{"crashpoint:worker.after_submitting_commit", "crashpoint:reconciler.after_lease", "captures:re-attempted"},
 		},
 		{
 			Name:     "capture-crash-before-worker-commit",
 			Summary:  "charges authorized only settle, then workers die with a capture's or cancel's answer written but not committed",
-			Run:      operationsUnderCrash(30, 100, operateEach, []string{"CHARGEFLOW_CRASHPOINTS=" + crashPerBatch("worker.after_save_before_commit")}, nil),
+			Run:      operationsUnderCrash(30, 100, operateEach, armed{workers: []string{"CHARGEFLOW_CRASHPOINTS=" + crashPerBatch("worker.after_save_before_commit")}}),
 			MustFire: []string{"crashpoint:worker.after_save_before_commit"},
+		},
+		{
+			Name: "capture-crash-in-api",
+			Summary: "charges authorized only settle, then one of two APIs dies inside the accept transaction of a capture or cancel, " +
+				"the other after its commit, before the answer; the clients retry with the same key",
+			APIs: 2,
+			Run: operationsUnderCrash(30, 100, operateEach, armed{apis: [][]string{
+				{"CHARGEFLOW_CRASHPOINTS=api.after_insert_before_commit=exit#3"},
+				{"CHARGEFLOW_CRASHPOINTS=api.after_commit_before_response=exit#3"},
+			}}),
+			MustFire: []string{"crashpoint:api.after_insert_before_commit", "crashpoint:api.after_commit_before_response"},
 		},
 		{
 			Name:     "captures-racing-cancels",
@@ -455,7 +465,7 @@ func Catalogue() []Scenario {
 			// and the broken mode once the authorizations have settled.
 			ReconcilerFlagsFor: func(int) []string { return []string{"--stale-margin", "1h"} },
 			Run: operationsUnderCrash(20, 20, func(s *system) func(context.Context, string, string, int64) bool { return s.operateThird },
-				append(crash("worker.after_psp_response_before_save"), "CHARGEFLOW_BROKEN=resend_on_rerun"), nil),
+				armed{workers: append(crash("worker.after_psp_response_before_save"), "CHARGEFLOW_BROKEN=resend_on_rerun")}),
 			MustFire:        []string{"crashpoint:worker.after_psp_response_before_save"},
 			ExpectViolation: true,
 			MustCatch:       []string{InvariantCapturedOnce},

@@ -234,25 +234,40 @@ func (s *system) settleOperation(ctx context.Context, chargeID string, amount in
 	return status, failureCode, true
 }
 
-// operationsUnderCrash sends charges to be captured later with the
-// workers' crash points disarmed and waits for them to settle; then it
-// restarts the workers with workerEnv and the first reconciler with
-// reconcilerEnv (crash points armed, a broken mode) and captures or cancels
-// every charge held (op), so that every crash cuts a capture or a cancel.
-// A reconciler armed to die at every few lookups settles little; the
-// others, unarmed, keep the unknown captures and cancels settling.
+// armed is what operationsUnderCrash arms once the held charges settled:
+// the environment of the workers, of the first reconciler, and of each
+// API in turn (crash points, a broken mode).
+type armed struct {
+	workers, reconciler []string
+	apis                [][]string
+}
+
+// operationsUnderCrash sends charges to be captured later with every
+// crash point disarmed and waits for them to settle; then it restarts the
+// processes arm names with their environment and captures or cancels every
+// charge held (op), so that every crash cuts a capture or a cancel. A
+// reconciler armed to die at every few lookups settles little; the others,
+// unarmed, keep the unknown captures and cancels settling, as an unarmed
+// API keeps answering the clients' retries.
 func operationsUnderCrash(short, full int, op func(*system) func(ctx context.Context, chargeKey, id string, amount int64) bool,
-	workerEnv, reconcilerEnv []string) func(ctx context.Context, s *system) error {
+	arm armed) func(ctx context.Context, s *system) error {
 	return func(ctx context.Context, s *system) error {
 		charges, err := s.heldTraffic(ctx, "held", s.charges(short, full))
 		if err != nil {
 			return fmt.Errorf("%w before the crash points were armed", err)
 		}
-		if err := s.restartWith(ctx, s.workers, workerEnv...); err != nil {
-			return err
+		if len(arm.workers) > 0 {
+			if err := s.restartWith(ctx, s.workers, arm.workers...); err != nil {
+				return err
+			}
 		}
-		if len(reconcilerEnv) > 0 {
-			if err := s.restartWith(ctx, s.reconcilers[:1], reconcilerEnv...); err != nil {
+		if len(arm.reconciler) > 0 {
+			if err := s.restartWith(ctx, s.reconcilers[:1], arm.reconciler...); err != nil {
+				return err
+			}
+		}
+		for i, env := range arm.apis {
+			if err := s.restartWith(ctx, s.apis[i:i+1], env...); err != nil {
 				return err
 			}
 		}
@@ -394,12 +409,6 @@ func holdExpiresDuringCapture() Scenario {
 			{"on": "cancel", "fault": "latency", "p": 0.4, "ms": 700}]}`,
 		Run:      holdsExpire(40, 100),
 		MustFire: []string{"hold:capture_in_time", "hold:refused_expired", "hold:released_by_sweep", "fault:delayed_apply"},
-		NotRunWith: func(psp string) string {
-			if psp == "stripe" {
-				return "the Stripe adapter declares Stripe's own hold window (7 days), so no sweep looks at a hold of " + holdWindow.String()
-			}
-			return ""
-		},
 	}
 }
 

@@ -140,12 +140,6 @@ func (t timings) convergenceBound() time.Duration {
 func (r *Runner) Run(ctx context.Context, sc Scenario) (Report, error) {
 	seed := r.cfg.Seed
 	rep := Report{Scenario: sc.Name, Seed: seed, Fired: map[string]int{}, Counts: map[string]int{}}
-	if sc.NotRunWith != nil {
-		if why := sc.NotRunWith(cmp.Or(r.cfg.PSP, "fake")); why != "" {
-			rep.NotRun = why
-			return rep, nil
-		}
-	}
 	if sc.Partitions {
 		// Without namespaces the scenario is not run, and says so: never
 		// a pass.
