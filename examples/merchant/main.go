@@ -7,7 +7,10 @@
 //	CHARGEFLOW_API_KEY=cfk_… MERCHANT_WEBHOOK_SECRET=whsec_… go run ./examples/merchant
 //
 //	POST /orders               {"amount": 1000, "currency": "USD", "payment_method": "pm_card_visa"}
+//	                           add "ship_later": true to authorize only, and take the money when it ships
 //	POST /orders/{id}/charge   charge the order again, with its stored key (after an unknown outcome)
+//	POST /orders/{id}/ship     capture an order authorized only: the money is taken
+//	POST /orders/{id}/cancel   or release it: nothing is taken
 //	GET  /orders/{id}          the order and its charge as chargeflow has it now
 //	POST /webhooks/chargeflow  chargeflow's deliveries
 //
@@ -93,8 +96,14 @@ type order struct {
 	Amount        int64  `json:"amount"`
 	Currency      string `json:"currency"`
 	PaymentMethod string `json:"payment_method"`
-	ChargeKey     string `json:"-"`
-	ChargeID      string `json:"charge_id,omitempty"`
+	// ShipLater authorizes the order only; ship captures it, cancel
+	// releases it, each under a key made the first time it is asked for
+	// and kept with the order, so that asking again after an unknown
+	// outcome is the same request.
+	ShipLater bool   `json:"ship_later,omitempty"`
+	ChargeKey string `json:"-"`
+	ChargeID  string `json:"charge_id,omitempty"`
+	opKeys    map[string]string
 }
 
 type shop struct {
@@ -117,6 +126,8 @@ func (s *shop) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /orders", s.createOrder)
 	mux.HandleFunc("POST /orders/{id}/charge", s.chargeOrder)
+	mux.HandleFunc("POST /orders/{id}/ship", s.shipOrder)
+	mux.HandleFunc("POST /orders/{id}/cancel", s.cancelOrder)
 	mux.HandleFunc("GET /orders/{id}", s.getOrder)
 	mux.HandleFunc("POST /webhooks/chargeflow", s.receiveWebhook)
 	return mux
@@ -153,7 +164,7 @@ func (s *shop) charge(w http.ResponseWriter, r *http.Request, o *order) {
 	s.mu.Lock()
 	params := client.ChargeParams{
 		Amount: o.Amount, Currency: o.Currency, PaymentMethod: o.PaymentMethod,
-		Metadata: map[string]string{"order": o.ID}, IdempotencyKey: o.ChargeKey,
+		Metadata: map[string]string{"order": o.ID}, IdempotencyKey: o.ChargeKey, CaptureLater: o.ShipLater,
 	}
 	s.mu.Unlock()
 	charge, err := s.chargeflow.CreateCharge(r.Context(), params)
@@ -177,6 +188,65 @@ func (s *shop) charge(w http.ResponseWriter, r *http.Request, o *order) {
 	s.mu.Unlock()
 	s.logger.Info("charged", "order", o.ID, "charge", charge.ID, "status", string(charge.Status), "replayed", charge.Replayed)
 	writeJSON(w, http.StatusCreated, map[string]any{"order": o, "charge": charge})
+}
+
+// shipOrder captures an order authorized only, all of it.
+func (s *shop) shipOrder(w http.ResponseWriter, r *http.Request) {
+	s.operate(w, r, "ship", func(ctx context.Context, chargeID, key string) (*client.Operation, error) {
+		return s.chargeflow.CaptureCharge(ctx, chargeID, client.CaptureParams{IdempotencyKey: key})
+	})
+}
+
+// cancelOrder releases an order authorized only.
+func (s *shop) cancelOrder(w http.ResponseWriter, r *http.Request) {
+	s.operate(w, r, "cancel", func(ctx context.Context, chargeID, key string) (*client.Operation, error) {
+		return s.chargeflow.CancelCharge(ctx, chargeID, client.CancelParams{IdempotencyKey: key})
+	})
+}
+
+// operate sends what ship or cancel asks of the order's charge, under the
+// key kept with the order for it. chargeflow refuses, storing nothing, an
+// order shipped or canceled already, or with the other on its way
+// (charge_not_capturable, operation_in_progress): the shop passes that on.
+func (s *shop) operate(w http.ResponseWriter, r *http.Request, what string,
+	send func(ctx context.Context, chargeID, key string) (*client.Operation, error)) {
+	o, ok := s.order(r.PathValue("id"))
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	s.mu.Lock()
+	chargeID, key := o.ChargeID, o.opKeys[what]
+	if key == "" && chargeID != "" && o.ShipLater {
+		key = client.NewIdempotencyKey()
+		if o.opKeys == nil {
+			o.opKeys = map[string]string{}
+		}
+		o.opKeys[what] = key
+	}
+	s.mu.Unlock()
+	if key == "" {
+		writeJSON(w, http.StatusConflict, map[string]string{"order": o.ID, "detail": "only an order authorized (ship_later) and charged can be shipped or canceled"})
+		return
+	}
+	op, err := send(r.Context(), chargeID, key)
+	var refused *client.Error
+	switch {
+	case errors.Is(err, client.ErrOutcomeUnknown):
+		s.logger.Warn(what+" outcome unknown; ask again later", "order", o.ID, "err", err.Error())
+		writeJSON(w, http.StatusAccepted, map[string]string{"order": o.ID, "retry": "POST /orders/" + o.ID + "/" + what})
+		return
+	case errors.As(err, &refused):
+		s.logger.Info(what+" refused", "order", o.ID, "code", string(refused.Code))
+		writeJSON(w, http.StatusConflict, map[string]string{"order": o.ID, "code": string(refused.Code), "detail": refused.Detail})
+		return
+	case err != nil:
+		s.logger.Error(what, "order", o.ID, "err", err.Error())
+		http.Error(w, what+" failed", http.StatusBadGateway)
+		return
+	}
+	s.logger.Info(what+" sent", "order", o.ID, "operation", op.ID, "status", string(op.Status), "replayed", op.Replayed)
+	writeJSON(w, http.StatusCreated, map[string]any{"order": o.ID, what: op})
 }
 
 func (s *shop) getOrder(w http.ResponseWriter, r *http.Request) {
