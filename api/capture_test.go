@@ -407,7 +407,7 @@ func TestCaptureRejections(t *testing.T) {
 		{"zero amount", intent.KindCapture, held, "rejection-key-000021", `{"amount": 0}`, 400, api.CodeInvalidField, "amount", ""},
 		{"fractional amount", intent.KindCapture, held, "rejection-key-000022", `{"amount": 1.5}`, 400, api.CodeInvalidField, "amount", ""},
 		{"amount as a string", intent.KindCapture, held, "rejection-key-000023", `{"amount": "500"}`, 400, api.CodeInvalidField, "amount", ""},
-		{"beyond the authorization", intent.KindCapture, held, "rejection-key-000024", `{"amount": 1001}`, 422, api.CodeCaptureExceedsAuthorization, "amount", "at most the 1000 USD authorized"},
+		{"beyond the authorization", intent.KindCapture, held, "rejection-key-000024", `{"amount": 1001}`, 422, api.CodeCaptureExceedsAuthorization, "amount", "at most the 1000 authorized, in the minor unit of USD"},
 		{"beyond any amount", intent.KindCapture, held, "rejection-key-000025", `{"amount": 99999999999999999999999}`, 422, api.CodeCaptureExceedsAuthorization, "amount", ""},
 	}...)
 	for _, tc := range cases {

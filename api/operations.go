@@ -230,7 +230,7 @@ func (s *Server) createOperation(c echo.Context, kind intent.Kind) error {
 				"its outcome shows on the charge (GET /v1/charges/{id}), and a charge still held after it failed can be captured or canceled again")
 		case errors.Is(err, intent.ErrCaptureExceedsAuthorization):
 			return FieldProblem(CodeCaptureExceedsAuthorization, "amount", fmt.Sprintf(
-				"a capture may take at most the %d %s authorized", charge.Amount, charge.Currency))
+				"a capture may take at most the %d authorized, in the minor unit of %s", charge.Amount, charge.Currency))
 		}
 		return nil
 	})
