@@ -204,6 +204,15 @@ func (a *Acceptor) acceptOnce(ctx context.Context, acc intent.Acceptance) (inten
 	if acc.Charge.ParentID != "" || a.cfg.CrashPoints.Has(crashpoint.APIAfterInsertBeforeCommit) {
 		return a.acceptInTx(ctx, acc)
 	}
+	return a.acceptTry(ctx, acc, 1)
+}
+
+// vanishedTries bounds how many times an accept whose key's record
+// vanished after the statement waited on it (replayAfterWait) is tried.
+const vanishedTries = 3
+
+// acceptTry is acceptOnce's statement, the try'th time.
+func (a *Acceptor) acceptTry(ctx context.Context, acc intent.Acceptance, try int) (intent.IdempotencyRecord, bool, error) {
 	var got intent.Accepted
 	var err error
 	alone := a.batches == nil || !acc.Batchable()
@@ -221,9 +230,27 @@ func (a *Acceptor) acceptOnce(ctx context.Context, acc intent.Acceptance) (inten
 	if err != nil || got.Inserted || got.Found {
 		return rec, got.Inserted, err
 	}
-	// The key's first request committed while the statement waited on it.
-	rec, err = intent.ReplayRecord(ctx, a.cfg.DB, acc.Charge.TenantID, acc.KeyHash)
-	return rec, false, err
+	return a.replayAfterWait(ctx, acc, try)
+}
+
+// replayAfterWait reads the record of acc's key after the accept
+// statement waited on the key's first request and saw it commit. The read
+// is a statement of its own, maybe on another connection, and the record
+// can be gone by then: its commit was local to a primary cut off from its
+// synchronous standby (never confirmed, so never answered 201) and the
+// read went to the promoted one, or it expired and was deleted. Either
+// way nothing holds the key now, and the request is tried again, up to
+// vanishedTries; a 404 would say there is no such charge, which is not
+// what happened.
+func (a *Acceptor) replayAfterWait(ctx context.Context, acc intent.Acceptance, try int) (intent.IdempotencyRecord, bool, error) {
+	rec, err := intent.ReplayRecord(ctx, a.cfg.DB, acc.Charge.TenantID, acc.KeyHash)
+	switch {
+	case !errors.Is(err, intent.ErrNotFound):
+		return rec, false, err
+	case try < vanishedTries:
+		return a.acceptTry(ctx, acc, try+1)
+	}
+	return rec, false, fmt.Errorf("%w: the record of the key the accept waited on vanished %d times", ErrBusy, try)
 }
 
 // acceptInTx is Accept in an explicit transaction, with the crash point
