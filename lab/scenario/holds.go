@@ -334,7 +334,7 @@ func (s *system) race(ctx context.Context, chargeKey, id string, amount int64) b
 		case a.status == http.StatusCreated:
 			won = append(won, i)
 		case a.code == codeOperationInProgress || a.code == codeChargeNotCapturable:
-			s.count("race:" + a.code)
+			s.fire("race:" + a.code)
 		case operationRefusals[a.code]:
 			s.client.unexpectedf("charge %s: the racing %s got %d %s", id, steps[i].kind(), a.status, a.code)
 		}
@@ -356,7 +356,7 @@ func (s *system) race(ctx context.Context, chargeKey, id string, amount int64) b
 		}
 		if status == "succeeded" {
 			succeeded++
-			s.count("race:" + steps[i].kind() + "_won")
+			s.fire("race:" + steps[i].kind() + "_won")
 		} else if status != "needs_review" {
 			s.client.unexpectedf("charge %s: the winning %s ended %s (%s)", id, steps[i].kind(), status, code)
 		}
@@ -365,13 +365,6 @@ func (s *system) race(ctx context.Context, chargeKey, id string, amount int64) b
 		s.client.unexpectedf("charge %s: both the capture and the cancel succeeded", id)
 	}
 	return true
-}
-
-// count adds one to what fired.
-func (s *system) count(name string) {
-	s.mu.Lock()
-	s.fired[name]++
-	s.mu.Unlock()
 }
 
 // The hold window of hold-expires-during-capture: the fake provider
@@ -502,16 +495,16 @@ func (s *system) operateAround(ctx context.Context, chargeKey, id string, amount
 		}
 		switch {
 		case status == "succeeded":
-			s.count("hold:" + st.kind() + "_in_time")
+			s.fire("hold:" + st.kind() + "_in_time")
 		case status == "failed" && code == "hold_expired":
-			s.count("hold:refused_expired")
+			s.fire("hold:refused_expired")
 		case status == "needs_review":
-			s.count("hold:review")
+			s.fire("hold:review")
 		default:
 			s.client.unexpectedf("charge %s: a %s sent %s from its hold's expiry ended %s (%s)", id, st.kind(), at.Sub(expiry).Round(time.Millisecond), status, code)
 		}
 	case a.code == codeChargeNotCapturable && time.Now().After(expiry):
-		s.count("hold:not_capturable_after_release")
+		s.fire("hold:not_capturable_after_release")
 	case operationRefusals[a.code]:
 		s.client.unexpectedf("charge %s: a %s sent %s from its hold's expiry got %d %s", id, st.kind(), at.Sub(expiry).Round(time.Millisecond), a.status, a.code)
 	}

@@ -152,9 +152,12 @@ func (s *system) netnsOf(name string) string {
 }
 
 // fire counts that something happened.
-func (s *system) fire(name string) {
+func (s *system) fire(name string) { s.fireN(name, 1) }
+
+// fireN counts that something happened n times.
+func (s *system) fireN(name string, n int) {
 	s.mu.Lock()
-	s.fired[name]++
+	s.fired[name] += n
 	s.mu.Unlock()
 }
 
@@ -610,9 +613,7 @@ func providerCut(ctx context.Context, s *system) error {
 		}
 		// The calls open at the cut are in flight across it, as a
 		// client's request sent before it and answered after it is.
-		s.mu.Lock()
-		s.fired["partition:in_flight"] += open
-		s.mu.Unlock()
+		s.fireN("partition:in_flight", open)
 		began := time.Now()
 		for {
 			// A worker records an unknown outcome only when its call
@@ -636,9 +637,7 @@ func providerCut(ctx context.Context, s *system) error {
 			return err
 		}
 	}
-	s.mu.Lock()
-	s.fired["partition:answer_lost"] += found
-	s.mu.Unlock()
+	s.fireN("partition:answer_lost", found)
 	s.logf("%d charges the provider applied while its answers could not reach the workers were found by the reconciler", found)
 	return nil
 }
@@ -688,9 +687,7 @@ func apiDBCut(ctx context.Context, s *system) error {
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.fired["partition:api_stalled"] += stalled
-	s.mu.Unlock()
+	s.fireN("partition:api_stalled", stalled)
 	s.logf("%d requests to the cut API outlasted the clients' timeout", stalled)
 	return nil
 }
@@ -741,9 +738,7 @@ func workerDBFlap(ctx context.Context, s *system) error {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		if n, err := s.nonTerminal(cctx); err == nil {
-			s.mu.Lock()
-			s.fired["partition:unsettled_at_cut"] += n
-			s.mu.Unlock()
+			s.fireN("partition:unsettled_at_cut", n)
 		}
 	}, workerName(0), "node1", "node2")
 	sleepCtx(ctx, 2*s.cutFor())
